@@ -1,0 +1,27 @@
+"""Errors a user can cause. Each says what to change; the CLI prints the message, not a traceback."""
+
+from __future__ import annotations
+
+
+class GpuflowError(Exception):
+    """Base of every error gpuflow raises on purpose."""
+
+
+class SpecError(GpuflowError):
+    """A job, fleet or profile file (or SDK object) is invalid."""
+
+
+class NotFoundError(GpuflowError):
+    """A job, fleet or host that the user named does not exist."""
+
+
+class ConnectionFailed(GpuflowError):
+    """Temporal or the database cannot be reached."""
+
+
+class UnschedulableError(GpuflowError):
+    """Nothing fits the job; `reasons` holds one line per host."""
+
+    def __init__(self, message: str, reasons: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.reasons = reasons or []

@@ -1,0 +1,100 @@
+"""State machines shared by every layer: job status, termination reasons, host state.
+
+Pure module (no I/O); workflows import it through pass-through imports.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobStatus(StrEnum):
+    PENDING = "pending"
+    PROVISIONING = "provisioning"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    TERMINATED = "terminated"
+    STOPPED = "stopped"
+
+    @property
+    def is_final(self) -> bool:
+        return self in _FINAL_STATUSES
+
+
+_FINAL_STATUSES = frozenset(
+    {JobStatus.DONE, JobStatus.FAILED, JobStatus.TERMINATED, JobStatus.STOPPED}
+)
+
+
+class RetryEvent(StrEnum):
+    """What a retry policy can react to (`retry.on_events`)."""
+
+    NO_CAPACITY = "no-capacity"
+    INTERRUPTION = "interruption"
+    ERROR = "error"
+
+
+class TerminationReason(StrEnum):
+    DONE = "done"
+    PROCESS_FAILED = "process_failed"
+    NO_CAPACITY = "no_capacity"
+    HOST_LOST = "host_lost"
+    GPU_UNDERUTILIZED = "gpu_underutilized"
+    MAX_DURATION_EXCEEDED = "max_duration_exceeded"
+    STOPPED_BY_USER = "stopped_by_user"
+    PROVISIONING_FAILED = "provisioning_failed"
+    INTERNAL_ERROR = "internal_error"
+
+    @property
+    def status(self) -> JobStatus:
+        return _REASON_STATUS[self]
+
+    @property
+    def retry_event(self) -> RetryEvent | None:
+        """The retry event this ending counts as; None means never retried."""
+        return _REASON_RETRY_EVENT.get(self)
+
+    @property
+    def description(self) -> str:
+        return _REASON_DESCRIPTION[self]
+
+
+_REASON_STATUS = {
+    TerminationReason.DONE: JobStatus.DONE,
+    TerminationReason.PROCESS_FAILED: JobStatus.FAILED,
+    TerminationReason.NO_CAPACITY: JobStatus.FAILED,
+    TerminationReason.HOST_LOST: JobStatus.FAILED,
+    TerminationReason.GPU_UNDERUTILIZED: JobStatus.TERMINATED,
+    TerminationReason.MAX_DURATION_EXCEEDED: JobStatus.TERMINATED,
+    TerminationReason.STOPPED_BY_USER: JobStatus.STOPPED,
+    TerminationReason.PROVISIONING_FAILED: JobStatus.FAILED,
+    TerminationReason.INTERNAL_ERROR: JobStatus.FAILED,
+}
+
+_REASON_RETRY_EVENT = {
+    TerminationReason.PROCESS_FAILED: RetryEvent.ERROR,
+    TerminationReason.NO_CAPACITY: RetryEvent.NO_CAPACITY,
+    TerminationReason.HOST_LOST: RetryEvent.INTERRUPTION,
+    TerminationReason.PROVISIONING_FAILED: RetryEvent.INTERRUPTION,
+}
+
+_REASON_DESCRIPTION = {
+    TerminationReason.DONE: "all processes exited with code 0",
+    TerminationReason.PROCESS_FAILED: "a process exited with a non-zero code",
+    TerminationReason.NO_CAPACITY: "no host had capacity for the job",
+    TerminationReason.HOST_LOST: "a host stopped answering",
+    TerminationReason.GPU_UNDERUTILIZED: "a GPU stayed below the utilization policy",
+    TerminationReason.MAX_DURATION_EXCEEDED: "the job ran longer than max_duration",
+    TerminationReason.STOPPED_BY_USER: "stopped by the user",
+    TerminationReason.PROVISIONING_FAILED: "a host could not be provisioned",
+    TerminationReason.INTERNAL_ERROR: "gpuflow hit an internal error",
+}
+
+
+class HostState(StrEnum):
+    PROVISIONING = "provisioning"
+    READY = "ready"
+    NOT_READY = "not_ready"
+    UNREACHABLE = "unreachable"
+    MAINTENANCE = "maintenance"
