@@ -82,6 +82,11 @@ class HostDecl(BaseModel):
     port: int = 22
     user: str | None = None
     identity_file: str | None = None
+    python: str = "python3"
+    """ssh hosts: the interpreter on the host that has gpuflow installed."""
+    known_hosts: str | None = None
+    """ssh hosts: a known_hosts file to check the host key against strictly; by default a new
+    host's key is accepted and remembered in GPUFLOW_HOME/known_hosts."""
 
     @field_validator("name")
     @classmethod
