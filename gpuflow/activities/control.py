@@ -1,0 +1,122 @@
+"""Control activities: placement, release and bookkeeping against the database, and making sure
+a host's agent is up. They run on the control task queue and are idempotent."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from sqlmodel import col, select
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from gpuflow.scheduler.model import Unschedulable
+from gpuflow.status import HostState, JobStatus
+from gpuflow.store.capacity import release_allocation, take_allocation
+from gpuflow.store.db import Store
+from gpuflow.store.fleets import get_host, set_host_state
+from gpuflow.store.jobs import add_event, record_job, update_job
+from gpuflow.store.tables import JobRow
+from gpuflow.workflows.models import (
+    HostStateInput,
+    JobStatusInput,
+    PlaceInput,
+    PlaceResult,
+    ProvisionInput,
+    ProvisionResult,
+    ReleaseInput,
+    ReleaseResult,
+)
+
+# Makes sure the agent of a host is up; returns an error message or None. Set by the worker:
+# sim hosts get an in-process agent, ssh hosts an asyncssh-started one.
+AgentStarter = Callable[[Any], Awaitable[str | None]]
+
+
+class ControlActivities:
+    def __init__(self, store: Store, *, ensure_agent: AgentStarter | None = None) -> None:
+        self.store = store
+        self.ensure_agent = ensure_agent
+
+    @activity.defn(name="place_job")
+    async def place_job(self, inp: PlaceInput) -> PlaceResult:
+        result = await asyncio.to_thread(
+            take_allocation, self.store, job_id=inp.job_id, attempt=inp.attempt,
+            job=inp.spec, fleets=inp.fleets,
+        )
+        if isinstance(result, Unschedulable):
+            return PlaceResult(reasons=result.lines or [result.message()])
+        return PlaceResult(placement=result)
+
+    @activity.defn(name="release_job")
+    async def release_job(self, inp: ReleaseInput) -> ReleaseResult:
+        released = await asyncio.to_thread(release_allocation, self.store, job_id=inp.job_id)
+        return ReleaseResult(released_nodes=released, waiting_jobs=await asyncio.to_thread(
+            self._pending_jobs))
+
+    def _pending_jobs(self) -> list[str]:
+        with self.store.session() as session:
+            rows = session.exec(
+                select(JobRow.id).where(col(JobRow.status) == JobStatus.PENDING).limit(100)
+            )
+            return list(rows)
+
+    @activity.defn(name="record_job_status")
+    async def record_job_status(self, inp: JobStatusInput) -> None:
+        def write() -> None:
+            record_job(self.store, job_id=inp.job_id, name=inp.name,
+                       spec=inp.spec.model_dump(mode="json") if inp.spec else {})
+            placement = inp.placement
+            update_job(
+                self.store,
+                job_id=inp.job_id,
+                status=inp.status,
+                attempt=inp.attempt,
+                reason=inp.reason.value if inp.reason else None,
+                message=inp.message,
+                fleet=placement.fleet if placement else None,
+                hosts=[n.host_name for n in placement.nodes] if placement else None,
+                gpus=_gpu_summary(placement) if placement else None,
+                at=inp.at,
+            )
+            add_event(self.store, job_id=inp.job_id, key=inp.event_key, kind=inp.status.value,
+                      message=inp.message)
+
+        await asyncio.to_thread(write)
+
+    @activity.defn(name="provision_host")
+    async def provision_host(self, inp: ProvisionInput) -> ProvisionResult:
+        host = await asyncio.to_thread(get_host, self.store, inp.host_id)
+        if host is None:
+            raise ApplicationError(f"host {inp.host_id} is no longer in any fleet",
+                                   non_retryable=True)
+        if self.ensure_agent is None:
+            return ProvisionResult(host_id=inp.host_id, ready=True)
+        error = await self.ensure_agent(host)
+        if error is not None:
+            await asyncio.to_thread(set_host_state, self.store, inp.host_id,
+                                    HostState.UNREACHABLE, error)
+            return ProvisionResult(host_id=inp.host_id, ready=False, message=error)
+        return ProvisionResult(host_id=inp.host_id, ready=True)
+
+    @activity.defn(name="set_host_state")
+    async def set_host_state(self, inp: HostStateInput) -> None:
+        await asyncio.to_thread(set_host_state, self.store, inp.host_id, inp.state, inp.detail)
+
+    def activities(self) -> list[Any]:
+        return [self.place_job, self.release_job, self.record_job_status, self.provision_host,
+                self.set_host_state]
+
+
+def _gpu_summary(placement: Any) -> str:
+    parts = []
+    for node in placement.nodes:
+        if not node.gpu_indices:
+            continue
+        names = sorted(set(node.gpu_names)) or ["GPU"]
+        if node.gpu_fraction is not None:
+            parts.append(f"{node.gpu_fraction:g}x{names[0]}")
+        else:
+            parts.append(f"{len(node.gpu_indices)}x{'/'.join(names)}")
+    return ", ".join(parts) if parts else "-"

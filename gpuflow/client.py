@@ -1,0 +1,296 @@
+"""The Python client. The CLI is built on it.
+
+    client = await Client.connect()
+    job = await client.submit(JobSpec(name="train", commands=["python train.py"]))
+    result = await client.wait(job.id)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+from temporalio.client import Client as TemporalClient
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.service import RPCError
+
+from gpuflow.config import TemporalConfig, connect_temporal
+from gpuflow.errors import GpuflowError, NotFoundError, SpecError, UnschedulableError
+from gpuflow.naming import CONTROL_TASK_QUEUE, job_workflow_id
+from gpuflow.scheduler import Offers, explain
+from gpuflow.specs.fleet import FleetSpec
+from gpuflow.specs.job import JobSpec
+from gpuflow.status import JobStatus, TerminationReason
+from gpuflow.store.capacity import read_snapshot
+from gpuflow.store.db import Store
+from gpuflow.store.fleets import apply_fleet, list_fleets, list_hosts
+from gpuflow.store.jobs import find_job, list_jobs, record_job
+from gpuflow.store.tables import JobRow
+from gpuflow.utilization import UtilizationState
+from gpuflow.workflows.logs import ReadLogsInput
+from gpuflow.workflows.models import JobInput, JobProgress, JobResult, LogChunk, LogsInput
+
+
+class JobInfo(BaseModel):
+    """A job as `gpuflow ps` shows it."""
+
+    id: str
+    name: str
+    status: JobStatus
+    reason: str | None = None
+    message: str | None = None
+    fleet: str | None = None
+    hosts: list[str] = Field(default_factory=list)
+    gpus: str | None = None
+    attempt: int = 1
+    submitted_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @classmethod
+    def from_row(cls, row: JobRow) -> JobInfo:
+        return cls(
+            id=row.id, name=row.name, status=JobStatus(row.status),
+            reason=row.termination_reason, message=row.message, fleet=row.fleet,
+            hosts=list(row.hosts), gpus=row.gpus, attempt=row.attempt,
+            submitted_at=row.submitted_at, started_at=row.started_at,
+            finished_at=row.finished_at,
+        )
+
+
+class FleetInfo(BaseModel):
+    name: str
+    kind: str
+    scorer: str
+    hosts: list[dict[str, Any]]
+
+
+def _search_attributes_enabled() -> bool:
+    return os.environ.get("GPUFLOW_SEARCH_ATTRIBUTES", "1") not in ("0", "false", "no")
+
+
+class Client:
+    """Async, typed access to gpuflow. Keyword-only arguments throughout."""
+
+    def __init__(self, *, temporal: TemporalClient, store: Store) -> None:
+        self.temporal = temporal
+        self.store = store
+
+    @classmethod
+    async def connect(
+        cls, *, config: TemporalConfig | None = None, database_url: str | None = None
+    ) -> Client:
+        store = await asyncio.to_thread(lambda: Store(database_url).init())
+        temporal = await connect_temporal(config)
+        return cls(temporal=temporal, store=store)
+
+    # ---- jobs -------------------------------------------------------------------------------
+
+    async def submit(self, spec: JobSpec) -> JobInfo:
+        """Start the job's workflow. The spec is already valid; unknown fleets are refused here,
+        before anything is created."""
+        known = {fleet.name for fleet in await asyncio.to_thread(list_fleets, self.store)}
+        unknown = [name for name in spec.fleets if name not in known]
+        if unknown:
+            raise SpecError(
+                f"fleets: {', '.join(unknown)} not found "
+                f"(known: {', '.join(sorted(known)) or 'none; apply one with gpuflow fleet apply'})"
+            )
+        job_id = job_workflow_id(spec.name, secrets.token_hex(3))
+        now = datetime.now(UTC)
+        gpu = str(spec.resources.gpu) if spec.resources.gpu else "no GPU"
+        await self.temporal.start_workflow(
+            "JobWorkflow",
+            JobInput(job_id=job_id, spec=spec, submitted_at=now,
+                     search_attributes=_search_attributes_enabled()),
+            id=job_id,
+            task_queue=CONTROL_TASK_QUEUE,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            static_summary=f"job {spec.name}: {spec.nodes} node(s), GPU {gpu}",
+            static_details=(
+                f"fleets: {', '.join(spec.fleets) or 'any'}\n\n"
+                f"commands:\n\n" + "\n".join(f"    {c}" for c in spec.commands)
+            ),
+        )
+        await asyncio.to_thread(record_job, self.store, job_id=job_id, name=spec.name,
+                                spec=spec.model_dump(mode="json"))
+        return await self.get(job_id)
+
+    async def get(self, job: str) -> JobInfo:
+        row = await asyncio.to_thread(find_job, self.store, job)
+        return JobInfo.from_row(row)
+
+    async def list(self, *, include_finished: bool = False) -> list[JobInfo]:
+        rows = await asyncio.to_thread(list_jobs, self.store, include_finished=include_finished)
+        return [JobInfo.from_row(row) for row in rows]
+
+    async def progress(self, job: str) -> JobProgress:
+        info = await self.get(job)
+        handle = self.temporal.get_workflow_handle(info.id)
+        try:
+            return await handle.query("progress", result_type=JobProgress)
+        except RPCError as exc:
+            raise GpuflowError(f"job {info.name}: cannot read its progress ({exc})") from None
+
+    async def stop(self, job: str, *, wait: bool = True, timeout_s: float = 120) -> JobInfo:
+        """Ask the job to stop; with `wait`, return once it has ended (processes stopped and
+        GPUs released)."""
+        info = await self.get(job)
+        if info.status.is_final:
+            return info
+        handle = self.temporal.get_workflow_handle(info.id)
+        try:
+            await handle.signal("stop")
+        except RPCError as exc:
+            raise GpuflowError(f"job {info.name}: cannot stop it ({exc})") from None
+        if wait:
+            await self.wait(info.id, timeout_s=timeout_s, raise_on_failure=False)
+        return await self.get(info.id)
+
+    async def wait(
+        self, job: str, *, timeout_s: float | None = None, raise_on_failure: bool = True
+    ) -> JobResult:
+        """The job's result once it ends. With `raise_on_failure`, a job that found no
+        capacity raises UnschedulableError carrying the per-host reasons."""
+        info = await self.get(job)
+        handle = self.temporal.get_workflow_handle(info.id)
+        try:
+            result = await asyncio.wait_for(handle.result(result_type=JobResult), timeout_s)
+        except WorkflowFailureError as exc:
+            raise GpuflowError(f"job {info.name} failed inside gpuflow: {exc.cause}") from None
+        if raise_on_failure and result.reason == TerminationReason.NO_CAPACITY:
+            reasons = result.message.removeprefix("no capacity: ").split("; ")
+            raise UnschedulableError(f"job {info.name}: {result.message}", reasons)
+        return result
+
+    async def describe(self, job: str) -> str:
+        """Whether the job's workflow is still open, as Temporal sees it."""
+        info = await self.get(job)
+        desc = await self.temporal.get_workflow_handle(info.id).describe()
+        status = desc.status or WorkflowExecutionStatus.RUNNING
+        return status.name.lower()
+
+    async def metrics(self, job: str) -> UtilizationState:
+        info = await self.get(job)
+        handle = self.temporal.get_workflow_handle(info.id)
+        return await handle.query("utilization_window", result_type=UtilizationState)
+
+    async def logs(
+        self, job: str, *, rank: int = 0, follow: bool = False, poll_s: float = 1.0
+    ) -> AsyncIterator[str]:
+        """The job's output on one node, from the start; with `follow`, until the job ends."""
+        info = await self.get(job)
+        offset = 0
+        while True:
+            info = await self.get(info.id)
+            try:
+                progress = await self.progress(info.id)
+                placement = progress.placement
+            except GpuflowError:
+                placement = None
+            if placement is None and not info.status.is_final:
+                if not follow:
+                    return
+                await asyncio.sleep(poll_s)
+                continue
+            queue = await self._log_queue(info, placement, rank)
+            if queue is None:
+                return
+            chunk = await self.temporal.execute_workflow(
+                "ReadLogsWorkflow",
+                ReadLogsInput(task_queue=queue, logs=LogsInput(job_id=info.id, rank=rank,
+                                                               offset=offset)),
+                id=f"logs-{info.id}-{secrets.token_hex(4)}",
+                task_queue=CONTROL_TASK_QUEUE,
+                result_type=LogChunk,
+            )
+            if chunk.data:
+                yield chunk.data
+            offset = chunk.next_offset
+            if chunk.eof:
+                if not follow or info.status.is_final:
+                    return
+                await asyncio.sleep(poll_s)
+
+    async def _log_queue(self, info: JobInfo, placement: Any, rank: int) -> str | None:
+        if placement is not None:
+            for node in placement.nodes:
+                if node.rank == rank:
+                    return str(node.task_queue)
+            raise NotFoundError(f"job {info.name} has no node {rank}")
+        hosts = {h.name: h for h in await asyncio.to_thread(list_hosts, self.store)}
+        if rank < len(info.hosts) and info.hosts[rank] in hosts:
+            return hosts[info.hosts[rank]].task_queue
+        return None
+
+    # ---- fleets and offers ------------------------------------------------------------------
+
+    async def apply_fleet(self, spec: FleetSpec) -> FleetInfo:
+        if spec.kind == "ssh":
+            from gpuflow.worker.ssh import collect_ssh_facts
+
+            facts = await collect_ssh_facts(spec)
+        elif spec.kind == "local":
+            from gpuflow.store.fleets import local_host_name
+            from gpuflow.worker.facts import collect_host_facts
+
+            facts = {local_host_name(): await asyncio.to_thread(collect_host_facts)}
+        else:
+            facts = {}
+        await asyncio.to_thread(apply_fleet, self.store, spec, facts)
+        await self._signal_pending_jobs()
+        return next(f for f in await self.fleets() if f.name == spec.name)
+
+    async def _signal_pending_jobs(self) -> None:
+        for job in await self.list():
+            if job.status == JobStatus.PENDING:
+                try:
+                    await self.temporal.get_workflow_handle(job.id).signal("capacity_changed")
+                except RPCError:
+                    pass  # it ended meanwhile
+
+    async def fleets(self) -> list[FleetInfo]:
+        def read() -> list[FleetInfo]:
+            from gpuflow.scheduler import blocks_busy
+
+            with self.store.session() as session:
+                snapshot = read_snapshot(session)
+            out = []
+            for fleet in snapshot.fleets:
+                hosts = []
+                for host in fleet.hosts:
+                    busy, total = blocks_busy(host)
+                    gpu_used = sum(g.used for g in host.gpus)
+                    hosts.append({
+                        "name": host.name, "state": host.state.value,
+                        "state_detail": host.state_detail,
+                        "os": host.os, "arch": host.arch, "backend": host.backend,
+                        "gpus": [{"index": g.index, "name": g.name, "memory_mib": g.memory_mib,
+                                  "used": g.used} for g in host.gpus],
+                        "gpu_used": gpu_used, "cpus": host.cpus, "cpus_used": host.cpus_used,
+                        "memory_mib": host.memory_mib, "memory_used_mib": host.memory_used_mib,
+                        "blocks": total, "blocks_busy": busy, "simulated": host.simulated,
+                    })
+                out.append(FleetInfo(name=fleet.name, kind=fleet.kind, scorer=fleet.scorer,
+                                     hosts=hosts))
+            return out
+
+        return await asyncio.to_thread(read)
+
+    async def offers(self, spec: JobSpec) -> Offers:
+        """The dry run: what fits (with scores) and why every other host does not."""
+
+        def read() -> Offers:
+            with self.store.session() as session:
+                return explain(spec, read_snapshot(session))
+
+        return await asyncio.to_thread(read)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.store.dispose)

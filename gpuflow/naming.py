@@ -1,0 +1,17 @@
+"""Names that several layers must agree on: host ids, task queues, workflow ids."""
+
+from __future__ import annotations
+
+CONTROL_TASK_QUEUE = "gpuflow"
+
+
+def host_id(fleet: str, host: str) -> str:
+    return f"{fleet}/{host}"
+
+
+def host_task_queue(host_id: str) -> str:
+    return f"gpuflow-host-{host_id}"
+
+
+def job_workflow_id(name: str, suffix: str) -> str:
+    return f"job-{name}-{suffix}"

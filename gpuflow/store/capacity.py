@@ -1,0 +1,186 @@
+"""Taking and releasing capacity. Each is one transaction keyed by (job, attempt), so an activity
+that runs twice changes nothing the second time, and placement passes never overlap."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+
+from sqlmodel import Session, col, delete, select
+
+from gpuflow.scheduler import place
+from gpuflow.scheduler.model import (
+    FleetSnapshot,
+    GpuSlot,
+    HostSnapshot,
+    NodePlacement,
+    Placement,
+    Snapshot,
+    Unschedulable,
+)
+from gpuflow.specs.job import JobSpec
+from gpuflow.specs.units import format_duration
+from gpuflow.status import HostState
+from gpuflow.store.db import Store
+from gpuflow.store.tables import AllocationRow, FleetRow, GpuRow, HostRow
+
+
+def _state_detail(host: HostRow, now: datetime) -> str | None:
+    if host.state == HostState.READY or host.last_heartbeat is None:
+        return host.state_detail
+    beat = host.last_heartbeat
+    if beat.tzinfo is None:
+        beat = beat.replace(tzinfo=UTC)
+    ago = f"last heartbeat {format_duration((now - beat).total_seconds())} ago"
+    return f"{host.state_detail}; {ago}" if host.state_detail else ago
+
+
+def read_snapshot(session: Session, *, fleets: list[str] | None = None) -> Snapshot:
+    """The fleets as they are now, with every allocation applied."""
+    now = datetime.now(UTC)
+    fleet_query = select(FleetRow).order_by(col(FleetRow.name))
+    host_query = select(HostRow).order_by(col(HostRow.fleet), col(HostRow.name))
+    if fleets:
+        fleet_query = fleet_query.where(col(FleetRow.name).in_(fleets))
+        host_query = host_query.where(col(HostRow.fleet).in_(fleets))
+    fleet_rows = session.exec(fleet_query).all()
+    host_rows = session.exec(host_query).all()
+    host_ids = [host.id for host in host_rows]
+    gpus_by_host: dict[str, list[GpuRow]] = defaultdict(list)
+    allocations: dict[str, list[AllocationRow]] = defaultdict(list)
+    if host_ids:
+        for gpu in session.exec(select(GpuRow).where(col(GpuRow.host_id).in_(host_ids))):
+            gpus_by_host[gpu.host_id].append(gpu)
+        for row in session.exec(
+            select(AllocationRow).where(col(AllocationRow.host_id).in_(host_ids))
+        ):
+            allocations[row.host_id].append(row)
+
+    by_fleet: dict[str, FleetSnapshot] = {
+        row.name: FleetSnapshot(
+            name=row.name,
+            kind=row.kind,
+            scorer=row.scorer,
+            scorer_weights=dict(row.spec.get("scorer_weights") or {}),
+        )
+        for row in fleet_rows
+    }
+    for host in host_rows:
+        if host.fleet not in by_fleet:
+            continue
+        slots = {
+            gpu.index: GpuSlot(
+                index=gpu.index,
+                name=gpu.name,
+                vendor=gpu.vendor,
+                memory_mib=gpu.memory_mib,
+                compute_capability=gpu.compute_capability,
+                uuid=gpu.uuid,
+            )
+            for gpu in sorted(gpus_by_host[host.id], key=lambda g: g.index)
+        }
+        snap = HostSnapshot(
+            id=host.id,
+            name=host.name,
+            fleet=host.fleet,
+            state=HostState(host.state),
+            state_detail=_state_detail(host, now),
+            os=host.os,
+            arch=host.arch,
+            cpus=host.cpus,
+            memory_mib=host.memory_mib,
+            disk_mib=host.disk_mib,
+            gpus=list(slots.values()),
+            backend=host.backend,
+            driver_version=host.driver_version,
+            labels=dict(host.labels),
+            taints=list(host.taints),
+            blocks=host.blocks,
+            simulated=host.simulated,
+            address=host.address,
+            task_queue=host.task_queue,
+        )
+        for alloc in allocations[host.id]:
+            share = alloc.gpu_fraction if alloc.gpu_fraction is not None else 1.0
+            for index in alloc.gpu_indices:
+                if index in slots:
+                    slots[index].used += share
+            snap.blocks_used.update(alloc.blocks)
+            snap.cpus_used += alloc.cpus
+            snap.memory_used_mib += alloc.memory_mib
+            snap.disk_used_mib += alloc.disk_mib
+        by_fleet[host.fleet].hosts.append(snap)
+    return Snapshot(fleets=list(by_fleet.values()))
+
+
+def _placement_from_rows(rows: list[AllocationRow]) -> Placement:
+    rows = sorted(rows, key=lambda r: r.rank)
+    return Placement(
+        fleet=rows[0].fleet,
+        nodes=[NodePlacement.model_validate(row.node) for row in rows],
+        score=rows[0].score,
+        scorer=rows[0].scorer,
+    )
+
+
+def held_allocation(session: Session, job_id: str, attempt: int) -> Placement | None:
+    rows = list(
+        session.exec(
+            select(AllocationRow).where(
+                AllocationRow.job_id == job_id, AllocationRow.attempt == attempt
+            )
+        )
+    )
+    return _placement_from_rows(rows) if rows else None
+
+
+def take_allocation(
+    store: Store, *, job_id: str, attempt: int, job: JobSpec, fleets: list[str] | None = None
+) -> Placement | Unschedulable:
+    """Place the job and record the allocation in one serialized transaction.
+
+    Repeating the call for the same (job, attempt) returns the allocation already taken.
+    """
+    with store.placement_transaction() as session:
+        held = held_allocation(session, job_id, attempt)
+        if held is not None:
+            return held
+        # An earlier attempt's allocation is never carried over: give it back first.
+        session.exec(delete(AllocationRow).where(col(AllocationRow.job_id) == job_id))
+        result = place(job, read_snapshot(session, fleets=fleets), fleets=fleets)
+        if isinstance(result, Unschedulable):
+            return result
+        for node in result.nodes:
+            session.add(
+                AllocationRow(
+                    job_id=job_id,
+                    attempt=attempt,
+                    rank=node.rank,
+                    fleet=result.fleet,
+                    host_id=node.host_id,
+                    gpu_indices=list(node.gpu_indices),
+                    gpu_fraction=node.gpu_fraction,
+                    blocks=list(node.blocks),
+                    cpus=node.cpus,
+                    memory_mib=node.memory_mib,
+                    disk_mib=node.disk_mib,
+                    node=node.model_dump(mode="json"),
+                    score=result.score,
+                    scorer=result.scorer,
+                )
+            )
+        return result
+
+
+def release_allocation(store: Store, *, job_id: str) -> int:
+    """Give back everything the job holds. Returns how many nodes were released (0 the 2nd time)."""
+    with store.placement_transaction() as session:
+        rows = list(session.exec(select(AllocationRow).where(AllocationRow.job_id == job_id)))
+        for row in rows:
+            session.delete(row)
+        return len(rows)
+
+
+def allocations_of(store: Store, job_id: str) -> list[AllocationRow]:
+    with store.session() as session:
+        return list(session.exec(select(AllocationRow).where(AllocationRow.job_id == job_id)))

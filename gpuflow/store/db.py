@@ -1,0 +1,115 @@
+"""Engine set-up: a SQLite file under GPUFLOW_HOME by default, PostgreSQL when
+GPUFLOW_DATABASE_URL says so."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, text
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
+from sqlmodel import Session, SQLModel, create_engine
+
+from gpuflow.errors import ConnectionFailed
+
+_PLACEMENT_LOCK_KEY = 0x6770_7566  # "gpuf": the advisory lock that serializes placement
+
+
+def gpuflow_home() -> Path:
+    return Path(os.environ.get("GPUFLOW_HOME") or Path.home() / ".gpuflow")
+
+
+def database_url() -> str:
+    url = os.environ.get("GPUFLOW_DATABASE_URL")
+    if url:
+        return url
+    return f"sqlite:///{gpuflow_home() / 'gpuflow.db'}"
+
+
+def _normalize(url: str) -> str:
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    head, sep, tail = url.partition("@")
+    if not sep or "://" not in head:
+        return url
+    scheme, _, creds = head.partition("://")
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{tail}" if ":" in creds else url
+
+
+class Store:
+    """One engine and its sessions. `placement_transaction` serializes placement passes."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = _normalize(url or database_url())
+        self.is_sqlite = self.url.startswith("sqlite")
+        kwargs: dict[str, Any] = {}
+        if self.is_sqlite:
+            path = self.url.removeprefix("sqlite:///")
+            if path and path != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        else:
+            kwargs["pool_pre_ping"] = True
+            kwargs["connect_args"] = {"connect_timeout": 5}
+        self.engine: Engine = create_engine(self.url, **kwargs)
+        if self.is_sqlite:
+            self._sqlite_write_transactions()
+
+    def _sqlite_write_transactions(self) -> None:
+        # pysqlite starts transactions lazily and as DEFERRED, so two placement passes could
+        # both read the same free GPU. Every transaction here takes the write lock up front.
+        @event.listens_for(self.engine, "connect")
+        def _connect(dbapi_connection: Any, _record: Any) -> None:
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+        @event.listens_for(self.engine, "begin")
+        def _begin(connection: Any) -> None:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    def init(self) -> Store:
+        """Create the tables; fail with one clear line when the database cannot be reached."""
+        from gpuflow.store import tables  # noqa: F401  (registers the tables)
+
+        try:
+            SQLModel.metadata.create_all(self.engine)
+        except OperationalError as exc:
+            reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+            raise ConnectionFailed(
+                f"cannot reach the database {redact(self.url)}: {reason} "
+                "(check GPUFLOW_DATABASE_URL)"
+            ) from None
+        return self
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with Session(self.engine, expire_on_commit=False) as session:
+            yield session
+
+    @contextmanager
+    def placement_transaction(self) -> Iterator[Session]:
+        """A transaction that no other placement pass runs beside; commits on success."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            if not self.is_sqlite:
+                session.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PLACEMENT_LOCK_KEY}
+                )
+            yield session
+            session.commit()
+
+    def dispose(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,117 @@
+"""Jobs and their events: what `gpuflow ps` shows. Workflow state stays the truth of progress;
+these rows are written by idempotent bookkeeping activities."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, select
+
+from gpuflow.errors import NotFoundError
+from gpuflow.status import JobStatus
+from gpuflow.store.db import Store
+from gpuflow.store.tables import JobEventRow, JobRow
+
+
+def record_job(store: Store, *, job_id: str, name: str, spec: dict[str, Any]) -> None:
+    """Insert the job once (a repeated call keeps the first row)."""
+    with store.session() as session:
+        if session.get(JobRow, job_id) is not None:
+            return
+        session.add(JobRow(id=job_id, name=name, status=JobStatus.PENDING, spec=spec))
+        try:
+            session.commit()
+        except IntegrityError:
+            session.rollback()
+
+
+def update_job(
+    store: Store,
+    *,
+    job_id: str,
+    status: JobStatus,
+    attempt: int | None = None,
+    reason: str | None = None,
+    message: str | None = None,
+    fleet: str | None = None,
+    hosts: list[str] | None = None,
+    gpus: str | None = None,
+    at: datetime | None = None,
+) -> None:
+    """Set the job's status; a final status is never overwritten by a late, repeated update."""
+    with store.session() as session:
+        job = session.get(JobRow, job_id)
+        if job is None:
+            return
+        if JobStatus(job.status).is_final and not status.is_final:
+            return
+        at = at or datetime.now(UTC)
+        job.status = status
+        if attempt is not None:
+            job.attempt = attempt
+        if reason is not None or status.is_final:
+            job.termination_reason = reason
+        if message is not None or status.is_final:
+            job.message = message
+        if fleet is not None:
+            job.fleet = fleet
+        if hosts is not None:
+            job.hosts = hosts
+        if gpus is not None:
+            job.gpus = gpus
+        if status == JobStatus.RUNNING and job.started_at is None:
+            job.started_at = at
+        if status.is_final:
+            job.finished_at = job.finished_at or at
+        session.add(job)
+        session.commit()
+
+
+def add_event(store: Store, *, job_id: str, key: str, kind: str, message: str) -> None:
+    with store.session() as session:
+        exists = session.exec(
+            select(JobEventRow).where(JobEventRow.job_id == job_id, JobEventRow.key == key)
+        ).first()
+        if exists is not None:
+            return
+        session.add(JobEventRow(job_id=job_id, key=key, kind=kind, message=message))
+        try:
+            session.commit()
+        except IntegrityError:
+            session.rollback()
+
+
+def list_jobs(store: Store, *, include_finished: bool = False, limit: int = 200) -> list[JobRow]:
+    with store.session() as session:
+        query = select(JobRow).order_by(col(JobRow.submitted_at).desc()).limit(limit)
+        if not include_finished:
+            finals = [s.value for s in JobStatus if s.is_final]
+            query = query.where(col(JobRow.status).not_in(finals))
+        return list(session.exec(query))
+
+
+def find_job(store: Store, ref: str) -> JobRow:
+    """A job by workflow id, or the newest job with that name."""
+    with store.session() as session:
+        job = session.get(JobRow, ref)
+        if job is not None:
+            return job
+        job = session.exec(
+            select(JobRow).where(JobRow.name == ref).order_by(col(JobRow.submitted_at).desc())
+        ).first()
+        if job is None:
+            raise NotFoundError(f"no job named {ref!r} (see `gpuflow ps -a`)")
+        return job
+
+
+def job_events(store: Store, job_id: str) -> list[JobEventRow]:
+    with store.session() as session:
+        return list(
+            session.exec(
+                select(JobEventRow)
+                .where(JobEventRow.job_id == job_id)
+                .order_by(col(JobEventRow.ts), col(JobEventRow.id))
+            )
+        )

@@ -1,0 +1,121 @@
+"""The tables. Capacity (fleets, hosts, GPUs, allocations) and jobs with their events."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class FleetRow(SQLModel, table=True):
+    __tablename__ = "fleets"
+
+    name: str = Field(primary_key=True)
+    kind: str
+    scorer: str = "fragmentation"
+    spec: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class HostRow(SQLModel, table=True):
+    __tablename__ = "hosts"
+
+    id: str = Field(primary_key=True)
+    fleet: str = Field(index=True)
+    name: str
+    state: str
+    state_detail: str | None = None
+    os: str = "linux"
+    arch: str = "x86_64"
+    cpus: int = 1
+    memory_mib: int = 0
+    disk_mib: int = 0
+    backend: str | None = None
+    driver_version: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON))
+    taints: list[str] = Field(default_factory=list, sa_column=Column(JSON))
+    blocks: int = 1
+    simulated: bool = False
+    address: str = "127.0.0.1"
+    task_queue: str = ""
+    last_heartbeat: datetime | None = None
+    ssh: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    """How to reach an ssh host (hostname, port, user, key file path; never key content)."""
+    sim_utilization: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+
+
+class GpuRow(SQLModel, table=True):
+    __tablename__ = "gpus"
+    __table_args__ = (UniqueConstraint("host_id", "index"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    host_id: str = Field(index=True)
+    index: int
+    name: str
+    vendor: str = "nvidia"
+    memory_mib: int = 0
+    uuid: str | None = None
+    compute_capability: str | None = None
+
+
+class AllocationRow(SQLModel, table=True):
+    """One node of a job's placement. (job_id, attempt, rank) is the idempotency key."""
+
+    __tablename__ = "allocations"
+    __table_args__ = (UniqueConstraint("job_id", "attempt", "rank"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(index=True)
+    attempt: int
+    rank: int
+    fleet: str
+    host_id: str = Field(index=True)
+    gpu_indices: list[int] = Field(default_factory=list, sa_column=Column(JSON))
+    gpu_fraction: float | None = None
+    blocks: list[int] = Field(default_factory=list, sa_column=Column(JSON))
+    cpus: float = 0
+    memory_mib: int = 0
+    disk_mib: int = 0
+    node: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    """The NodePlacement as placed, so a repeated activity returns exactly the same answer."""
+    score: float = 0
+    scorer: str = ""
+    created_at: datetime = Field(default_factory=utcnow)
+
+
+class JobRow(SQLModel, table=True):
+    __tablename__ = "jobs"
+
+    id: str = Field(primary_key=True)
+    """The workflow id, `job-<name>-<suffix>`."""
+    name: str = Field(index=True)
+    status: str = Field(index=True)
+    termination_reason: str | None = None
+    message: str | None = None
+    spec: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    fleet: str | None = None
+    hosts: list[str] = Field(default_factory=list, sa_column=Column(JSON))
+    gpus: str | None = None
+    attempt: int = 1
+    submitted_at: datetime = Field(default_factory=utcnow)
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class JobEventRow(SQLModel, table=True):
+    __tablename__ = "job_events"
+    __table_args__ = (UniqueConstraint("job_id", "key"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(index=True)
+    key: str
+    """Idempotency key of the event (a repeated activity writes it once)."""
+    ts: datetime = Field(default_factory=utcnow)
+    kind: str
+    message: str

@@ -1,0 +1,101 @@
+"""The control worker (task queue "gpuflow"): JobWorkflow and the control activities.
+
+It also serves the agents of simulated hosts: they run job processes on this machine, and their
+GPU samples come from the fleet's declared source.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from gpuflow.activities.control import ControlActivities
+from gpuflow.activities.host import HostAgent
+from gpuflow.naming import CONTROL_TASK_QUEUE
+from gpuflow.store.db import Store
+from gpuflow.store.fleets import list_hosts
+from gpuflow.store.tables import HostRow
+from gpuflow.worker.agent import agent_state_dir, make_agent_worker
+from gpuflow.worker.samplers import sampler_for_host
+from gpuflow.workflows.job import JobWorkflow
+from gpuflow.workflows.logs import ReadLogsWorkflow
+
+log = logging.getLogger("gpuflow.control")
+
+
+class SimulatedAgents:
+    """Agents of simulated hosts, started on demand inside this process."""
+
+    def __init__(self, client: Client, home: Path) -> None:
+        self.client = client
+        self.home = home
+        self._stack = AsyncExitStack()
+        self._running: dict[str, Worker] = {}
+        self._lock = asyncio.Lock()
+
+    async def ensure(self, host: HostRow) -> str | None:
+        if not host.simulated:
+            return None
+        async with self._lock:
+            if host.id not in self._running:
+                agent = HostAgent(
+                    host_id=host.id,
+                    state_dir=agent_state_dir(self.home, host.id),
+                    sampler=sampler_for_host(host.sim_utilization),
+                )
+                worker = make_agent_worker(self.client, agent, host.task_queue)
+                await self._stack.enter_async_context(worker)
+                self._running[host.id] = worker
+                log.info("serving simulated host %s on %s", host.id, host.task_queue)
+        return None
+
+    async def close(self) -> None:
+        await self._stack.aclose()
+
+
+class ControlWorker:
+    """Everything the control plane runs, as one async context."""
+
+    def __init__(self, client: Client, store: Store, *, home: Path) -> None:
+        self.client = client
+        self.store = store
+        self.home = home
+        self.sim_agents = SimulatedAgents(client, home)
+        self._executor = ThreadPoolExecutor(max_workers=8)
+        self.activities = ControlActivities(store, ensure_agent=self._ensure_agent)
+        self.worker = Worker(
+            client,
+            task_queue=CONTROL_TASK_QUEUE,
+            workflows=[JobWorkflow, ReadLogsWorkflow],
+            activities=self.activities.activities(),
+            activity_executor=self._executor,
+            max_concurrent_activities=64,
+        )
+
+    async def _ensure_agent(self, host: Any) -> str | None:
+        if host.simulated:
+            return await self.sim_agents.ensure(host)
+        if host.ssh:
+            from gpuflow.worker.ssh import ensure_host_agent
+
+            return await ensure_host_agent(host, home=self.home, client=self.client)
+        return None  # the local agent is started by `gpuflow up` or by the operator
+
+    async def __aenter__(self) -> ControlWorker:
+        for host in await asyncio.to_thread(list_hosts, self.store):
+            if host.simulated:
+                await self.sim_agents.ensure(host)
+        await self.worker.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.worker.__aexit__(None, None, None)
+        await self.sim_agents.close()
+        self._executor.shutdown(wait=False)

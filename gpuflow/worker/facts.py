@@ -1,0 +1,67 @@
+"""What a host agent reports about its machine when it registers (OS, CPU, memory, disk, GPUs)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+
+class GpuFact(BaseModel):
+    index: int
+    name: str
+    """Upper-case model, e.g. `H100`."""
+    full_name: str = ""
+    vendor: str = "nvidia"
+    memory_mib: int
+    uuid: str | None = None
+    compute_capability: str | None = None
+
+
+class HostFacts(BaseModel):
+    os: str
+    arch: str
+    cpus: int
+    memory_mib: int
+    disk_mib: int
+    gpus: list[GpuFact] = Field(default_factory=list)
+    backend: str | None = None
+    driver_version: str | None = None
+    gpu_error: str | None = None
+    """Why no GPU was found, when NVML could not be used (no driver, no library)."""
+
+
+def _memory_mib() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024))
+    except (ValueError, OSError):
+        return 0
+
+
+def collect_host_facts(work_dir: str | Path = "/") -> HostFacts:
+    """Facts of this machine; GPUs through NVML (none when there is no NVIDIA driver)."""
+    from gpuflow.activities.gpus import discover_gpus_with_reason
+
+    system = platform.system().lower()
+    machine = platform.machine().lower()
+    gpus, driver, reason = discover_gpus_with_reason()
+    return HostFacts(
+        os="macos" if system == "darwin" else system,
+        arch="arm64" if machine in ("arm64", "aarch64") else machine,
+        cpus=os.cpu_count() or 1,
+        memory_mib=_memory_mib(),
+        disk_mib=shutil.disk_usage(work_dir).free // (1024 * 1024),
+        gpus=gpus,
+        backend="cuda" if gpus else None,
+        driver_version=driver,
+        gpu_error=reason,
+    )

@@ -1,0 +1,492 @@
+"""JobWorkflow: place → provision → run → monitor → finalize, one workflow per job.
+
+Deterministic code only: time comes from `workflow.now()`, waits are durable timers, and every
+effect is an activity. Retrying and falling back are steps here, not activity retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from gpuflow import utilization
+    from gpuflow.scheduler.model import Placement
+    from gpuflow.specs.job import JobSpec
+    from gpuflow.specs.units import format_duration
+    from gpuflow.status import JobStatus, RetryEvent, TerminationReason
+    from gpuflow.workflows.models import (
+        JobInput,
+        JobProgress,
+        JobResult,
+        JobResume,
+        JobStatusInput,
+        PlaceInput,
+        PlaceResult,
+        ProbeInput,
+        ProbeResult,
+        ProcessHandle,
+        ProvisionInput,
+        ProvisionResult,
+        ReleaseInput,
+        ReleaseResult,
+        StartProcessInput,
+        StopProcessInput,
+        StopProcessResult,
+    )
+
+SA_STATUS = SearchAttributeKey.for_keyword("GpuflowStatus")
+SA_FLEET = SearchAttributeKey.for_keyword("GpuflowFleet")
+SA_GPU = SearchAttributeKey.for_keyword("GpuflowGpu")
+SA_PRIORITY = SearchAttributeKey.for_int("GpuflowPriority")
+SEARCH_ATTRIBUTES = {"GpuflowStatus": "Keyword", "GpuflowFleet": "Keyword", "GpuflowGpu": "Keyword",
+                     "GpuflowPriority": "Int"}
+
+CAPACITY_BACKOFF_FIRST = timedelta(seconds=5)
+CAPACITY_BACKOFF_MAX = timedelta(minutes=5)
+IDLE_TICK_MAX = timedelta(seconds=30)
+PROBE_FAILURES_BEFORE_LOST = 3
+STOP_GRACE_S = 10.0
+
+_CONTROL = {
+    "start_to_close_timeout": timedelta(seconds=60),
+    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=30)),
+}
+
+
+class _Ending(Exception):
+    """How one attempt ended; caught in `run`, never leaves the workflow."""
+
+    def __init__(self, reason: TerminationReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@workflow.defn(name="JobWorkflow")
+class JobWorkflow:
+    def __init__(self) -> None:
+        self._job_id = ""
+        self._name = ""
+        self._status = JobStatus.PENDING
+        self._attempt = 1
+        self._placement: Placement | None = None
+        self._reason: TerminationReason | None = None
+        self._message = ""
+        self._waiting_reasons: list[str] = []
+        self._stop_requested = False
+        self._capacity_changed = False
+        self._utilization = utilization.UtilizationState()
+        self._search_attributes = True
+
+    # ---- handlers ---------------------------------------------------------------------------
+
+    @workflow.signal
+    def stop(self) -> None:
+        """Stop the job: processes stopped, GPUs released, status `stopped`."""
+        self._stop_requested = True
+
+    @workflow.signal
+    def capacity_changed(self) -> None:
+        """Capacity was freed or added: a job waiting for it tries again now."""
+        self._capacity_changed = True
+
+    @workflow.query
+    def progress(self) -> JobProgress:
+        return JobProgress(
+            job_id=self._job_id,
+            name=self._name,
+            status=self._status,
+            attempt=self._attempt,
+            placement=self._placement,
+            reason=self._reason,
+            message=self._message,
+            waiting_reasons=self._waiting_reasons,
+            simulated=bool(self._placement and any(n.simulated for n in self._placement.nodes)),
+        )
+
+    @workflow.query
+    def utilization_window(self) -> utilization.UtilizationState:
+        return self._utilization
+
+    # ---- main -------------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, inp: JobInput) -> JobResult:
+        self._job_id = inp.job_id
+        self._name = inp.spec.name
+        self._search_attributes = inp.search_attributes
+        spec = inp.spec
+        resume = inp.resume
+        exit_codes: dict[int, int | None] = {}
+        if resume is not None:
+            self._attempt = resume.attempt
+            self._placement = resume.placement
+            self._utilization = resume.utilization
+            self._status = JobStatus.RUNNING
+        else:
+            self._upsert(status=JobStatus.PENDING, priority=spec.priority)
+            await self._record(JobStatus.PENDING, "submitted", spec=spec)
+        try:
+            while True:
+                try:
+                    if resume is None:
+                        self._placement = await self._place(inp)
+                        await self._provision(self._placement)
+                        await self._start(inp, self._placement)
+                        self._utilization.nodes = len(self._placement.nodes)
+                        resume = JobResume(
+                            attempt=self._attempt,
+                            placement=self._placement,
+                            running_since=workflow.now(),
+                            utilization=self._utilization,
+                        )
+                    ending = await self._monitor(inp, resume, exit_codes)
+                except _Ending as caught:
+                    ending = caught
+                await self._finalize(ending)
+                if not self._should_retry(inp, ending):
+                    return self._result(ending, exit_codes)
+                self._attempt += 1
+                resume = None
+                self._placement = None
+                self._utilization = utilization.UtilizationState()
+                await self._record(JobStatus.PENDING, f"attempt {self._attempt}: retrying after "
+                                   f"{ending.reason.value}")
+        except asyncio.CancelledError:
+            # Cancelled from outside (e.g. `temporal workflow cancel`): compensate, then end as
+            # cancelled. Activities started here still run: only the awaited one was cancelled.
+            await self._finalize(_Ending(TerminationReason.STOPPED_BY_USER, "workflow cancelled"))
+            raise
+
+    # ---- steps ------------------------------------------------------------------------------
+
+    async def _place(self, inp: JobInput) -> Placement:
+        spec = inp.spec
+        retry = spec.retry
+        alternatives: list[list[str] | None] = [[fleet] for fleet in spec.fleets] or [None]
+        deadline = inp.submitted_at + timedelta(seconds=retry.duration if retry else 0)
+        backoff = CAPACITY_BACKOFF_FIRST
+        while True:
+            reasons: list[str] = []
+            for fleets in alternatives:
+                where = f"fleet {fleets[0]}" if fleets else "any fleet"
+                result: PlaceResult = await workflow.execute_activity(
+                    "place_job",
+                    PlaceInput(job_id=inp.job_id, attempt=self._attempt, spec=spec, fleets=fleets),
+                    result_type=PlaceResult,
+                    summary=f"place on {where}",
+                    **_CONTROL,  # type: ignore[arg-type]
+                )
+                if result.placement is not None:
+                    self._waiting_reasons = []
+                    return result.placement
+                reasons.extend(result.reasons)
+            self._waiting_reasons = reasons
+            message = "no capacity: " + "; ".join(reasons) if reasons else "no capacity"
+            may_wait = retry is not None and RetryEvent.NO_CAPACITY in retry.on_events
+            if not may_wait or workflow.now() + backoff > deadline or self._stop_requested:
+                raise _Ending(TerminationReason.NO_CAPACITY, message)
+            if self._status != JobStatus.PENDING or not self._message:
+                await self._record(JobStatus.PENDING, f"waiting for capacity: {'; '.join(reasons)}")
+            self._capacity_changed = False
+            await workflow.wait_condition(
+                lambda: self._capacity_changed or self._stop_requested,
+                timeout=backoff,
+                timeout_summary="wait for capacity",
+            )
+            if self._stop_requested:
+                raise _Ending(TerminationReason.STOPPED_BY_USER, "stopped while waiting for capacity")
+            backoff = min(backoff * 2, CAPACITY_BACKOFF_MAX)
+
+    async def _provision(self, placement: Placement) -> None:
+        self._placement = placement
+        hosts = ", ".join(n.host_name for n in placement.nodes)
+        await self._record(JobStatus.PROVISIONING, f"placed on {hosts} (fleet {placement.fleet})")
+        self._upsert(status=JobStatus.PROVISIONING, placement=placement)
+        results = await asyncio.gather(
+            *(
+                workflow.execute_activity(
+                    "provision_host",
+                    ProvisionInput(job_id=self._job_id, host_id=node.host_id),
+                    result_type=ProvisionResult,
+                    summary=f"provision {node.host_name}",
+                    start_to_close_timeout=timedelta(minutes=5),
+                    retry_policy=RetryPolicy(maximum_attempts=3),
+                )
+                for node in {n.host_id: n for n in placement.nodes}.values()
+            ),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise _Ending(TerminationReason.PROVISIONING_FAILED, _failure_text(result))
+            if not result.ready:
+                raise _Ending(TerminationReason.PROVISIONING_FAILED, result.message)
+
+    async def _start(self, inp: JobInput, placement: Placement) -> None:
+        spec = inp.spec
+        master = placement.nodes[0].address
+        handles = await asyncio.gather(
+            *(
+                workflow.execute_activity(
+                    "start_process",
+                    StartProcessInput(
+                        job_id=inp.job_id,
+                        attempt=self._attempt,
+                        node=node,
+                        nodes=len(placement.nodes),
+                        master_address=master,
+                        commands=list(spec.commands),
+                        env=dict(spec.env),
+                        working_dir=spec.working_dir,
+                    ),
+                    result_type=ProcessHandle,
+                    task_queue=node.task_queue,
+                    summary=f"start on {node.host_name}",
+                    schedule_to_start_timeout=timedelta(minutes=1),
+                    start_to_close_timeout=timedelta(minutes=1),
+                    retry_policy=RetryPolicy(maximum_attempts=3),
+                )
+                for node in placement.nodes
+            ),
+            return_exceptions=True,
+        )
+        for handle in handles:
+            if isinstance(handle, BaseException):
+                raise _Ending(TerminationReason.HOST_LOST, "could not start the job: "
+                              + _failure_text(handle))
+        await self._record(JobStatus.RUNNING, f"running on {len(placement.nodes)} node(s)",
+                           placement=placement)
+        self._upsert(status=JobStatus.RUNNING, placement=placement)
+
+    async def _monitor(
+        self, inp: JobInput, resume: JobResume, exit_codes: dict[int, int | None]
+    ) -> _Ending:
+        spec = inp.spec
+        placement = resume.placement
+        policy = spec.utilization_policy
+        check = timedelta(seconds=utilization.check_interval_s(policy)) if policy else IDLE_TICK_MAX
+        max_gap_s = check.total_seconds() * 2.5
+        failures = dict(resume.probe_failures)
+        ticks = resume.ticks
+        while True:
+            # Short first ticks notice quick jobs quickly; then the policy's check interval.
+            tick = min(timedelta(seconds=2 ** min(ticks, 6)), check)
+            if spec.max_duration is not None:
+                left = resume.running_since + timedelta(seconds=spec.max_duration) - workflow.now()
+                if left <= timedelta(0):
+                    return _Ending(TerminationReason.MAX_DURATION_EXCEEDED,
+                                   f"ran longer than max_duration "
+                                   f"{format_duration(spec.max_duration)}")
+                tick = min(tick, left)
+            await workflow.wait_condition(lambda: self._stop_requested, timeout=tick,
+                                          timeout_summary="monitor tick")
+            ticks += 1
+            if self._stop_requested:
+                return _Ending(TerminationReason.STOPPED_BY_USER, "stopped by the user")
+            probes = await asyncio.gather(
+                *(
+                    workflow.execute_activity(
+                        "probe_process",
+                        ProbeInput(job_id=inp.job_id, attempt=self._attempt, rank=node.rank,
+                                   gpu_indices=list(node.gpu_indices),
+                                   sample=bool(node.gpu_indices)),
+                        result_type=ProbeResult,
+                        task_queue=node.task_queue,
+                        summary=f"probe {node.host_name}",
+                        schedule_to_close_timeout=timedelta(seconds=20),
+                        retry_policy=RetryPolicy(maximum_attempts=2),
+                    )
+                    for node in placement.nodes
+                ),
+                return_exceptions=True,
+            )
+            exited: dict[int, int | None] = {}
+            for node, probe in zip(placement.nodes, probes, strict=True):
+                if isinstance(probe, BaseException):
+                    failures[node.rank] = failures.get(node.rank, 0) + 1
+                    if failures[node.rank] >= PROBE_FAILURES_BEFORE_LOST:
+                        return _Ending(TerminationReason.HOST_LOST,
+                                       f"host {node.host_name} stopped answering: "
+                                       f"{_failure_text(probe)}")
+                    continue
+                failures[node.rank] = 0
+                if probe.samples:
+                    utilization.update(self._utilization, node.rank, probe.samples,
+                                       policy=policy, max_gap_s=max_gap_s)
+                if probe.state in ("exited", "stopped", "missing"):
+                    exited[node.rank] = probe.exit_code
+            if exited:
+                exit_codes.update(exited)
+                failed = {r: c for r, c in exited.items() if c != 0}
+                if failed:
+                    rank, code = sorted(failed.items())[0]
+                    what = "vanished" if code is None else f"exited with code {code}"
+                    return _Ending(TerminationReason.PROCESS_FAILED, f"node {rank} {what}")
+                if len(exited) == len(placement.nodes):
+                    return _Ending(TerminationReason.DONE, "all processes exited with code 0")
+            if policy is not None:
+                violation = utilization.verdict(self._utilization, policy)
+                if violation is not None:
+                    return _Ending(TerminationReason.GPU_UNDERUTILIZED, violation.message)
+                workflow.set_current_details(self._details())
+            if workflow.info().is_continue_as_new_suggested():
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(
+                    JobInput(
+                        job_id=inp.job_id,
+                        spec=spec,
+                        submitted_at=inp.submitted_at,
+                        search_attributes=inp.search_attributes,
+                        resume=JobResume(
+                            attempt=self._attempt,
+                            placement=placement,
+                            running_since=resume.running_since,
+                            utilization=self._utilization,
+                            probe_failures=failures,
+                            ticks=ticks,
+                        ),
+                    )
+                )
+
+    async def _finalize(self, ending: _Ending) -> None:
+        """The one compensation for every ending: stop processes, release GPUs, record status."""
+        placement = self._placement
+        if placement is not None:
+            await asyncio.gather(
+                *(
+                    workflow.execute_activity(
+                        "stop_process",
+                        StopProcessInput(job_id=self._job_id, attempt=self._attempt,
+                                         rank=node.rank, grace_s=STOP_GRACE_S),
+                        result_type=StopProcessResult,
+                        task_queue=node.task_queue,
+                        summary=f"stop on {node.host_name}",
+                        schedule_to_close_timeout=timedelta(minutes=2),
+                        heartbeat_timeout=timedelta(seconds=30),
+                        retry_policy=RetryPolicy(maximum_attempts=3),
+                    )
+                    for node in placement.nodes
+                ),
+                return_exceptions=True,  # a lost host must not keep its GPUs allocated
+            )
+        released: ReleaseResult = await workflow.execute_activity(
+            "release_job", ReleaseInput(job_id=self._job_id), result_type=ReleaseResult,
+            summary="release GPUs", **_CONTROL,  # type: ignore[arg-type]
+        )
+        for other in released.waiting_jobs:
+            if other != self._job_id:
+                try:
+                    await workflow.get_external_workflow_handle(other).signal("capacity_changed")
+                except ApplicationError:
+                    pass  # it ended meanwhile
+                except Exception:  # noqa: BLE001 — a signal to a closed workflow must not fail us
+                    pass
+        self._reason = ending.reason
+        status = ending.reason.status
+        await self._record(status, ending.message, reason=ending.reason)
+        self._upsert(status=status)
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def _should_retry(self, inp: JobInput, ending: _Ending) -> bool:
+        retry = inp.spec.retry
+        event = ending.reason.retry_event
+        if retry is None or event is None or event not in retry.on_events:
+            return False
+        if event == RetryEvent.NO_CAPACITY:
+            return False  # capacity waits already happened inside _place, up to the deadline
+        if self._stop_requested:
+            return False
+        if retry.max_attempts is not None and self._attempt >= retry.max_attempts:
+            return False
+        return workflow.now() < inp.submitted_at + timedelta(seconds=retry.duration)
+
+    def _result(self, ending: _Ending, exit_codes: dict[int, int | None]) -> JobResult:
+        return JobResult(
+            job_id=self._job_id,
+            status=ending.reason.status,
+            reason=ending.reason,
+            message=ending.message,
+            attempts=self._attempt,
+            exit_codes=exit_codes,
+        )
+
+    async def _record(
+        self,
+        status: JobStatus,
+        message: str,
+        *,
+        reason: TerminationReason | None = None,
+        placement: Placement | None = None,
+        spec: JobSpec | None = None,
+    ) -> None:
+        self._status = status
+        self._message = message
+        workflow.set_current_details(self._details())
+        await workflow.execute_activity(
+            "record_job_status",
+            JobStatusInput(
+                job_id=self._job_id,
+                name=self._name,
+                spec=spec,
+                status=status,
+                attempt=self._attempt,
+                event_key=f"{self._attempt}:{status.value}:{workflow.info().run_id}:{message[:80]}",
+                message=message,
+                reason=reason,
+                placement=placement,
+                at=workflow.now(),
+            ),
+            summary=f"record {status.value}",
+            **_CONTROL,  # type: ignore[arg-type]
+        )
+
+    def _details(self) -> str:
+        lines = [f"**status** {self._status.value} (attempt {self._attempt})"]
+        if self._message:
+            lines.append(self._message)
+        if self._placement is not None:
+            for node in self._placement.nodes:
+                gpus = ",".join(str(i) for i in node.gpu_indices) or "none"
+                sim = " (simulated)" if node.simulated else ""
+                lines.append(f"node {node.rank}: {node.host_name} GPUs {gpus}{sim}")
+        for gpu in utilization.summarize(self._utilization):
+            sim = " simulated" if gpu.simulated else ""
+            lines.append(f"node {gpu.node} GPU {gpu.gpu}: {gpu.utilization:.0f}%{sim} util, "
+                         f"{gpu.memory_used_mib}/{gpu.memory_total_mib} MiB")
+        return "\n\n".join(lines)
+
+    def _upsert(
+        self,
+        *,
+        status: JobStatus,
+        placement: Placement | None = None,
+        priority: int | None = None,
+    ) -> None:
+        if not self._search_attributes:
+            return
+        pairs: list[SearchAttributePair[object]] = [SA_STATUS.value_set(status.value)]  # type: ignore[list-item]
+        if placement is not None:
+            pairs.append(SA_FLEET.value_set(placement.fleet))  # type: ignore[arg-type]
+            names = sorted({name for n in placement.nodes for name in n.gpu_names})
+            if names:
+                pairs.append(SA_GPU.value_set(",".join(names)))  # type: ignore[arg-type]
+        if priority is not None:
+            pairs.append(SA_PRIORITY.value_set(priority))  # type: ignore[arg-type]
+        workflow.upsert_search_attributes(pairs)  # type: ignore[arg-type]
+
+
+def _failure_text(error: BaseException) -> str:
+    cause = error
+    while isinstance(cause, ActivityError) and cause.cause is not None:
+        cause = cause.cause
+    return str(cause) or type(cause).__name__
+
+
+__all__ = ["SEARCH_ATTRIBUTES", "JobWorkflow", "TypedSearchAttributes"]

@@ -1,0 +1,188 @@
+"""Inputs and outputs of the workflows and activities: single pydantic models, so they can grow
+without breaking running workflows. Pure: imported by workflow code."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from gpuflow.scheduler.model import NodePlacement, Placement
+from gpuflow.specs.job import JobSpec
+from gpuflow.status import HostState, JobStatus, TerminationReason
+from gpuflow.utilization import GpuSample, UtilizationState
+
+from gpuflow.naming import CONTROL_TASK_QUEUE
+
+__all__ = ["CONTROL_TASK_QUEUE"]
+
+
+# ---- job workflow -------------------------------------------------------------------------
+
+
+class JobResume(BaseModel):
+    """What a job carries across continue-as-new while it is running."""
+
+    attempt: int
+    placement: Placement
+    running_since: datetime
+    utilization: UtilizationState
+    probe_failures: dict[int, int] = Field(default_factory=dict)
+    probe_since: dict[int, float] = Field(default_factory=dict)
+    ticks: int = 0
+
+
+class JobInput(BaseModel):
+    job_id: str
+    spec: JobSpec
+    submitted_at: datetime
+    search_attributes: bool = True
+    """Upsert gpuflow's search attributes (they must be registered on the server)."""
+    resume: JobResume | None = None
+
+
+class JobResult(BaseModel):
+    job_id: str
+    status: JobStatus
+    reason: TerminationReason
+    message: str
+    attempts: int
+    exit_codes: dict[int, int | None] = Field(default_factory=dict)
+
+
+class JobProgress(BaseModel):
+    """What the `progress` query returns (the CLI's live view)."""
+
+    job_id: str
+    name: str
+    status: JobStatus
+    attempt: int
+    placement: Placement | None = None
+    reason: TerminationReason | None = None
+    message: str = ""
+    waiting_reasons: list[str] = Field(default_factory=list)
+    simulated: bool = False
+
+
+# ---- control activities -------------------------------------------------------------------
+
+
+class PlaceInput(BaseModel):
+    job_id: str
+    attempt: int
+    spec: JobSpec
+    fleets: list[str] | None = None
+
+
+class PlaceResult(BaseModel):
+    placement: Placement | None = None
+    reasons: list[str] = Field(default_factory=list)
+
+
+class ReleaseInput(BaseModel):
+    job_id: str
+
+
+class ReleaseResult(BaseModel):
+    released_nodes: int
+    waiting_jobs: list[str] = Field(default_factory=list)
+    """Pending jobs to tell that capacity changed."""
+
+
+class JobStatusInput(BaseModel):
+    job_id: str
+    name: str
+    status: JobStatus
+    attempt: int
+    event_key: str
+    """Idempotency key of the event this update writes."""
+    message: str = ""
+    reason: TerminationReason | None = None
+    placement: Placement | None = None
+    at: datetime | None = None
+    spec: JobSpec | None = None
+    """Sent with the first record only, to create the job's row."""
+
+
+class ProvisionInput(BaseModel):
+    job_id: str
+    host_id: str
+
+
+class ProvisionResult(BaseModel):
+    host_id: str
+    ready: bool
+    message: str = ""
+
+
+class HostStateInput(BaseModel):
+    host_id: str
+    state: HostState
+    detail: str | None = None
+
+
+# ---- host activities ----------------------------------------------------------------------
+
+
+class StartProcessInput(BaseModel):
+    job_id: str
+    attempt: int
+    node: NodePlacement
+    nodes: int
+    master_address: str
+    commands: list[str]
+    env: dict[str, str] = Field(default_factory=dict)
+    working_dir: str | None = None
+
+
+class ProcessHandle(BaseModel):
+    job_id: str
+    attempt: int
+    rank: int
+    pid: int
+    log_path: str
+    already_running: bool = False
+
+
+class ProbeInput(BaseModel):
+    job_id: str
+    attempt: int
+    rank: int
+    gpu_indices: list[int] = Field(default_factory=list)
+    sample: bool = True
+
+
+class ProbeResult(BaseModel):
+    state: str
+    """running, exited, stopped or missing."""
+    exit_code: int | None = None
+    samples: list[GpuSample] = Field(default_factory=list)
+    sample_error: str | None = None
+
+
+class StopProcessInput(BaseModel):
+    job_id: str
+    attempt: int
+    rank: int
+    grace_s: float = 10.0
+
+
+class StopProcessResult(BaseModel):
+    was_running: bool
+    signal: str | None = None
+    """TERM when the process exited within the grace period, KILL when it had to be killed."""
+
+
+class LogsInput(BaseModel):
+    job_id: str
+    attempt: int | None = None
+    rank: int = 0
+    offset: int = 0
+    limit: int = 256 * 1024
+
+
+class LogChunk(BaseModel):
+    data: str
+    next_offset: int
+    attempt: int | None = None
+    eof: bool = True
