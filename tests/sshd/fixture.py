@@ -95,9 +95,9 @@ def _config(root: Path, port: int, host_key: Path, authorized_keys: Path) -> str
     )
 
 
-def _start(root: Path, authorized_keys: Path, host_key: Path, log: Path) -> tuple[
-    subprocess.Popen[bytes], int
-]:
+def _start(
+    root: Path, authorized_keys: Path, host_key: Path, log: Path
+) -> tuple[subprocess.Popen[bytes], int]:
     """sshd in the foreground on a free port; a port taken in between gets one more try."""
     last_error = ""
     for _ in range(3):
@@ -127,7 +127,9 @@ def _start(root: Path, authorized_keys: Path, host_key: Path, log: Path) -> tupl
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
     """A running OpenSSH server on 127.0.0.1 that admits `identity_file` for the current user."""
     if not os.path.exists(SSHD):
-        pytest.skip(f"OpenSSH server is not installed ({SSHD} is missing; apt install openssh-server)")
+        pytest.skip(
+            f"OpenSSH server is not installed ({SSHD} is missing; apt install openssh-server)"
+        )
     root = tmp_path_factory.mktemp("sshd")
     host_key = generate_key(root / "ssh_host_ed25519_key", comment="gpuflow-test-host")
     client_key = generate_key(root / "client_ed25519", comment="gpuflow-test-client")
