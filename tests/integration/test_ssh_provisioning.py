@@ -333,3 +333,11 @@ def test_provisioning_error_survives_pickling() -> None:
     copy = pickle.loads(pickle.dumps(error))
 
     assert (str(copy), copy.host_id, copy.problem) == ("host h: no", "h", error.problem)
+
+
+async def test_facts_gpuflow_cannot_read_are_an_error(target: SshTarget) -> None:
+    with pytest.raises(ProvisioningError) as caught:
+        await ssh_host_facts(target, command=("{python}", "-c", "print('no facts here')"))
+
+    assert caught.value.problem is ProvisioningProblem.REMOTE_COMMAND_FAILED
+    assert "same gpuflow version" in str(caught.value)
