@@ -71,6 +71,25 @@ class HostSnapshot:
         )
 
 
+@dataclass(frozen=True)
+class TypicalRequest:
+    """One kind of request a fleet usually sees, with its share of the requests.
+
+    The fragmentation scorer keeps capacity usable for this mix; the store can derive it from
+    the fleet's recent jobs (one entry per distinct request, `weight` = how often it came).
+    """
+
+    weight: float
+    gpus: int = 0
+    """Whole GPUs per node; 0 with `gpu_fraction` unset means a CPU-only job."""
+    gpu_fraction: float | None = None
+    """Share of one GPU, for GPU-sharing jobs."""
+    cpus: float = 0
+    memory_mib: int = 0
+    gpu_names: frozenset[str] = frozenset()
+    """Acceptable GPU models (upper case); empty accepts any."""
+
+
 @dataclass
 class FleetSnapshot:
     name: str
@@ -78,6 +97,8 @@ class FleetSnapshot:
     scorer: str = "fragmentation"
     scorer_weights: dict[str, float] = field(default_factory=dict)
     hosts: list[HostSnapshot] = field(default_factory=list)
+    workload: list[TypicalRequest] = field(default_factory=list)
+    """The fleet's usual request mix (fragmentation scorer); empty uses a built-in mix."""
 
 
 @dataclass

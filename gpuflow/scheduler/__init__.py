@@ -1,0 +1,63 @@
+"""The scheduler: the one place where fit is decided (DESIGN.md, "Placement").
+
+Pure functions over a snapshot of the fleets, without I/O or Temporal, used by the job
+workflow's place step, manual selection, `gpuflow offers` and the dry run:
+
+    place(job, snapshot, fleets=None) -> Placement | Unschedulable
+    explain(job, snapshot, fleets=None) -> Offers
+    apply_placement(snapshot, placement) / release_placement(snapshot, placement)
+"""
+
+from gpuflow.scheduler.blocks import auto_blocks, blocks_busy
+from gpuflow.scheduler.compat import compatibility
+from gpuflow.scheduler.model import (
+    FleetSnapshot,
+    GpuSlot,
+    HostSnapshot,
+    NodePlacement,
+    Placement,
+    Rejection,
+    Snapshot,
+    TypicalRequest,
+    Unschedulable,
+)
+from gpuflow.scheduler.place import (
+    Offer,
+    Offers,
+    apply_placement,
+    explain,
+    place,
+    release_placement,
+)
+from gpuflow.scheduler.request import Request, effective_backend, resolve
+from gpuflow.scheduler.scorers import DEFAULT_SCORER, SCORER_NAMES
+
+offers = explain
+"""Alias: what `gpuflow offers` calls."""
+
+__all__ = [
+    "DEFAULT_SCORER",
+    "SCORER_NAMES",
+    "FleetSnapshot",
+    "GpuSlot",
+    "HostSnapshot",
+    "NodePlacement",
+    "Offer",
+    "Offers",
+    "Placement",
+    "Rejection",
+    "Request",
+    "Snapshot",
+    "TypicalRequest",
+    "Unschedulable",
+    "apply_placement",
+    "auto_blocks",
+    "blocks_busy",
+    "compatibility",
+    "effective_backend",
+    "explain",
+    "offers",
+    "place",
+    "release_placement",
+    "resolve",
+]

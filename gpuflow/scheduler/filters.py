@@ -1,0 +1,238 @@
+"""The filters, in their fixed order. Each has one shape: `filter(hosts, ctx) -> (survivors,
+rejections)`, and its rejections are what the user reads when nothing fits.
+
+Order: fleet selection (`select_fleets`, once per call), then per fleet: manual selection, host
+state, labels and taints, compatibility, resource fit. A host is rejected by the first filter it
+fails, so it is explained once.
+
+Labels and taints are kept simple: every `key: value` in the job's `labels` must be on the host,
+and every taint of the host must be tolerated by the job. A toleration `key=value` tolerates that
+taint; a toleration `key` tolerates every taint with that key. Hosts carry no implicit taints: a
+GPU host without an explicit taint accepts CPU-only jobs too (taint it, e.g. `gpu-only`, to stop
+that).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpuflow.scheduler.compat import compatibility
+from gpuflow.scheduler.fit import Fit, Option, fit
+from gpuflow.scheduler.index import HostClass, HostView, SnapshotIndex, is_ready
+from gpuflow.scheduler.model import FleetSnapshot, HostSnapshot, Rejection
+from gpuflow.scheduler.request import Request
+from gpuflow.status import HostState
+
+FLEET = "fleet"
+SELECTION = "selection"
+STATE = "state"
+LABELS = "labels"
+COMPATIBILITY = "compatibility"
+RESOURCES = "resources"
+GANG = "gang"
+
+
+@dataclass
+class Context:
+    """What the filters of one fleet share during one placement call."""
+
+    request: Request
+    index: SnapshotIndex
+    fleet: FleetSnapshot
+    explain: bool
+    """Word the resource rejections too (they are only read when nothing fits)."""
+    options: list[tuple[Option, ...]] = field(default_factory=list)
+    """Set by `by_resources`: the ways each survivor can take the node, aligned with survivors."""
+
+    def reject(self, view: HostView, stage: str, reason: str) -> Rejection:
+        return self.index.rejection(view.host.name, stage, reason)
+
+
+Filter = Callable[[list[HostView], Context], tuple[list[HostView], list[Rejection]]]
+
+
+def select_fleets(
+    index: SnapshotIndex, names: list[str]
+) -> tuple[list[FleetSnapshot], list[Rejection]]:
+    """Fleets to try, in order: those named (empty: every fleet, in snapshot order)."""
+    if not names:
+        return list(index.fleets.values()), []
+    chosen: list[FleetSnapshot] = []
+    rejections: list[Rejection] = []
+    known = ", ".join(index.fleets) or "none"
+    for name in dict.fromkeys(names):
+        fleet = index.fleets.get(name)
+        if fleet is None:
+            rejections.append(
+                index.rejection(f"fleet {name}", FLEET, f"no such fleet (fleets: {known})")
+            )
+        else:
+            chosen.append(fleet)
+    return chosen, rejections
+
+
+def unknown_selected_hosts(
+    index: SnapshotIndex, request: Request, fleets: list[FleetSnapshot]
+) -> list[Rejection]:
+    """Named hosts that none of the candidate fleets has."""
+    if request.selected_hosts is None:
+        return []
+    present = {view.host.name for fleet in fleets for view in index.fleet_hosts[fleet.name]}
+    where = ", ".join(fleet.name for fleet in fleets) or "none"
+    return [
+        index.rejection(name, SELECTION, f"no such host in fleet {where}")
+        for name in sorted(request.selected_hosts - present)
+    ]
+
+
+def by_selection(hosts: list[HostView], ctx: Context) -> tuple[list[HostView], list[Rejection]]:
+    """Manual selection: only the hosts (or the hosts of the GPUs) the user named."""
+    request = ctx.request
+    if request.selected_hosts is None:
+        return hosts, []
+    survivors: list[HostView] = []
+    rejections: list[Rejection] = []
+    for view in hosts:
+        if view.host.name not in request.selected_hosts:
+            continue
+        allowed = request.allowed_gpus(view.host.name)
+        missing = sorted(i for i in allowed or () if i >= len(view.host.gpus))
+        if missing:
+            have = f"GPUs 0-{len(view.host.gpus) - 1}" if view.host.gpus else "no GPUs"
+            shown = ", ".join(str(i) for i in missing)
+            rejections.append(ctx.reject(view, SELECTION, f"has no GPU {shown} (it has {have})"))
+        else:
+            survivors.append(view)
+    return survivors, rejections
+
+
+def state_reason(host: HostSnapshot) -> str | None:
+    """Why a host in this state takes no job; None for a ready host."""
+    if is_ready(host):
+        return None
+    words = {
+        HostState.NOT_READY: "not ready",
+        HostState.UNREACHABLE: "unreachable",
+        HostState.MAINTENANCE: "in maintenance",
+        HostState.PROVISIONING: "provisioning",
+    }
+    text = words.get(HostState(host.state), str(host.state))
+    return f"{text} ({host.state_detail})" if host.state_detail else text
+
+
+def by_state(hosts: list[HostView], ctx: Context) -> tuple[list[HostView], list[Rejection]]:
+    """Only ready hosts, named or not."""
+    survivors: list[HostView] = []
+    rejections: list[Rejection] = []
+    for view in hosts:
+        reason = state_reason(view.host)
+        if reason is None:
+            survivors.append(view)
+        else:
+            rejections.append(ctx.reject(view, STATE, reason))
+    return survivors, rejections
+
+
+def labels_reason(host: HostSnapshot, request: Request) -> str | None:
+    for key, value in request.labels:
+        have = host.labels.get(key)
+        if have != value:
+            found = f"has {key}={have}" if have is not None else f"has no label {key}"
+            return f"job requires label {key}={value}, host {found}"
+    for taint in host.taints:
+        key = taint.partition("=")[0]
+        if taint not in request.tolerations and key not in request.tolerations:
+            return f"has taint {taint}, which the job does not tolerate"
+    return None
+
+
+def by_labels(hosts: list[HostView], ctx: Context) -> tuple[list[HostView], list[Rejection]]:
+    return _by_class(hosts, ctx, LABELS, labels_reason)
+
+
+def by_compatibility(
+    hosts: list[HostView], ctx: Context
+) -> tuple[list[HostView], list[Rejection]]:
+    return _by_class(hosts, ctx, COMPATIBILITY, compatibility)
+
+
+def _by_class(
+    hosts: list[HostView],
+    ctx: Context,
+    stage: str,
+    check: Callable[[HostSnapshot, Request], str | None],
+) -> tuple[list[HostView], list[Rejection]]:
+    """A static check, decided once per host class (alike hosts get the same verdict)."""
+    survivors: list[HostView] = []
+    rejections: list[Rejection] = []
+    verdicts: dict[int, str | None] = {}
+    for view in hosts:
+        cls: HostClass = view.cls
+        if cls.id in verdicts:
+            reason = verdicts[cls.id]
+        else:
+            memo_key = (stage, ctx.request.key)
+            if memo_key in cls.memo:
+                reason = cls.memo[memo_key]
+            else:
+                reason = cls.memo[memo_key] = check(cls.sample, ctx.request)
+            verdicts[cls.id] = reason
+        if reason is None:
+            survivors.append(view)
+        else:
+            rejections.append(ctx.reject(view, stage, reason))
+    return survivors, rejections
+
+
+STATIC_FILTERS: tuple[Filter, ...] = (by_selection, by_state, by_labels, by_compatibility)
+"""The filters whose verdict does not depend on usage, in order (resource fit comes last)."""
+
+
+def static_filters(
+    hosts: list[HostView], ctx: Context
+) -> tuple[list[HostView], list[Rejection]]:
+    """Selection, state, labels and compatibility, remembered per fleet and request."""
+    memo_key = (ctx.fleet.name, ctx.request.key)
+    found = ctx.index.static_memo.get(memo_key)
+    if found is not None:
+        return found
+    rejections: list[Rejection] = []
+    for step in STATIC_FILTERS:
+        hosts, dropped = step(hosts, ctx)
+        rejections.extend(dropped)
+    ctx.index.static_memo[memo_key] = (hosts, rejections)
+    return hosts, rejections
+
+
+def by_resources(hosts: list[HostView], ctx: Context) -> tuple[list[HostView], list[Rejection]]:
+    """Resource fit; survivors' options go to `ctx.options`. Decided once per host state."""
+    request = ctx.request
+    survivors: list[HostView] = []
+    options: list[tuple[Option, ...]] = []
+    rejections: list[Rejection] = []
+    per_host = bool(request.selected_gpus)
+    memo: dict[int, Fit] | None = None
+    if not per_host:
+        memo_key = (RESOURCES, request.key)
+        memo = ctx.index.fit_memo.get(memo_key)
+        if memo is None:
+            memo = ctx.index.fit_memo[memo_key] = {}
+    explain = ctx.explain
+    for view in hosts:
+        if memo is None:
+            result = fit(view, request, request.allowed_gpus(view.host.name))
+        else:
+            found = memo.get(view.state_id)
+            if found is None:
+                found = memo[view.state_id] = fit(view, request, None)
+            result = found
+        if type(result) is str:
+            if explain:
+                stage = GANG if result.startswith("busy, and") else RESOURCES
+                rejections.append(ctx.reject(view, stage, result))
+        else:
+            survivors.append(view)
+            options.append(result)  # type: ignore[arg-type]
+    ctx.options = options
+    return survivors, rejections

@@ -1,0 +1,209 @@
+"""What the scheduler derives from a snapshot, kept with the snapshot between placements.
+
+A placement pass reads every host; recomputing the same facts for 1,000+ hosts on every pass
+would cost more than the decision itself. So the scheduler keeps, next to each snapshot:
+
+- host classes: hosts that are alike in everything static (OS, GPUs, size, labels, taints)
+  share one class, and static verdicts are decided once per class;
+- per host, the usage it last read (`HostView`), and an id of that usage (`state_id`), so that
+  fit and score are decided once per distinct state;
+- the output of the static filters per request.
+
+The contract this relies on: a Snapshot is a value. Change usage only with `apply_placement` /
+`release_placement` (or build a new snapshot, as the store does on every pass); change anything
+else (hosts, labels, GPUs) by building a new snapshot. Host states may change in place: they are
+compared on every call. Whatever the cache says, the host a placement lands on is read again
+before the placement is returned, so a stale cache can never put a job over capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from gpuflow.scheduler.model import FleetSnapshot, HostSnapshot, Rejection, Snapshot
+from gpuflow.status import HostState
+
+EPSILON = 1e-9
+"""Slack for float GPU shares: 0.46 + 0.54 must fit in one GPU."""
+
+_ATTRIBUTE = "_gpuflow_scheduler_index"
+_MAX_MEMO = 200_000
+
+
+class HostClass:
+    """Static facts shared by alike hosts; memo tables keyed by request."""
+
+    __slots__ = (
+        "block_cpus", "block_disk", "block_gpus", "block_memory", "blocks", "cpus", "disk",
+        "id", "key", "memo", "memory", "n_gpus", "sample",
+    )
+
+    def __init__(self, class_id: int, key: tuple[Any, ...], host: HostSnapshot) -> None:
+        self.id = class_id
+        self.key = key
+        self.sample = host
+        """One host of the class; static checks read it."""
+        self.n_gpus = len(host.gpus)
+        self.cpus = float(host.cpus)
+        self.memory = host.memory_mib
+        self.disk = host.disk_mib
+        self.blocks = max(1, host.blocks)
+        self.block_gpus = self.n_gpus // self.blocks
+        self.block_cpus = self.cpus / self.blocks
+        self.block_memory = self.memory // self.blocks
+        self.block_disk = self.disk // self.blocks
+        self.memo: dict[Any, Any] = {}
+        """Static verdicts per request key (compatibility, labels, matching GPUs)."""
+
+
+def class_key(host: HostSnapshot) -> tuple[Any, ...]:
+    return (
+        host.os, host.arch, host.backend, host.driver_version,
+        tuple((g.name, g.vendor, g.memory_mib, g.compute_capability) for g in host.gpus),
+        host.cpus, host.memory_mib, host.disk_mib, host.blocks,
+        tuple(sorted(host.labels.items())), tuple(host.taints),
+    )
+
+
+def usage_key(host: HostSnapshot) -> tuple[Any, ...]:
+    return (
+        tuple([g.used for g in host.gpus]), host.cpus_used, host.memory_used_mib,
+        host.disk_used_mib, frozenset(host.blocks_used),
+    )
+
+
+class HostView:
+    """One host as the scheduler sees it: the snapshot object, its class, its free capacity."""
+
+    __slots__ = (
+        "blocks_free", "cls", "cpus_free", "disk_free", "fleet", "gpu_used", "host", "idle",
+        "memory_free", "order", "state_id",
+    )
+
+    def __init__(self, host: HostSnapshot, cls: HostClass, order: int, fleet: str) -> None:
+        self.host = host
+        self.cls = cls
+        self.order = order
+        self.fleet = fleet
+        self.gpu_used: list[float] = []
+        self.cpus_free = 0.0
+        self.memory_free = 0
+        self.disk_free = 0
+        self.blocks_free: tuple[int, ...] = ()
+        self.idle = True
+        self.state_id = -1
+
+
+class SnapshotIndex:
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.fleets: dict[str, FleetSnapshot] = {}
+        self.fleet_hosts: dict[str, list[HostView]] = {}
+        self.views: list[HostView] = []
+        self.by_id: dict[str, HostView] = {}
+        self.classes: dict[tuple[Any, ...], HostClass] = {}
+        self.state_ids: dict[tuple[Any, ...], int] = {}
+        self.static_memo: dict[Any, tuple[list[HostView], list[Rejection]]] = {}
+        self.fit_memo: dict[Any, dict[int, Any]] = {}
+        """Per request (and scorer): host state id -> fit, or -> (score, option)."""
+        self.workloads: dict[Any, Any] = {}
+        """Per fleet mix: the prepared Workload and fragmentation per host state id."""
+        self.rejections: dict[tuple[str, str, str], Rejection] = {}
+        self._shape = self._shape_of(snapshot)
+        for fleet in snapshot.fleets:
+            self.fleets[fleet.name] = fleet
+            views = self.fleet_hosts.setdefault(fleet.name, [])
+            for host in fleet.hosts:
+                key = class_key(host)
+                cls = self.classes.get(key)
+                if cls is None:
+                    cls = self.classes[key] = HostClass(len(self.classes), key, host)
+                view = HostView(host, cls, len(self.views), fleet.name)
+                self.views.append(view)
+                views.append(view)
+                self.by_id[host.id] = view
+                self.refresh(view)
+        self.states = [view.host.state for view in self.views]
+
+    @staticmethod
+    def _shape_of(snapshot: Snapshot) -> list[tuple[FleetSnapshot, list[HostSnapshot], int]]:
+        return [(fleet, fleet.hosts, len(fleet.hosts)) for fleet in snapshot.fleets]
+
+    def describes(self, snapshot: Snapshot) -> bool:
+        shape = self._shape
+        if len(shape) != len(snapshot.fleets):
+            return False
+        for (fleet, hosts, count), now in zip(shape, snapshot.fleets, strict=True):
+            if fleet is not now or hosts is not now.hosts or count != len(hosts):
+                return False
+        states = [view.host.state for view in self.views]
+        if states != self.states:
+            self.states = states
+            self.static_memo.clear()
+        return True
+
+    def refresh(self, view: HostView) -> None:
+        """Read the host's usage again (after apply/release, or when found stale)."""
+        host, cls = view.host, view.cls
+        view.gpu_used = [gpu.used for gpu in host.gpus]
+        view.cpus_free = cls.cpus - host.cpus_used
+        view.memory_free = cls.memory - host.memory_used_mib
+        view.disk_free = cls.disk - host.disk_used_mib
+        view.blocks_free = tuple(i for i in range(cls.blocks) if i not in host.blocks_used)
+        view.idle = host.idle
+        key = (cls.id, *usage_key(host))
+        state_id = self.state_ids.get(key)
+        if state_id is None:
+            if len(self.state_ids) > _MAX_MEMO:
+                self.forget_memos()
+            state_id = self.state_ids[key] = len(self.state_ids)
+        view.state_id = state_id
+
+    def is_current(self, view: HostView) -> bool:
+        """Whether the cached usage still matches the host (it was not edited by hand)."""
+        return self.state_ids.get((view.cls.id, *usage_key(view.host))) == view.state_id
+
+    def refresh_all(self) -> None:
+        for view in self.views:
+            self.refresh(view)
+
+    def forget_memos(self) -> None:
+        self.state_ids.clear()
+        self.fit_memo.clear()
+        self.workloads.clear()
+        for view in self.views:
+            view.state_id = -1
+        for view in self.views:
+            key = (view.cls.id, *usage_key(view.host))
+            view.state_id = self.state_ids.setdefault(key, len(self.state_ids))
+
+    def rejection(self, host: str, stage: str, reason: str) -> Rejection:
+        """Rejections are values; equal ones are shared, which makes a full explanation cheap."""
+        key = (host, stage, reason)
+        found = self.rejections.get(key)
+        if found is None:
+            if len(self.rejections) > _MAX_MEMO:
+                self.rejections.clear()
+            found = self.rejections[key] = Rejection(host=host, filter=stage, reason=reason)
+        return found
+
+
+def index_of(snapshot: Snapshot) -> SnapshotIndex:
+    """The index kept with this snapshot, built on first use (see the module docstring)."""
+    index = snapshot.__dict__.get(_ATTRIBUTE)
+    if not isinstance(index, SnapshotIndex) or not index.describes(snapshot):
+        index = SnapshotIndex(snapshot)
+        snapshot.__dict__[_ATTRIBUTE] = index
+    return index
+
+
+def is_ready(host: HostSnapshot) -> bool:
+    return host.state == HostState.READY
+
+
+def ceil_div(need: float, size: float) -> int:
+    if need <= 0:
+        return 0
+    if size <= 0:
+        return 1 << 30
+    return max(0, math.ceil(need / size - EPSILON))

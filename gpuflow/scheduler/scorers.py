@@ -1,0 +1,106 @@
+"""Scorers rank the hosts that fit: higher is better. Ties go to the host listed first.
+
+- `binpack`: the most allocated host after placement (fills one host before starting the next);
+  on a host, the fullest GPU that still takes a fraction.
+- `spread`: the least allocated host; on a host, the emptiest GPU.
+- `fragmentation` (default): where the fleet's expected GPU fragmentation grows the least (see
+  frag.py), which keeps whole GPUs and whole hosts free for the jobs that need them; a little
+  bin-packing breaks ties.
+- `random`: a pseudo-random order per job (a baseline for benchmarks).
+
+Weights come from the fleet's `scorer_weights` (configuration, not code):
+`gpu`, `cpu`, `memory` weight the resources in the allocation ratio (defaults 1, 0.25, 0.25);
+`fragmentation` and `binpack` weight the terms of the fragmentation scorer (defaults 1, 0.05).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+from gpuflow.scheduler.fit import Option
+from gpuflow.scheduler.frag import DEFAULT_MIX, Workload, current, growth
+from gpuflow.scheduler.index import HostView, SnapshotIndex
+from gpuflow.scheduler.model import FleetSnapshot
+
+SCORER_NAMES = ("fragmentation", "binpack", "spread", "random")
+DEFAULT_SCORER = "fragmentation"
+DEFAULT_WEIGHTS = {"gpu": 1.0, "cpu": 0.25, "memory": 0.25, "fragmentation": 1.0, "binpack": 0.05}
+
+
+@dataclass
+class Scoring:
+    """One scorer with its weights, ready to score the hosts of one fleet."""
+
+    name: str
+    weights: dict[str, float]
+    workload: Workload | None
+    job_name: str
+    per_host: bool
+    """True when a score depends on more than the host's state (so it is not memoized)."""
+    _before: dict[int, float]
+
+    def score(self, view: HostView, option: Option) -> float:
+        if self.name == "binpack":
+            return allocation_after(view, option, self.weights) + _gpu_choice(view, option)
+        if self.name == "spread":
+            return -allocation_after(view, option, self.weights) - _gpu_choice(view, option)
+        if self.name == "random":
+            return zlib.crc32(f"{self.job_name}/{view.host.id}".encode()) / 2**32
+        assert self.workload is not None
+        before = self._before.get(view.state_id)
+        if before is None:
+            before = self._before[view.state_id] = current(self.workload, view)
+        added = growth(self.workload, view, option, before) / 1000
+        packing = allocation_after(view, option, self.weights) + _gpu_choice(view, option)
+        return -self.weights["fragmentation"] * added + self.weights["binpack"] * packing
+
+
+def scoring_for(
+    index: SnapshotIndex, fleet: FleetSnapshot, scorer: str | None, job_name: str
+) -> Scoring:
+    name = scorer or fleet.scorer or DEFAULT_SCORER
+    if name not in SCORER_NAMES:
+        name = DEFAULT_SCORER
+    weights = {**DEFAULT_WEIGHTS, **fleet.scorer_weights}
+    workload: Workload | None = None
+    before: dict[int, float] = {}
+    if name == "fragmentation":
+        mix = fleet.workload or DEFAULT_MIX
+        key = (fleet.name, id(fleet.workload), len(fleet.workload))
+        cached = index.workloads.get(key)
+        if cached is None:
+            cached = index.workloads[key] = (Workload(mix), {})
+        workload, before = cached
+    return Scoring(name, weights, workload, job_name, name == "random", before)
+
+
+def allocation_after(view: HostView, option: Option, weights: dict[str, float]) -> float:
+    """Weighted share of the host allocated once the option is placed, 0..1."""
+    cls = view.cls
+    total = 0.0
+    weight_sum = 0.0
+    if cls.n_gpus:
+        if cls.blocks > 1:
+            taken = cls.blocks - len(view.blocks_free) + len(option.blocks)
+            gpu_share = taken / cls.blocks
+        else:
+            added = option.fraction if option.fraction is not None else len(option.gpus)
+            gpu_share = (sum(view.gpu_used) + added) / cls.n_gpus
+        total += weights["gpu"] * gpu_share
+        weight_sum += weights["gpu"]
+    if cls.cpus:
+        total += weights["cpu"] * (cls.cpus - view.cpus_free + option.cpus) / cls.cpus
+        weight_sum += weights["cpu"]
+    if cls.memory:
+        used = cls.memory - view.memory_free + option.memory_mib
+        total += weights["memory"] * used / cls.memory
+        weight_sum += weights["memory"]
+    return total / weight_sum if weight_sum else 0.0
+
+
+def _gpu_choice(view: HostView, option: Option) -> float:
+    """For a fraction: a nudge toward the fuller GPU (hosts' totals are equal across GPUs)."""
+    if option.fraction is None or not option.gpus:
+        return 0.0
+    return 1e-6 * view.gpu_used[option.gpus[0]]
