@@ -1,0 +1,304 @@
+"""The utilization verdict: windows, coverage, gaps, re-deliveries and constant state size."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuflow.specs.job import UtilizationPolicy
+from gpuflow.utilization import (
+    GpuSample,
+    UtilizationState,
+    break_coverage,
+    check_interval_s,
+    summarize,
+    update,
+    verdict,
+)
+
+T0 = 1_700_000_000.0
+POLICY = UtilizationPolicy(min_gpu_utilization=50, time_window="10m")
+
+
+def samples(
+    gpu: int, start: float, end: float, utilization: float, step: float = 5.0
+) -> list[GpuSample]:
+    """Samples every `step` seconds over [start, end], offsets from T0."""
+    out = []
+    t = start
+    while t <= end:
+        out.append(
+            GpuSample(
+                gpu=gpu,
+                ts=T0 + t,
+                utilization=utilization,
+                memory_used_mib=1000,
+                memory_total_mib=81559,
+            )
+        )
+        t += step
+    return out
+
+
+def fed(*batches: list[GpuSample], node: int = 0, nodes: int = 1) -> UtilizationState:
+    state = UtilizationState(nodes=nodes)
+    for batch in batches:
+        update(state, node, batch, policy=POLICY, max_gap_s=15)
+    return state
+
+
+def test_idle_gpu_is_terminated_once_samples_cover_the_window() -> None:
+    violation = verdict(fed(samples(1, 0, 600, 10)), POLICY)
+    assert violation is not None
+    assert (violation.node, violation.gpu) == (0, 1)
+    assert violation.message == "GPU 1 utilization stayed below 50% for 10m"
+    assert violation.idle_since == T0
+
+
+def test_job_younger_than_the_window_is_not_terminated() -> None:
+    assert verdict(fed(samples(0, 0, 595, 0)), POLICY) is None
+
+
+def test_busy_gpu_is_not_terminated() -> None:
+    assert verdict(fed(samples(0, 0, 3600, 90)), POLICY) is None
+
+
+def test_utilization_equal_to_the_threshold_is_not_idle() -> None:
+    assert verdict(fed(samples(0, 0, 3600, 50)), POLICY) is None
+    assert verdict(fed(samples(0, 0, 3600, 49.9)), POLICY) is not None
+
+
+def test_zero_threshold_never_terminates() -> None:
+    policy = UtilizationPolicy(min_gpu_utilization=0, time_window=60)
+    state = UtilizationState()
+    update(state, 0, samples(0, 0, 600, 0), policy=policy, max_gap_s=15)
+    assert verdict(state, policy) is None
+
+
+def test_busy_sample_on_the_window_edge_saves_the_job() -> None:
+    # Newest sample at 700; the window is [100, 700] and a busy sample sits at exactly 100.
+    state = fed(samples(0, 0, 95, 10), samples(0, 100, 100, 80), samples(0, 105, 700, 10))
+    assert verdict(state, POLICY) is None
+    # Five seconds later the busy sample has left the window.
+    update(state, 0, samples(0, 705, 705, 10), policy=POLICY, max_gap_s=15)
+    violation = verdict(state, POLICY)
+    assert violation is not None
+    assert violation.idle_since == T0 + 100
+
+
+def test_gpu_that_recovers_just_in_time_is_kept() -> None:
+    state = fed(samples(0, 0, 595, 10), samples(0, 600, 600, 75))
+    assert verdict(state, POLICY) is None
+
+
+def test_gap_longer_than_max_gap_restarts_coverage() -> None:
+    # Idle all along, but nothing arrived between 300 and 330 (agent unreachable).
+    state = fed(samples(0, 0, 300, 0), samples(0, 330, 900, 0))
+    assert verdict(state, POLICY) is None
+    update(state, 0, samples(0, 905, 930, 0), policy=POLICY, max_gap_s=15)
+    violation = verdict(state, POLICY)
+    assert violation is not None
+    assert violation.idle_since == T0 + 330
+
+
+def test_gap_of_exactly_max_gap_keeps_coverage() -> None:
+    state = fed(samples(0, 0, 300, 0), samples(0, 315, 600, 0))
+    assert verdict(state, POLICY) is not None
+
+
+def test_missing_samples_never_count_as_idle() -> None:
+    # A single idle sample at the start and one ten minutes later: idle, but not covered.
+    state = fed(samples(0, 0, 0, 0), samples(0, 600, 600, 0))
+    assert verdict(state, POLICY) is None
+
+
+def test_break_coverage_restarts_the_window() -> None:
+    state = fed(samples(0, 0, 300, 0))
+    break_coverage(state, node=0)
+    update(state, 0, samples(0, 305, 600, 0), policy=POLICY, max_gap_s=15)
+    assert verdict(state, POLICY) is None
+    update(state, 0, samples(0, 605, 905, 0), policy=POLICY, max_gap_s=15)
+    assert verdict(state, POLICY) is not None
+
+
+def test_only_one_idle_gpu_of_many_is_enough() -> None:
+    batch = samples(0, 0, 900, 95) + samples(1, 0, 900, 2) + samples(2, 0, 900, 70)
+    violation = verdict(fed(batch), POLICY)
+    assert violation is not None
+    assert violation.gpu == 1
+
+
+def test_multi_node_message_names_the_node() -> None:
+    state = UtilizationState(nodes=2)
+    update(state, 0, samples(0, 0, 900, 95), policy=POLICY, max_gap_s=15)
+    update(state, 1, samples(0, 0, 900, 95) + samples(1, 0, 900, 3), policy=POLICY, max_gap_s=15)
+    violation = verdict(state, POLICY)
+    assert violation is not None
+    assert (violation.node, violation.gpu) == (1, 1)
+    assert violation.message == "node 1 GPU 1 utilization stayed below 50% for 10m"
+
+
+def test_redelivered_and_out_of_order_samples_are_ignored() -> None:
+    idle = samples(0, 0, 600, 10)
+    state = fed(idle, idle, list(reversed(idle)))
+    assert verdict(state, POLICY) is not None
+    # A late busy sample from the past does not rewrite history.
+    update(state, 0, samples(0, 300, 300, 100), policy=POLICY, max_gap_s=15)
+    assert verdict(state, POLICY) is not None
+    assert len(state.gpus["0/0"].recent) == 60
+
+
+def test_unsorted_batch_reads_like_a_sorted_one() -> None:
+    batch = samples(0, 0, 600, 10) + samples(0, 0, 600, 10)
+    shuffled = batch[::2][::-1] + batch[1::2]
+    assert fed(shuffled) == fed(sorted(batch, key=lambda s: s.ts))
+
+
+def test_changing_the_threshold_restarts_the_idle_clock() -> None:
+    state = fed(samples(0, 0, 590, 30))  # idle under POLICY's 50%
+    lower = UtilizationPolicy(min_gpu_utilization=40, time_window="10m")
+    update(state, 0, samples(0, 595, 1190, 30), policy=lower, max_gap_s=15)
+    assert verdict(state, lower) is None  # idle clock restarted at 590, the switch
+    assert verdict(state, POLICY) is None  # not the threshold being tracked any more
+    update(state, 0, samples(0, 1195, 1195, 30), policy=lower, max_gap_s=15)
+    assert verdict(state, lower) is not None
+
+
+def test_no_policy_tracks_readings_but_never_terminates() -> None:
+    state = UtilizationState()
+    update(state, 0, samples(0, 0, 3600, 0), policy=None, max_gap_s=15)
+    assert verdict(state, None) is None
+    assert verdict(state, POLICY) is None
+    [row] = summarize(state)
+    assert row.idle_for_s is None
+
+
+def test_summary_shows_newest_reading_and_idle_time() -> None:
+    state = fed(samples(1, 0, 120, 10) + samples(0, 0, 120, 90))
+    rows = summarize(state)
+    assert [(r.node, r.gpu) for r in rows] == [(0, 0), (0, 1)]
+    assert rows[0].utilization == 90 and rows[0].idle_for_s == 0
+    assert rows[1].utilization == 10 and rows[1].idle_for_s == 120
+    assert rows[1].at == T0 + 120
+    assert (rows[1].memory_used_mib, rows[1].memory_total_mib) == (1000, 81559)
+    assert not rows[1].simulated
+
+
+def test_state_survives_a_json_round_trip() -> None:
+    state = fed(samples(0, 0, 600, 10))
+    again = UtilizationState.model_validate_json(state.model_dump_json())
+    assert again == state
+    assert verdict(again, POLICY) == verdict(state, POLICY)
+
+
+def test_state_size_is_constant_for_a_seven_day_window() -> None:
+    policy = UtilizationPolicy(min_gpu_utilization=50, time_window="7d")
+    state = UtilizationState()
+    sizes = []
+    hour = 720  # samples per hour at one every 5 s
+    for h in range(7 * 24):
+        batch = [
+            GpuSample(
+                gpu=g,
+                ts=T0 + (h * hour + i) * 5,
+                utilization=10,
+                memory_used_mib=1000,
+                memory_total_mib=81559,
+            )
+            for g in range(2)
+            for i in range(hour)
+        ]
+        update(state, 0, batch, policy=policy, max_gap_s=15)
+        sizes.append(len(state.model_dump_json()))
+        if h < 7 * 24 - 1:
+            assert verdict(state, policy) is None
+    # One more sample completes the closed 7-day window.
+    update(state, 0, samples(0, 7 * 86400, 7 * 86400, 10), policy=policy, max_gap_s=15)
+    violation = verdict(state, policy)
+    assert violation is not None
+    assert violation.message == "GPU 0 utilization stayed below 50% for 7d"
+    assert max(sizes) - min(sizes) < 64
+    assert max(sizes) < 8_000
+    assert all(len(w.recent) == 60 for w in state.gpus.values())
+
+
+def test_check_interval_is_a_sixth_of_the_window_within_10s_and_1m() -> None:
+    assert check_interval_s(UtilizationPolicy(min_gpu_utilization=1, time_window=60)) == 10
+    assert check_interval_s(UtilizationPolicy(min_gpu_utilization=1, time_window=180)) == 30
+    assert check_interval_s(UtilizationPolicy(min_gpu_utilization=1, time_window="10m")) == 60
+    assert check_interval_s(UtilizationPolicy(min_gpu_utilization=1, time_window="7d")) == 60
+    assert check_interval_s(None) == 60
+
+
+# -- property: the constant-size state agrees with a brute force over every sample --------
+
+
+def reference(
+    batches: list[list[GpuSample]], policy: UtilizationPolicy, max_gap_s: float
+) -> tuple[int, float] | None:
+    """The rule read literally, over every sample kept (the first violating GPU, by index)."""
+    accepted: dict[int, list[GpuSample]] = {}
+    for batch in batches:
+        for sample in sorted(batch, key=lambda s: (s.gpu, s.ts)):
+            seen = accepted.setdefault(sample.gpu, [])
+            if not seen or sample.ts > seen[-1].ts:
+                seen.append(sample)
+    for gpu in sorted(accepted):
+        seen = accepted[gpu]
+        newest = seen[-1].ts
+        edge = newest - policy.time_window
+        start = len(seen) - 1
+        while start > 0 and seen[start].ts - seen[start - 1].ts <= max_gap_s:
+            start -= 1
+        covered = seen[start].ts <= edge
+        in_window = [s for s in seen if s.ts >= edge]
+        if covered and all(s.utilization < policy.min_gpu_utilization for s in in_window):
+            return gpu, newest
+    return None
+
+
+@st.composite
+def deliveries(draw: st.DrawFn) -> list[list[GpuSample]]:
+    clocks = {0: 0, 1: 0}
+    utilization: float = 0
+    flat = []
+    for _ in range(draw(st.integers(1, 160))):
+        gpu = draw(st.sampled_from([0, 1]))
+        clocks[gpu] += draw(st.sampled_from([-30, -5, 0, 1, 5, 5, 5, 5, 10, 15, 16, 40]))
+        # Regimes last a while, so that long idle stretches (and their edges) are common.
+        if draw(st.integers(0, 9)) == 0:
+            utilization = draw(st.sampled_from([0, 49, 49.5, 50, 51, 100]))
+        flat.append(
+            GpuSample(
+                gpu=gpu,
+                ts=float(clocks[gpu]),
+                utilization=utilization,
+                memory_used_mib=1,
+                memory_total_mib=2,
+            )
+        )
+    batches = []
+    while flat:
+        size = draw(st.integers(1, 12))
+        batches.append(flat[:size])
+        flat = flat[size:]
+    return batches
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    batches=deliveries(),
+    window=st.sampled_from([60, 75, 120]),
+    threshold=st.sampled_from([0, 50, 50, 50, 100]),
+    max_gap_s=st.sampled_from([5.0, 10.0, 15.0]),
+)
+def test_verdict_matches_brute_force(
+    batches: list[list[GpuSample]], window: int, threshold: int, max_gap_s: float
+) -> None:
+    policy = UtilizationPolicy(min_gpu_utilization=threshold, time_window=window)
+    state = UtilizationState()
+    for i, batch in enumerate(batches):
+        update(state, 0, batch, policy=policy, max_gap_s=max_gap_s)
+        got = verdict(state, policy)
+        expected = reference(batches[: i + 1], policy, max_gap_s)
+        assert (None if got is None else got.gpu) == (None if expected is None else expected[0])
