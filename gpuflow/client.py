@@ -103,11 +103,10 @@ class Client:
                 f"(known: {', '.join(sorted(known)) or 'none; apply one with gpuflow fleet apply'})"
             )
         job_id = job_workflow_id(spec.name, secrets.token_hex(3))
-        now = datetime.now(UTC)
         gpu = str(spec.resources.gpu) if spec.resources.gpu else "no GPU"
         await self.temporal.start_workflow(
             "JobWorkflow",
-            JobInput(job_id=job_id, spec=spec, submitted_at=now,
+            JobInput(job_id=job_id, spec=spec,
                      search_attributes=_search_attributes_enabled()),
             id=job_id,
             task_queue=CONTROL_TASK_QUEUE,

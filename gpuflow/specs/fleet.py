@@ -7,11 +7,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpuflow.specs.job import check_name
+from gpuflow.specs.job import SCORERS, check_name
 from gpuflow.specs.resources import BACKENDS, DEFAULT_BACKEND, VENDORS
 from gpuflow.specs.units import parse_size_mib
 
-SCORERS = ("fragmentation", "binpack", "spread")
+__all__ = ["SCORERS", "FleetSpec", "GpuDecl", "HostDecl", "SimulatedUtilization"]
 
 
 class GpuDecl(BaseModel):

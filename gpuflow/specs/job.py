@@ -11,6 +11,9 @@ from gpuflow.specs.resources import ResourcesSpec
 from gpuflow.specs.units import parse_duration
 from gpuflow.status import RetryEvent
 
+SCORERS = ("fragmentation", "binpack", "spread")
+"""Placement scorers a fleet or a job may choose."""
+
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,40}$")
 MIN_UTILIZATION_WINDOW_S = 60
 MAX_UTILIZATION_WINDOW_S = 7 * 86400
@@ -163,8 +166,6 @@ class JobSpec(BaseModel):
     @field_validator("scorer")
     @classmethod
     def _scorer(cls, value: str | None) -> str | None:
-        from gpuflow.specs.fleet import SCORERS
-
         if value is not None and value not in SCORERS:
             raise ValueError(f"unknown scorer {value!r}; allowed: {', '.join(SCORERS)}")
         return value

@@ -70,7 +70,10 @@ def _host_rows(spec: FleetSpec, facts: dict[str, HostFacts]) -> list[tuple[HostR
                 simulated=True,
                 task_queue=host_task_queue(host_id(spec.name, decl.name)),
                 last_heartbeat=datetime.now(UTC),
-                sim_utilization=spec.utilization.model_dump(),
+                sim_utilization={
+                    **spec.utilization.model_dump(),
+                    "memory_total_mib": decl.gpus[0].memory if decl.gpus else 0,
+                },
             )
             rows.append((host, gpus))
         else:

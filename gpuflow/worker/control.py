@@ -24,6 +24,7 @@ from gpuflow.store.fleets import list_hosts
 from gpuflow.store.tables import HostRow
 from gpuflow.worker.agent import agent_state_dir, make_agent_worker
 from gpuflow.worker.samplers import sampler_for_host
+from gpuflow.workflows import workflow_runner
 from gpuflow.workflows.job import JobWorkflow
 from gpuflow.workflows.logs import ReadLogsWorkflow
 
@@ -73,7 +74,7 @@ class ControlWorker:
         self.worker = Worker(
             client,
             task_queue=CONTROL_TASK_QUEUE,
-            workflows=[JobWorkflow, ReadLogsWorkflow],
+            workflows=[JobWorkflow, ReadLogsWorkflow], workflow_runner=workflow_runner(),
             activities=self.activities.activities(),
             activity_executor=self._executor,
             max_concurrent_activities=64,

@@ -7,7 +7,8 @@ effect is an activity. Retrying and falling back are steps here, not activity re
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
@@ -50,6 +51,9 @@ CAPACITY_BACKOFF_FIRST = timedelta(seconds=5)
 CAPACITY_BACKOFF_MAX = timedelta(minutes=5)
 IDLE_TICK_MAX = timedelta(seconds=30)
 PROBE_FAILURES_BEFORE_LOST = 3
+TICKS_PER_RUN = 300
+"""Monitor ticks after which a run continues as new even if Temporal has not suggested it, so
+history stays small (a few thousand events) on any server."""
 STOP_GRACE_S = 10.0
 
 _CONTROL = {
@@ -117,6 +121,8 @@ class JobWorkflow:
 
     @workflow.run
     async def run(self, inp: JobInput) -> JobResult:
+        if inp.submitted_at is None:
+            inp = inp.model_copy(update={"submitted_at": workflow.info().start_time})
         self._job_id = inp.job_id
         self._name = inp.spec.name
         self._search_attributes = inp.search_attributes
@@ -169,7 +175,7 @@ class JobWorkflow:
         spec = inp.spec
         retry = spec.retry
         alternatives: list[list[str] | None] = [[fleet] for fleet in spec.fleets] or [None]
-        deadline = inp.submitted_at + timedelta(seconds=retry.duration if retry else 0)
+        deadline = _submitted(inp) + timedelta(seconds=retry.duration if retry else 0)
         backoff = CAPACITY_BACKOFF_FIRST
         while True:
             reasons: list[str] = []
@@ -194,11 +200,8 @@ class JobWorkflow:
             if self._status != JobStatus.PENDING or not self._message:
                 await self._record(JobStatus.PENDING, f"waiting for capacity: {'; '.join(reasons)}")
             self._capacity_changed = False
-            await workflow.wait_condition(
-                lambda: self._capacity_changed or self._stop_requested,
-                timeout=backoff,
-                timeout_summary="wait for capacity",
-            )
+            await _wait(lambda: self._capacity_changed or self._stop_requested, backoff,
+                        "wait for capacity")
             if self._stop_requested:
                 raise _Ending(TerminationReason.STOPPED_BY_USER, "stopped while waiting for capacity")
             backoff = min(backoff * 2, CAPACITY_BACKOFF_MAX)
@@ -284,8 +287,7 @@ class JobWorkflow:
                                    f"ran longer than max_duration "
                                    f"{format_duration(spec.max_duration)}")
                 tick = min(tick, left)
-            await workflow.wait_condition(lambda: self._stop_requested, timeout=tick,
-                                          timeout_summary="monitor tick")
+            await _wait(lambda: self._stop_requested, tick, "monitor tick")
             ticks += 1
             if self._stop_requested:
                 return _Ending(TerminationReason.STOPPED_BY_USER, "stopped by the user")
@@ -319,7 +321,11 @@ class JobWorkflow:
                 if probe.samples:
                     utilization.update(self._utilization, node.rank, probe.samples,
                                        policy=policy, max_gap_s=max_gap_s)
-                if probe.state in ("exited", "stopped", "missing"):
+                if probe.state == "missing":
+                    return _Ending(TerminationReason.HOST_LOST,
+                                   f"the process of node {node.rank} on {node.host_name} is gone "
+                                   "without an exit code (host restarted?)")
+                if probe.state in ("exited", "stopped"):
                     exited[node.rank] = probe.exit_code
             if exited:
                 exit_codes.update(exited)
@@ -334,8 +340,11 @@ class JobWorkflow:
                 violation = utilization.verdict(self._utilization, policy)
                 if violation is not None:
                     return _Ending(TerminationReason.GPU_UNDERUTILIZED, violation.message)
+            if any(not isinstance(p, BaseException) and p.samples for p in probes):
                 workflow.set_current_details(self._details())
-            if workflow.info().is_continue_as_new_suggested():
+            if workflow.info().is_continue_as_new_suggested() or (
+                ticks - resume.ticks >= TICKS_PER_RUN
+            ):
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(
                     JobInput(
@@ -405,7 +414,7 @@ class JobWorkflow:
             return False
         if retry.max_attempts is not None and self._attempt >= retry.max_attempts:
             return False
-        return workflow.now() < inp.submitted_at + timedelta(seconds=retry.duration)
+        return workflow.now() < _submitted(inp) + timedelta(seconds=retry.duration)
 
     def _result(self, ending: _Ending, exit_codes: dict[int, int | None]) -> JobResult:
         return JobResult(
@@ -480,6 +489,20 @@ class JobWorkflow:
         if priority is not None:
             pairs.append(SA_PRIORITY.value_set(priority))  # type: ignore[arg-type]
         workflow.upsert_search_attributes(pairs)  # type: ignore[arg-type]
+
+
+def _submitted(inp: JobInput) -> datetime:
+    assert inp.submitted_at is not None  # filled in at the start of `run`
+    return inp.submitted_at
+
+
+async def _wait(condition: Callable[[], bool], timeout: timedelta, summary: str) -> bool:
+    """A durable timer that ends early when `condition` holds; True if it did."""
+    try:
+        await workflow.wait_condition(condition, timeout=timeout, timeout_summary=summary)
+    except TimeoutError:
+        return False
+    return True
 
 
 def _failure_text(error: BaseException) -> str:

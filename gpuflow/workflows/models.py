@@ -35,7 +35,9 @@ class JobResume(BaseModel):
 class JobInput(BaseModel):
     job_id: str
     spec: JobSpec
-    submitted_at: datetime
+    submitted_at: datetime | None = None
+    """Server time of the submission; the first run fills it in from its own start time, so
+    retry deadlines never depend on a client's clock."""
     search_attributes: bool = True
     """Upsert gpuflow's search attributes (they must be registered on the server)."""
     resume: JobResume | None = None

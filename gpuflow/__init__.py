@@ -1,0 +1,55 @@
+"""gpuflow: GPU jobs as durable Temporal workflows.
+
+    from gpuflow import Client, JobSpec
+    client = await Client.connect()
+    job = await client.submit(JobSpec(name="train", commands=["python train.py"]))
+
+Names are loaded on first use, so that pure modules (specs, scheduler, utilization) can be
+imported by workflow code without pulling in the database or Temporal client layers.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuflow.client import Client, FleetInfo, JobInfo
+    from gpuflow.errors import (
+        ConnectionFailed,
+        GpuflowError,
+        NotFoundError,
+        SpecError,
+        UnschedulableError,
+    )
+    from gpuflow.specs import FleetSpec, JobSpec, ResourcesSpec, RetrySpec, UtilizationPolicy
+    from gpuflow.status import JobStatus, TerminationReason
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Client": "gpuflow.client",
+    "FleetInfo": "gpuflow.client",
+    "JobInfo": "gpuflow.client",
+    "ConnectionFailed": "gpuflow.errors",
+    "GpuflowError": "gpuflow.errors",
+    "NotFoundError": "gpuflow.errors",
+    "SpecError": "gpuflow.errors",
+    "UnschedulableError": "gpuflow.errors",
+    "FleetSpec": "gpuflow.specs",
+    "JobSpec": "gpuflow.specs",
+    "ResourcesSpec": "gpuflow.specs",
+    "RetrySpec": "gpuflow.specs",
+    "UtilizationPolicy": "gpuflow.specs",
+    "JobStatus": "gpuflow.status",
+    "TerminationReason": "gpuflow.status",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpuflow' has no attribute {name!r}")
+    return getattr(import_module(module), name)

@@ -1,0 +1,3 @@
+from gpuflow.cli.main import app
+
+app(prog_name="gpuflow")

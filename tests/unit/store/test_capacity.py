@@ -1,0 +1,94 @@
+"""Taking and releasing capacity, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+
+from gpuflow.scheduler.model import Placement, Unschedulable
+from gpuflow.specs import FleetSpec, JobSpec
+from gpuflow.store.capacity import allocations_of, read_snapshot, release_allocation, take_allocation
+from gpuflow.store.db import Store
+from gpuflow.store.fleets import apply_fleet
+
+
+def _fleet(store: Store, gpus: int = 4, hosts: int = 1, blocks: int = 1) -> FleetSpec:
+    spec = FleetSpec.model_validate({
+        "type": "fleet", "name": "sim", "kind": "sim",
+        "hosts": [{"name": f"h{i}", "cpus": 16, "blocks": blocks,
+                   "gpus": [{"name": "A100", "memory": "80GB", "count": gpus}]}
+                  for i in range(hosts)],
+    })
+    apply_fleet(store, spec)
+    return spec
+
+
+def _job(name: str = "j", gpu: str = "A100:1", **extra: object) -> JobSpec:
+    return JobSpec.model_validate({"name": name, "commands": ["true"],
+                                   "resources": {"gpu": gpu, "cpu": 1}, **extra})
+
+
+def test_take_is_idempotent_per_job_and_attempt(store: Store) -> None:
+    _fleet(store)
+    first = take_allocation(store, job_id="job-a-1", attempt=1, job=_job())
+    again = take_allocation(store, job_id="job-a-1", attempt=1, job=_job())
+    assert isinstance(first, Placement)
+    assert again == first
+    assert len(allocations_of(store, "job-a-1")) == 1
+    with store.session() as session:
+        host = read_snapshot(session).hosts()[0]
+    assert sum(gpu.used for gpu in host.gpus) == 1
+
+
+def test_new_attempt_gives_back_the_old_allocation_first(store: Store) -> None:
+    _fleet(store, gpus=1)
+    take_allocation(store, job_id="job-a-1", attempt=1, job=_job())
+    second = take_allocation(store, job_id="job-a-1", attempt=2, job=_job())
+    assert isinstance(second, Placement)
+    assert [row.attempt for row in allocations_of(store, "job-a-1")] == [2]
+
+
+def test_release_frees_and_is_idempotent(store: Store) -> None:
+    _fleet(store, gpus=1)
+    take_allocation(store, job_id="job-a-1", attempt=1, job=_job())
+    blocked = take_allocation(store, job_id="job-b-1", attempt=1, job=_job("b"))
+    assert isinstance(blocked, Unschedulable)
+    assert release_allocation(store, job_id="job-a-1") == 1
+    assert release_allocation(store, job_id="job-a-1") == 0
+    assert isinstance(take_allocation(store, job_id="job-b-1", attempt=1, job=_job("b")),
+                      Placement)
+
+
+def test_concurrent_placements_never_share_a_gpu(store: Store) -> None:
+    _fleet(store, gpus=4, hosts=2)
+    results: list[Placement | Unschedulable] = []
+    lock = threading.Lock()
+
+    def worker(i: int) -> None:
+        result = take_allocation(store, job_id=f"job-c-{i}", attempt=1, job=_job(f"c{i}"))
+        with lock:
+            results.append(result)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    placed = [r for r in results if isinstance(r, Placement)]
+    assert len(placed) == 8
+    taken = [(n.host_id, g) for p in placed for n in p.nodes for g in n.gpu_indices]
+    assert len(taken) == len(set(taken)) == 8
+    with store.session() as session:
+        for host in read_snapshot(session).hosts():
+            assert all(gpu.used <= 1 for gpu in host.gpus)
+
+
+def test_removed_host_with_a_job_is_drained_not_deleted(store: Store) -> None:
+    spec = _fleet(store, hosts=2)
+    placed = take_allocation(store, job_id="job-a-1", attempt=1,
+                             job=_job(placement={"hosts": ["h1"]}))
+    assert isinstance(placed, Placement)
+    apply_fleet(store, spec.model_copy(update={"hosts": []}))
+    with store.session() as session:
+        hosts = {h.name: h for h in read_snapshot(session).hosts()}
+    assert set(hosts) == {"h1"}
+    assert hosts["h1"].state.value == "maintenance"

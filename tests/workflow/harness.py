@@ -1,0 +1,137 @@
+"""Shared set-up for workflow tests: a sim fleet in a real store, the real control activities,
+and scripted host activities registered under the agent's activity names."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+
+from gpuflow.activities.control import ControlActivities
+from gpuflow.specs import FleetSpec, JobSpec
+from gpuflow.store.db import Store
+from gpuflow.store.fleets import apply_fleet
+from gpuflow.utilization import GpuSample
+from gpuflow.workflows import workflow_runner
+from gpuflow.workflows.job import JobWorkflow
+from gpuflow.workflows.models import (
+    JobInput,
+    LogChunk,
+    LogsInput,
+    ProbeInput,
+    ProbeResult,
+    ProcessHandle,
+    StartProcessInput,
+    StopProcessInput,
+    StopProcessResult,
+)
+
+
+def sim_fleet(store: Store, *, hosts: list[dict[str, Any]] | None = None,
+              name: str | None = None, scorer: str = "binpack") -> FleetSpec:
+    spec = FleetSpec.model_validate({
+        "type": "fleet",
+        "name": name or f"f{uuid.uuid4().hex[:8]}",
+        "kind": "sim",
+        "scorer": scorer,
+        "hosts": hosts or [{"name": "h1", "gpus": [{"name": "A100", "memory": "80GB",
+                                                      "count": 2}]}],
+    })
+    apply_fleet(store, spec)
+    return spec
+
+
+@dataclass
+class ScriptedHosts:
+    """Host activities whose behaviour the test sets. `probe` decides each probe's answer."""
+
+    probe: Callable[[ProbeInput, int], ProbeResult] = field(
+        default=lambda inp, n: ProbeResult(state="exited", exit_code=0) if n >= 2
+        else ProbeResult(state="running"))
+    started: list[StartProcessInput] = field(default_factory=list)
+    stopped: list[StopProcessInput] = field(default_factory=list)
+    probes: dict[tuple[str, int, int], int] = field(default_factory=dict)
+
+    def activities(self) -> list[Any]:
+        @activity.defn(name="start_process")
+        async def start_process(inp: StartProcessInput) -> ProcessHandle:
+            again = any(s.job_id == inp.job_id and s.attempt == inp.attempt
+                        and s.node.rank == inp.node.rank for s in self.started)
+            if not again:
+                self.started.append(inp)
+            return ProcessHandle(job_id=inp.job_id, attempt=inp.attempt, rank=inp.node.rank,
+                                 pid=4242, log_path="/dev/null", already_running=again)
+
+        @activity.defn(name="probe_process")
+        async def probe_process(inp: ProbeInput) -> ProbeResult:
+            key = (inp.job_id, inp.attempt, inp.rank)
+            self.probes[key] = self.probes.get(key, 0) + 1
+            return self.probe(inp, self.probes[key])
+
+        @activity.defn(name="stop_process")
+        async def stop_process(inp: StopProcessInput) -> StopProcessResult:
+            self.stopped.append(inp)
+            return StopProcessResult(was_running=True, signal="TERM")
+
+        @activity.defn(name="read_logs")
+        async def read_logs(inp: LogsInput) -> LogChunk:
+            return LogChunk(data="", next_offset=0)
+
+        return [start_process, probe_process, stop_process, read_logs]
+
+
+def idle_samples(util: float, gpus: list[int] | None = None) -> Callable[[ProbeInput, int],
+                                                                            ProbeResult]:
+    """A probe that reports a running process whose GPUs sit at `util` percent."""
+
+    def probe(inp: ProbeInput, n: int) -> ProbeResult:
+        now = activity.info().current_attempt_scheduled_time.timestamp()
+        return ProbeResult(state="running", samples=[
+            GpuSample(gpu=g, ts=now, utilization=util, memory_used_mib=100,
+                      memory_total_mib=81920) for g in (gpus or inp.gpu_indices)
+        ])
+
+    return probe
+
+
+@asynccontextmanager
+async def workers(client: Client, store: Store, task_queue: str, hosts: ScriptedHosts,
+                  fleets: list[FleetSpec]) -> AsyncIterator[None]:
+    control = ControlActivities(store)
+    async with AsyncExitStack() as stack:
+        executor = stack.enter_context(ThreadPoolExecutor(max_workers=4))
+        await stack.enter_async_context(Worker(
+            client, task_queue=task_queue, workflows=[JobWorkflow], workflow_runner=workflow_runner(),
+            activities=control.activities(), activity_executor=executor,
+        ))
+        for fleet in fleets:
+            for host in fleet.hosts:
+                await stack.enter_async_context(Worker(
+                    client, task_queue=f"gpuflow-host-{fleet.name}/{host.name}",
+                    activities=hosts.activities(),
+                ))
+        yield
+
+
+async def start_job(client: Client, task_queue: str, spec: JobSpec) -> WorkflowHandle[Any, Any]:
+    job_id = f"job-{spec.name}-{uuid.uuid4().hex[:6]}"
+    return await client.start_workflow(
+        JobWorkflow.run,
+        JobInput(job_id=job_id, spec=spec,
+                 search_attributes=False),
+        id=job_id, task_queue=task_queue,
+    )
+
+
+def job(name: str = "train", **fields: Any) -> JobSpec:
+    data: dict[str, Any] = {"name": name, "commands": ["python train.py"],
+                            "resources": {"gpu": "A100:1"}}
+    data.update(fields)
+    return JobSpec.model_validate(data)

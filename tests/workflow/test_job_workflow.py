@@ -1,0 +1,265 @@
+"""JobWorkflow on the time-skipping server: every ending, retries, fallbacks, compensation."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from temporalio.client import WorkflowFailureError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from gpuflow.status import JobStatus, TerminationReason
+from gpuflow.store.capacity import allocations_of
+from gpuflow.store.db import Store
+from gpuflow.store.jobs import find_job, job_events
+from gpuflow.workflows import workflow_runner
+from gpuflow.workflows.job import JobWorkflow
+from gpuflow.workflows.models import JobProgress, JobResult, ProbeInput, ProbeResult
+from tests.workflow.harness import ScriptedHosts, idle_samples, job, sim_fleet, start_job, workers
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+async def _wait_status(handle, status: JobStatus, timeout: float = 30) -> JobProgress:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        progress = await handle.query("progress", result_type=JobProgress)
+        if progress.status == status:
+            return progress
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"still {progress.status}, wanted {status}")
+        await asyncio.sleep(0.1)
+
+
+async def test_job_runs_to_done_and_releases_its_gpus(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store)
+    hosts = ScriptedHosts()
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        handle = await start_job(time_env.client, task_queue, job())
+        result = await handle.result()
+    assert result.status == JobStatus.DONE
+    assert result.reason == TerminationReason.DONE
+    assert result.exit_codes == {0: 0}
+    assert len(hosts.started) == 1
+    started = hosts.started[0]
+    assert started.node.host_name == "h1" and len(started.node.gpu_indices) == 1
+    assert allocations_of(sqlite_store, result.job_id) == []
+    row = find_job(sqlite_store, result.job_id)
+    assert row.status == "done" and row.started_at is not None and row.finished_at is not None
+    kinds = [event.kind for event in job_events(sqlite_store, result.job_id)]
+    assert kinds[0] == "pending" and "running" in kinds and kinds[-1] == "done"
+
+
+async def test_no_capacity_without_retry_fails_with_per_host_reasons(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store)
+    async with workers(time_env.client, sqlite_store, task_queue, ScriptedHosts(), [fleet]):
+        handle = await start_job(time_env.client, task_queue, job(resources={"gpu": "A100:4"},
+                                                                  fleets=[fleet.name]))
+        result = await handle.result()
+    assert result.status == JobStatus.FAILED
+    assert result.reason == TerminationReason.NO_CAPACITY
+    assert result.message == "no capacity: h1: has 2 GPUs, job needs 4 GPUs"
+    assert find_job(sqlite_store, result.job_id).status == "failed"
+
+
+async def test_waits_for_capacity_then_runs_when_another_job_stops(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store)
+    hosts = ScriptedHosts(probe=lambda inp, n: ProbeResult(state="running"))
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        first = await start_job(time_env.client, task_queue, job("first", resources={"gpu": "A100:2"}))
+        await _wait_status(first, JobStatus.RUNNING)
+        second = await start_job(
+            time_env.client, task_queue,
+            job("second", resources={"gpu": "A100:2"},
+                retry={"on_events": ["no-capacity"], "duration": "1h"}))
+        progress = await _wait_status(second, JobStatus.PENDING)
+        await asyncio.sleep(0.5)
+        progress = await second.query("progress", result_type=JobProgress)
+        assert progress.waiting_reasons == ["h1: 0 of 2 GPUs free, job needs 2"]
+        await first.signal("stop")
+        first_result = await first.result()
+        assert first_result.status == JobStatus.STOPPED
+        await _wait_status(second, JobStatus.RUNNING)
+        await second.signal("stop")
+        second_result = await second.result()
+    assert second_result.status == JobStatus.STOPPED
+    assert [s.job_id for s in hosts.stopped] == [first_result.job_id, second_result.job_id]
+
+
+async def test_no_capacity_gives_up_when_retry_duration_is_spent(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store)
+    async with workers(time_env.client, sqlite_store, task_queue, ScriptedHosts(), [fleet]):
+        handle = await start_job(
+            time_env.client, task_queue,
+            job(resources={"gpu": "H100:1"}, retry={"on_events": ["no-capacity"],
+                                                   "duration": "10m"}))
+        result = await handle.result()
+    assert result.reason == TerminationReason.NO_CAPACITY
+    assert "h1:" in result.message and "H100" in result.message
+    history = await handle.fetch_history()
+    timers = [e for e in history.events if e.HasField("timer_started_event_attributes")]
+    assert len(timers) >= 3  # it really waited on durable timers with backoff
+
+
+async def test_falls_back_to_the_next_fleet_in_order(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    small = sim_fleet(sqlite_store, hosts=[{"name": "l4", "gpus": [{"name": "L4",
+                                                                   "memory": "24GB"}]}])
+    big = sim_fleet(sqlite_store)
+    hosts = ScriptedHosts()
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [small, big]):
+        handle = await start_job(time_env.client, task_queue,
+                                 job(resources={"gpu": "40GB..:1"}, fleets=[small.name, big.name]))
+        result = await handle.result()
+    assert result.status == JobStatus.DONE
+    assert hosts.started[0].node.fleet == big.name
+
+
+async def test_failed_process_is_retried_only_on_error_event(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store)
+    hosts = ScriptedHosts(probe=lambda inp, n: ProbeResult(state="exited", exit_code=3))
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        retried = await start_job(time_env.client, task_queue,
+                                  job(retry={"on_events": ["error"], "max_attempts": 3}))
+        retried_result = await retried.result()
+        not_retried = await start_job(time_env.client, task_queue,
+                                      job("other", retry={"on_events": ["interruption"]}))
+        not_retried_result = await not_retried.result()
+    assert retried_result.status == JobStatus.FAILED
+    assert retried_result.reason == TerminationReason.PROCESS_FAILED
+    assert retried_result.attempts == 3
+    assert retried_result.message == "node 0 exited with code 3"
+    assert not_retried_result.attempts == 1
+    assert len([s for s in hosts.started if s.job_id == retried_result.job_id]) == 3
+    assert allocations_of(sqlite_store, retried_result.job_id) == []
+
+
+async def test_idle_gpu_is_terminated_and_never_retried(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store)
+    hosts = ScriptedHosts(probe=idle_samples(5.0))
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        handle = await start_job(
+            time_env.client, task_queue,
+            job(utilization_policy={"min_gpu_utilization": 50, "time_window": "10m"},
+                retry=True))
+        result = await handle.result()
+    gpu = hosts.started[0].node.gpu_indices[0]
+    assert result.status == JobStatus.TERMINATED
+    assert result.reason == TerminationReason.GPU_UNDERUTILIZED
+    assert result.message == f"GPU {gpu} utilization stayed below 50% for 10m"
+    assert result.attempts == 1
+    assert [s.job_id for s in hosts.stopped] == [result.job_id]
+    assert allocations_of(sqlite_store, result.job_id) == []
+
+
+async def test_busy_gpu_keeps_running_past_the_window(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store)
+    busy = idle_samples(90.0)
+
+    def probe(inp: ProbeInput, n: int) -> ProbeResult:
+        return ProbeResult(state="exited", exit_code=0) if n > 40 else busy(inp, n)
+
+    hosts = ScriptedHosts(probe=probe)
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        handle = await start_job(
+            time_env.client, task_queue,
+            job(utilization_policy={"min_gpu_utilization": 50, "time_window": "1m"}))
+        result = await handle.result()
+    assert result.status == JobStatus.DONE
+
+
+async def test_max_duration_terminates_with_compensation(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store)
+    hosts = ScriptedHosts(probe=lambda inp, n: ProbeResult(state="running"))
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        handle = await start_job(time_env.client, task_queue, job(max_duration="2h"))
+        result = await handle.result()
+    assert result.reason == TerminationReason.MAX_DURATION_EXCEEDED
+    assert result.status == JobStatus.TERMINATED
+    assert result.message == "ran longer than max_duration 2h"
+    assert len(hosts.stopped) == 1
+    assert allocations_of(sqlite_store, result.job_id) == []
+
+
+async def test_cancel_still_compensates(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store)
+    hosts = ScriptedHosts(probe=lambda inp, n: ProbeResult(state="running"))
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        handle = await start_job(time_env.client, task_queue, job())
+        await _wait_status(handle, JobStatus.RUNNING)
+        await handle.cancel()
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+    assert len(hosts.stopped) == 1
+    assert allocations_of(sqlite_store, handle.id) == []
+    assert find_job(sqlite_store, handle.id).status == "stopped"
+
+
+async def test_long_job_continues_as_new_and_replays(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store)
+    busy = idle_samples(80.0)
+
+    def probe(inp: ProbeInput, n: int) -> ProbeResult:
+        return ProbeResult(state="exited", exit_code=0) if n > 700 else busy(inp, n)
+
+    hosts = ScriptedHosts(probe=probe)
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        handle = await start_job(
+            time_env.client, task_queue,
+            job(utilization_policy={"min_gpu_utilization": 50, "time_window": "1h"}))
+        result = await handle.result(follow_runs=True)
+        first_run = time_env.client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id)
+        first_history = await first_run.fetch_history()
+        last_history = await time_env.client.get_workflow_handle(handle.id).fetch_history()
+    assert result.status == JobStatus.DONE
+    assert first_history.events[-1].HasField("workflow_execution_continued_as_new_event_attributes")
+    assert len(first_history.events) < 5000
+    assert len(hosts.started) == 1  # continuing as new never starts the process again
+    replayer = Replayer(workflows=[JobWorkflow], data_converter=pydantic_data_converter,
+                        workflow_runner=workflow_runner())
+    await replayer.replay_workflow(first_history)
+    await replayer.replay_workflow(last_history)
+
+
+async def test_histories_replay_deterministically(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store)
+    hosts = ScriptedHosts(probe=idle_samples(1.0))
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        idle = await start_job(time_env.client, task_queue,
+                               job(utilization_policy={"min_gpu_utilization": 20,
+                                                       "time_window": "5m"}))
+        await idle.result()
+        waiting = await start_job(time_env.client, task_queue,
+                                  job("big", resources={"gpu": "A100:8"},
+                                      retry={"on_events": ["no-capacity"], "duration": "5m"}))
+        await waiting.result()
+    replayer = Replayer(workflows=[JobWorkflow], data_converter=pydantic_data_converter,
+                        workflow_runner=workflow_runner())
+    for handle in (idle, waiting):
+        await replayer.replay_workflow(await handle.fetch_history())
