@@ -49,11 +49,13 @@ async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool
         while True:
             for job_id in job_ids:
                 info = await client.get(job_id)
+                status = info.status
                 detail = info.message or ""
                 where = f"{','.join(info.hosts)} ({info.fleet})" if info.hosts else "-"
                 try:
                     progress = await client.progress(job_id)
                     if not info.status.is_final:
+                        status = progress.status
                         detail = progress.message or detail
                         if progress.placement is not None:
                             sim = " simulated" if progress.simulated else ""
@@ -62,14 +64,14 @@ async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool
                                 for n in progress.placement.nodes) + sim
                 except GpuflowError:
                     pass
-                rows[job_id] = {"name": info.name, "status": info.status,
+                rows[job_id] = {"name": info.name, "status": status,
                                 "reason": info.reason, "where": where, "detail": detail}
-                key = (info.status.value, detail)
+                key = (status.value, detail)
                 if seen.get(job_id) != key:
                     seen[job_id] = key
                     live.console.print(
                         Text.assemble((f"{info.name}: ", "bold"),
-                                      status_text(info.status, info.reason),
+                                      status_text(status, info.reason),
                                       f"  {detail}" if detail else "")
                     )
             live.update(_table(rows))
