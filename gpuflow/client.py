@@ -158,9 +158,9 @@ class Client:
         """The job's result once it ends. With `raise_on_failure`, a job that found no
         capacity raises UnschedulableError carrying the per-host reasons."""
         info = await self.get(job)
-        handle = self.temporal.get_workflow_handle(info.id)
+        handle = self.temporal.get_workflow_handle(info.id, result_type=JobResult)
         try:
-            result = await asyncio.wait_for(handle.result(result_type=JobResult), timeout_s)
+            result = await asyncio.wait_for(handle.result(), timeout_s)
         except WorkflowFailureError as exc:
             raise GpuflowError(f"job {info.name} failed inside gpuflow: {exc.cause}") from None
         if raise_on_failure and result.reason == TerminationReason.NO_CAPACITY:

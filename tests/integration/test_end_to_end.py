@@ -1,0 +1,149 @@
+"""The whole path against a real Temporal dev server: real control worker, real host agents
+running real processes, the Python client; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from gpuflow.client import Client
+from gpuflow.errors import UnschedulableError
+from gpuflow.specs import FleetSpec, JobSpec
+from gpuflow.status import JobStatus, TerminationReason
+from gpuflow.store.capacity import allocations_of
+from gpuflow.store.db import Store
+from gpuflow.worker.control import ControlWorker
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
+
+
+def _fleet(name: str, gpus: int = 2) -> FleetSpec:
+    return FleetSpec.model_validate({
+        "type": "fleet", "name": name, "kind": "sim",
+        "hosts": [{"name": "h1", "cpus": 8,
+                   "gpus": [{"name": "A100", "memory": "80GB", "count": gpus}]}],
+    })
+
+
+def _job(name: str, commands: list[str], **extra: object) -> JobSpec:
+    return JobSpec.model_validate({"name": name, "commands": commands,
+                                   "resources": {"gpu": "A100:1"}, **extra})
+
+
+async def _wait_for(client: Client, job_id: str, status: JobStatus, timeout: float = 30) -> None:
+    for _ in range(int(timeout * 10)):
+        if (await client.get(job_id)).status == status:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{job_id} never reached {status}")
+
+
+async def test_job_runs_logs_and_releases(
+    dev_env: WorkflowEnvironment, store: Store, tmp_path: Path
+) -> None:
+    fleet = f"f{uuid.uuid4().hex[:6]}"
+    client = Client(temporal=dev_env.client, store=store)
+    async with ControlWorker(dev_env.client, store, home=tmp_path):
+        await client.apply_fleet(_fleet(fleet))
+        job = await client.submit(_job("hello", [
+            "echo hello rank=$GPUFLOW_NODE_RANK nodes=$GPUFLOW_NODES_NUM",
+            "echo gpus=$CUDA_VISIBLE_DEVICES sim=$GPUFLOW_SIMULATED",
+        ], fleets=[fleet]))
+        result = await client.wait(job.id, timeout_s=60)
+        output = "".join([chunk async for chunk in client.logs(job.id)])
+    assert result.status == JobStatus.DONE and result.exit_codes == {0: 0}
+    assert "hello rank=0 nodes=1" in output
+    assert "sim=1" in output and "gpus=" in output
+    info = await client.get(job.id)
+    assert info.status == JobStatus.DONE and info.hosts == ["h1"] and info.gpus == "1xA100"
+    assert allocations_of(store, job.id) == []
+
+
+async def test_stop_kills_the_process_and_frees_the_gpu(
+    dev_env: WorkflowEnvironment, store: Store, tmp_path: Path
+) -> None:
+    fleet = f"f{uuid.uuid4().hex[:6]}"
+    pid_file = tmp_path / "pid"
+    client = Client(temporal=dev_env.client, store=store)
+    async with ControlWorker(dev_env.client, store, home=tmp_path):
+        await client.apply_fleet(_fleet(fleet, gpus=1))
+        job = await client.submit(_job("sleeper", [f"echo $$ > {pid_file}", "sleep 300"],
+                                       fleets=[fleet]))
+        await _wait_for(client, job.id, JobStatus.RUNNING)
+        for _ in range(50):
+            if pid_file.exists() and pid_file.read_text().strip():
+                break
+            await asyncio.sleep(0.1)
+        pid = int(pid_file.read_text())
+        info = await client.stop(job.id)
+    assert info.status == JobStatus.STOPPED
+    assert info.reason == TerminationReason.STOPPED_BY_USER.value
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+    assert allocations_of(store, job.id) == []
+
+
+async def test_unschedulable_job_raises_with_reasons(
+    dev_env: WorkflowEnvironment, store: Store, tmp_path: Path
+) -> None:
+    fleet = f"f{uuid.uuid4().hex[:6]}"
+    client = Client(temporal=dev_env.client, store=store)
+    async with ControlWorker(dev_env.client, store, home=tmp_path):
+        await client.apply_fleet(_fleet(fleet))
+        job = await client.submit(JobSpec.model_validate({
+            "name": "huge", "commands": ["true"], "resources": {"gpu": "H100:8"},
+            "fleets": [fleet]}))
+        with pytest.raises(UnschedulableError) as caught:
+            await client.wait(job.id, timeout_s=60)
+    assert caught.value.reasons
+    assert all(reason.startswith("h1: ") for reason in caught.value.reasons)
+    assert "H100" in str(caught.value)
+
+
+async def test_killed_control_worker_resumes_with_one_process_and_one_allocation(
+    dev_env: WorkflowEnvironment, store: Store, tmp_path: Path
+) -> None:
+    """SIGKILL the control worker process (which also serves the simulated host) while the job
+    is pending and again while it runs; a new worker finishes the job."""
+    fleet = f"f{uuid.uuid4().hex[:6]}"
+    marker = tmp_path / "starts"
+    env = {
+        **os.environ,
+        "GPUFLOW_TEMPORAL_ADDRESS": dev_env.client.service_client.config.target_host,
+        "GPUFLOW_DATABASE_URL": store.url,
+        "GPUFLOW_HOME": str(tmp_path / "home"),
+    }
+
+    def start_worker() -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-m", "gpuflow.worker.control_main"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    client = Client(temporal=dev_env.client, store=store)
+    await client.apply_fleet(_fleet(fleet))
+    job = await client.submit(_job("durable", [f"echo started >> {marker}", "sleep 6",
+                                               "echo finished"], fleets=[fleet]))
+    worker = start_worker()
+    try:
+        await asyncio.sleep(1.0)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        worker = start_worker()
+        await _wait_for(client, job.id, JobStatus.RUNNING, timeout=60)
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        await asyncio.sleep(1.0)
+        worker = start_worker()
+        result = await client.wait(job.id, timeout_s=90)
+    finally:
+        worker.terminate()
+        worker.wait()
+    assert result.status == JobStatus.DONE
+    assert marker.read_text().count("started") == 1
+    assert allocations_of(store, job.id) == []
