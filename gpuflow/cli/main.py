@@ -38,7 +38,7 @@ def run(coro_fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
         try:
             return asyncio.run(coro_fn(*args, **kwargs))
         except GpuflowError as exc:
-            err.print(f"[bold red]error:[/] {exc}", highlight=False)
+            err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             err.print("interrupted")
@@ -73,7 +73,7 @@ def up(
         else:
             stack.up_foreground(console)
     except GpuflowError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
 
 
@@ -85,7 +85,7 @@ def down() -> None:
     try:
         stack.down(console)
     except GpuflowError as exc:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
 
 

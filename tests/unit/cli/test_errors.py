@@ -1,0 +1,99 @@
+"""Bad input from the command line: one clear line, a non-zero exit, and nothing created."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuflow.cli.main import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("GPUFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("GPUFLOW_TEMPORAL_ADDRESS", "127.0.0.1:1")  # nothing listens there
+    monkeypatch.delenv("GPUFLOW_DATABASE_URL", raising=False)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    return path
+
+
+def _one_error_line(output: str) -> str:
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    assert lines and lines[0].startswith("error: "), output
+    assert "Traceback" not in output
+    return " ".join(lines)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("name: x\ncommands: [true\n", "malformed YAML at line"),
+        ("name: x\ncommands: [echo]\nresourcez: {}\n", "resourcez: unknown field"),
+        ("name: x\ncommands: [echo]\nresources: {gpu: 'A100:4..2'}\n",
+         "range 4..2 is empty: the minimum is above the maximum"),
+        ("name: x\ncommands: [echo]\nresources: {gpu: 'A100:1.5'}\n",
+         "must be a whole number, or a fraction below 1"),
+        ("name: Bad_Name\ncommands: [echo]\n", "job name 'Bad_Name' must start with a letter"),
+        ("name: x\ncommands: [echo]\nutilization_policy: {min_gpu_utilization: 50, "
+         "time_window: 8d}\nresources: {gpu: 1}\n", "time_window '8d' is outside 1m..7d"),
+        ("name: x\ncommands: [echo]\nutilization_policy: {min_gpu_utilization: 150, "
+         "time_window: 10m}\nresources: {gpu: 1}\n", "min_gpu_utilization: Input should be less"),
+        ("- just\n- a list\n", "expected a mapping of fields at the top"),
+        ("type: fleet\nname: x\nkind: sim\n", "is not a job; use `gpuflow fleet apply`"),
+    ],
+)
+def test_apply_rejects_bad_job_files(tmp_path: Path, text: str, expected: str) -> None:
+    result = runner.invoke(app, ["apply", "-y", "-f", str(_write(tmp_path, text))])
+    assert result.exit_code == 1
+    assert expected in _one_error_line(result.output)
+    # Validation happens before any connection: nothing was created anywhere.
+    assert not (tmp_path / "home").exists()
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["apply", "-y", "-f", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 1
+    assert "nope.yaml: no such file" in _one_error_line(result.output)
+
+
+def test_flag_beats_job_file_and_is_validated(tmp_path: Path) -> None:
+    path = _write(tmp_path, "name: x\ncommands: [echo]\nresources: {gpu: 1}\n")
+    result = runner.invoke(app, ["apply", "-y", "-f", str(path), "--time-window", "2s",
+                                 "--min-gpu-utilization", "20"])
+    assert result.exit_code == 1
+    assert "time_window '2s' is outside 1m..7d" in _one_error_line(result.output)
+
+
+def test_unreachable_temporal_is_one_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, "name: x\ncommands: [echo]\n")
+    result = runner.invoke(app, ["apply", "-y", "-f", str(path)])
+    assert result.exit_code == 1
+    line = _one_error_line(result.output)
+    assert "cannot reach Temporal at 127.0.0.1:1" in line
+    assert "GPUFLOW_TEMPORAL_ADDRESS" in line
+
+
+def test_unreachable_database_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUFLOW_DATABASE_URL", "postgresql://gpuflow:s3cret@127.0.0.1:1/none")
+    result = runner.invoke(app, ["ps"])
+    assert result.exit_code == 1
+    line = _one_error_line(result.output)
+    assert "cannot reach the database postgresql+psycopg://gpuflow:***@127.0.0.1:1/none" in line
+    assert "s3cret" not in result.output
+
+
+def test_bad_fleet_file(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text("type: fleet\nname: f\nkind: sim\nhosts:\n  - name: a\n    blocks: 3\n"
+                    "    cpus: 8\n    gpus: [{name: A100, memory: 80GB, count: 4}]\n")
+    result = runner.invoke(app, ["fleet", "apply", "-f", str(path)])
+    assert result.exit_code == 1
+    assert "blocks=3 must divide its 4 GPUs and 8 CPUs evenly" in _one_error_line(result.output)
