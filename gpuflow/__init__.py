@@ -45,7 +45,23 @@ _EXPORTS = {
     "TerminationReason": "gpuflow.status",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Client",
+    "ConnectionFailed",
+    "FleetInfo",
+    "FleetSpec",
+    "GpuflowError",
+    "JobInfo",
+    "JobSpec",
+    "JobStatus",
+    "NotFoundError",
+    "ResourcesSpec",
+    "RetrySpec",
+    "SpecError",
+    "TerminationReason",
+    "UnschedulableError",
+    "UtilizationPolicy",
+]
 
 
 def __getattr__(name: str) -> Any:

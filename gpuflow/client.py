@@ -1,17 +1,18 @@
 """The Python client. The CLI is built on it.
 
-    client = await Client.connect()
-    job = await client.submit(JobSpec(name="train", commands=["python train.py"]))
-    result = await client.wait(job.id)
+client = await Client.connect()
+job = await client.submit(JobSpec(name="train", commands=["python train.py"]))
+result = await client.wait(job.id)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -56,10 +57,17 @@ class JobInfo(BaseModel):
     @classmethod
     def from_row(cls, row: JobRow) -> JobInfo:
         return cls(
-            id=row.id, name=row.name, status=JobStatus(row.status),
-            reason=row.termination_reason, message=row.message, fleet=row.fleet,
-            hosts=list(row.hosts), gpus=row.gpus, attempt=row.attempt,
-            submitted_at=row.submitted_at, started_at=row.started_at,
+            id=row.id,
+            name=row.name,
+            status=JobStatus(row.status),
+            reason=row.termination_reason,
+            message=row.message,
+            fleet=row.fleet,
+            hosts=list(row.hosts),
+            gpus=row.gpus,
+            attempt=row.attempt,
+            submitted_at=row.submitted_at,
+            started_at=row.started_at,
             finished_at=row.finished_at,
         )
 
@@ -73,6 +81,10 @@ class FleetInfo(BaseModel):
 
 def _search_attributes_enabled() -> bool:
     return os.environ.get("GPUFLOW_SEARCH_ATTRIBUTES", "1") not in ("0", "false", "no")
+
+
+JobInfoList = list[JobInfo]
+FleetInfoList = list[FleetInfo]
 
 
 class Client:
@@ -106,8 +118,7 @@ class Client:
         gpu = str(spec.resources.gpu) if spec.resources.gpu else "no GPU"
         await self.temporal.start_workflow(
             "JobWorkflow",
-            JobInput(job_id=job_id, spec=spec,
-                     search_attributes=_search_attributes_enabled()),
+            JobInput(job_id=job_id, spec=spec, search_attributes=_search_attributes_enabled()),
             id=job_id,
             task_queue=CONTROL_TASK_QUEUE,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
@@ -117,15 +128,16 @@ class Client:
                 f"commands:\n\n" + "\n".join(f"    {c}" for c in spec.commands)
             ),
         )
-        await asyncio.to_thread(record_job, self.store, job_id=job_id, name=spec.name,
-                                spec=spec.model_dump(mode="json"))
+        await asyncio.to_thread(
+            record_job, self.store, job_id=job_id, name=spec.name, spec=spec.model_dump(mode="json")
+        )
         return await self.get(job_id)
 
     async def get(self, job: str) -> JobInfo:
         row = await asyncio.to_thread(find_job, self.store, job)
         return JobInfo.from_row(row)
 
-    async def list(self, *, include_finished: bool = False) -> list[JobInfo]:
+    async def list(self, *, include_finished: bool = False) -> JobInfoList:
         rows = await asyncio.to_thread(list_jobs, self.store, include_finished=include_finished)
         return [JobInfo.from_row(row) for row in rows]
 
@@ -133,7 +145,8 @@ class Client:
         info = await self.get(job)
         handle = self.temporal.get_workflow_handle(info.id)
         try:
-            return await handle.query("progress", result_type=JobProgress)
+            progress: JobProgress = await handle.query("progress", result_type=JobProgress)
+            return progress
         except RPCError as exc:
             raise GpuflowError(f"job {info.name}: cannot read its progress ({exc})") from None
 
@@ -160,7 +173,7 @@ class Client:
         info = await self.get(job)
         handle = self.temporal.get_workflow_handle(info.id, result_type=JobResult)
         try:
-            result = await asyncio.wait_for(handle.result(), timeout_s)
+            result: JobResult = await asyncio.wait_for(handle.result(), timeout_s)
         except WorkflowFailureError as exc:
             raise GpuflowError(f"job {info.name} failed inside gpuflow: {exc.cause}") from None
         if raise_on_failure and result.reason == TerminationReason.NO_CAPACITY:
@@ -178,7 +191,10 @@ class Client:
     async def metrics(self, job: str) -> UtilizationState:
         info = await self.get(job)
         handle = self.temporal.get_workflow_handle(info.id)
-        return await handle.query("utilization_window", result_type=UtilizationState)
+        state: UtilizationState = await handle.query(
+            "utilization_window", result_type=UtilizationState
+        )
+        return state
 
     async def logs(
         self, job: str, *, rank: int = 0, follow: bool = False, poll_s: float = 1.0
@@ -203,8 +219,9 @@ class Client:
                 return
             chunk = await self.temporal.execute_workflow(
                 "ReadLogsWorkflow",
-                ReadLogsInput(task_queue=queue, logs=LogsInput(job_id=info.id, rank=rank,
-                                                               offset=offset)),
+                ReadLogsInput(
+                    task_queue=queue, logs=LogsInput(job_id=info.id, rank=rank, offset=offset)
+                ),
                 id=f"logs-{info.id}-{secrets.token_hex(4)}",
                 task_queue=CONTROL_TASK_QUEUE,
                 result_type=LogChunk,
@@ -249,13 +266,11 @@ class Client:
     async def _signal_pending_jobs(self) -> None:
         for job in await self.list():
             if job.status == JobStatus.PENDING:
-                try:
+                with contextlib.suppress(RPCError):  # it ended meanwhile
                     await self.temporal.get_workflow_handle(job.id).signal("capacity_changed")
-                except RPCError:
-                    pass  # it ended meanwhile
 
-    async def fleets(self) -> list[FleetInfo]:
-        def read() -> list[FleetInfo]:
+    async def fleets(self) -> FleetInfoList:
+        def read() -> FleetInfoList:
             from gpuflow.scheduler import blocks_busy
 
             with self.store.session() as session:
@@ -266,18 +281,36 @@ class Client:
                 for host in fleet.hosts:
                     busy, total = blocks_busy(host)
                     gpu_used = sum(g.used for g in host.gpus)
-                    hosts.append({
-                        "name": host.name, "state": host.state.value,
-                        "state_detail": host.state_detail,
-                        "os": host.os, "arch": host.arch, "backend": host.backend,
-                        "gpus": [{"index": g.index, "name": g.name, "memory_mib": g.memory_mib,
-                                  "used": g.used} for g in host.gpus],
-                        "gpu_used": gpu_used, "cpus": host.cpus, "cpus_used": host.cpus_used,
-                        "memory_mib": host.memory_mib, "memory_used_mib": host.memory_used_mib,
-                        "blocks": total, "blocks_busy": busy, "simulated": host.simulated,
-                    })
-                out.append(FleetInfo(name=fleet.name, kind=fleet.kind, scorer=fleet.scorer,
-                                     hosts=hosts))
+                    hosts.append(
+                        {
+                            "name": host.name,
+                            "state": host.state.value,
+                            "state_detail": host.state_detail,
+                            "os": host.os,
+                            "arch": host.arch,
+                            "backend": host.backend,
+                            "gpus": [
+                                {
+                                    "index": g.index,
+                                    "name": g.name,
+                                    "memory_mib": g.memory_mib,
+                                    "used": g.used,
+                                }
+                                for g in host.gpus
+                            ],
+                            "gpu_used": gpu_used,
+                            "cpus": host.cpus,
+                            "cpus_used": host.cpus_used,
+                            "memory_mib": host.memory_mib,
+                            "memory_used_mib": host.memory_used_mib,
+                            "blocks": total,
+                            "blocks_busy": busy,
+                            "simulated": host.simulated,
+                        }
+                    )
+                out.append(
+                    FleetInfo(name=fleet.name, kind=fleet.kind, scorer=fleet.scorer, hosts=hosts)
+                )
             return out
 
         return await asyncio.to_thread(read)

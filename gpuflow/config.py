@@ -37,11 +37,8 @@ async def connect_temporal(config: TemporalConfig | None = None) -> Client:
         return await Client.connect(
             config.address, namespace=config.namespace, data_converter=pydantic_data_converter
         )
-    except Exception as exc:  # noqa: BLE001 — any connect failure gets the same advice
-        hint = (
-            "start it with `gpuflow up`" if config.embedded
-            else "check GPUFLOW_TEMPORAL_ADDRESS"
-        )
+    except Exception as exc:
+        hint = "start it with `gpuflow up`" if config.embedded else "check GPUFLOW_TEMPORAL_ADDRESS"
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConnectionFailed(
             f"cannot reach Temporal at {config.address} ({reason}); {hint}"

@@ -1,4 +1,5 @@
-"""Errors a user can cause. Each says what to change; the CLI prints the message, not a traceback."""
+"""Errors a user can cause. Each says what to change; the CLI prints the message, never a
+traceback."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ def _pg_available() -> str | None:
 
         with psycopg.connect(PG_ADMIN_URL, connect_timeout=3):
             return None
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return f"PostgreSQL at {PG_ADMIN_URL} not reachable: {exc}"
 
 

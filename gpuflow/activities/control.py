@@ -42,8 +42,12 @@ class ControlActivities:
     @activity.defn(name="place_job")
     async def place_job(self, inp: PlaceInput) -> PlaceResult:
         result = await asyncio.to_thread(
-            take_allocation, self.store, job_id=inp.job_id, attempt=inp.attempt,
-            job=inp.spec, fleets=inp.fleets,
+            take_allocation,
+            self.store,
+            job_id=inp.job_id,
+            attempt=inp.attempt,
+            job=inp.spec,
+            fleets=inp.fleets,
         )
         if isinstance(result, Unschedulable):
             return PlaceResult(reasons=result.lines or [result.message()])
@@ -52,8 +56,9 @@ class ControlActivities:
     @activity.defn(name="release_job")
     async def release_job(self, inp: ReleaseInput) -> ReleaseResult:
         released = await asyncio.to_thread(release_allocation, self.store, job_id=inp.job_id)
-        return ReleaseResult(released_nodes=released, waiting_jobs=await asyncio.to_thread(
-            self._pending_jobs))
+        return ReleaseResult(
+            released_nodes=released, waiting_jobs=await asyncio.to_thread(self._pending_jobs)
+        )
 
     def _pending_jobs(self) -> list[str]:
         with self.store.session() as session:
@@ -65,8 +70,12 @@ class ControlActivities:
     @activity.defn(name="record_job_status")
     async def record_job_status(self, inp: JobStatusInput) -> None:
         def write() -> None:
-            record_job(self.store, job_id=inp.job_id, name=inp.name,
-                       spec=inp.spec.model_dump(mode="json") if inp.spec else {})
+            record_job(
+                self.store,
+                job_id=inp.job_id,
+                name=inp.name,
+                spec=inp.spec.model_dump(mode="json") if inp.spec else {},
+            )
             placement = inp.placement
             update_job(
                 self.store,
@@ -80,8 +89,13 @@ class ControlActivities:
                 gpus=_gpu_summary(placement) if placement else None,
                 at=inp.at,
             )
-            add_event(self.store, job_id=inp.job_id, key=inp.event_key, kind=inp.status.value,
-                      message=inp.message)
+            add_event(
+                self.store,
+                job_id=inp.job_id,
+                key=inp.event_key,
+                kind=inp.status.value,
+                message=inp.message,
+            )
 
         await asyncio.to_thread(write)
 
@@ -89,14 +103,16 @@ class ControlActivities:
     async def provision_host(self, inp: ProvisionInput) -> ProvisionResult:
         host = await asyncio.to_thread(get_host, self.store, inp.host_id)
         if host is None:
-            raise ApplicationError(f"host {inp.host_id} is no longer in any fleet",
-                                   non_retryable=True)
+            raise ApplicationError(
+                f"host {inp.host_id} is no longer in any fleet", non_retryable=True
+            )
         if self.ensure_agent is None:
             return ProvisionResult(host_id=inp.host_id, ready=True)
         error = await self.ensure_agent(host)
         if error is not None:
-            await asyncio.to_thread(set_host_state, self.store, inp.host_id,
-                                    HostState.UNREACHABLE, error)
+            await asyncio.to_thread(
+                set_host_state, self.store, inp.host_id, HostState.UNREACHABLE, error
+            )
             return ProvisionResult(host_id=inp.host_id, ready=False, message=error)
         return ProvisionResult(host_id=inp.host_id, ready=True)
 
@@ -105,8 +121,13 @@ class ControlActivities:
         await asyncio.to_thread(set_host_state, self.store, inp.host_id, inp.state, inp.detail)
 
     def activities(self) -> list[Any]:
-        return [self.place_job, self.release_job, self.record_job_status, self.provision_host,
-                self.set_host_state]
+        return [
+            self.place_job,
+            self.release_job,
+            self.record_job_status,
+            self.provision_host,
+            self.set_host_state,
+        ]
 
 
 def _gpu_summary(placement: Any) -> str:

@@ -34,11 +34,11 @@ from gpuflow.workflows.models import (
 
 
 class GpuSampler(Protocol):
-    def sample(self, job_key: str, root_pid: int, indices: list[int], now: float) -> list[GpuSample]:
-        ...
+    def sample(
+        self, job_key: str, root_pid: int, indices: list[int], now: float
+    ) -> list[GpuSample]: ...
 
-    def forget(self, job_key: str) -> None:
-        ...
+    def forget(self, job_key: str) -> None: ...
 
 
 def _proc_start_time(pid: int) -> int | None:
@@ -114,9 +114,14 @@ class HostAgent:
         async with self._lock:
             if paths.state.exists():  # started before: the same handle, never a second process
                 state = json.loads(paths.state.read_text())
-                return ProcessHandle(job_id=inp.job_id, attempt=inp.attempt, rank=node.rank,
-                                     pid=int(state["pid"]), log_path=str(paths.log),
-                                     already_running=True)
+                return ProcessHandle(
+                    job_id=inp.job_id,
+                    attempt=inp.attempt,
+                    rank=node.rank,
+                    pid=int(state["pid"]),
+                    log_path=str(paths.log),
+                    already_running=True,
+                )
             paths.root.mkdir(parents=True, exist_ok=True)
             paths.script.write_text("set -e\n" + "\n".join(inp.commands) + "\n")
             env = {**os.environ, **inp.env, **_node_env(inp)}
@@ -128,19 +133,38 @@ class HostAgent:
             cwd = inp.working_dir or str(paths.root)
             Path(cwd).mkdir(parents=True, exist_ok=True)
             child = subprocess.Popen(
-                ["bash", "-c", wrapper], cwd=cwd, env=env, start_new_session=True,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                ["bash", "-c", wrapper],
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
             self._children[str(paths.root)] = child
-            state = {"pid": child.pid, "start_time": _proc_start_time(child.pid),
-                     "started_at": time.time(), "gpus": node.gpu_indices}
+            state = {
+                "pid": child.pid,
+                "start_time": _proc_start_time(child.pid),
+                "started_at": time.time(),
+                "gpus": node.gpu_indices,
+            }
             tmp = paths.state.with_suffix(".tmp")
             tmp.write_text(json.dumps(state))
             tmp.replace(paths.state)
-            activity.logger.info("started %s attempt %s rank %s as pid %s",
-                                 inp.job_id, inp.attempt, node.rank, child.pid)
-            return ProcessHandle(job_id=inp.job_id, attempt=inp.attempt, rank=node.rank,
-                                 pid=child.pid, log_path=str(paths.log))
+            activity.logger.info(
+                "started %s attempt %s rank %s as pid %s",
+                inp.job_id,
+                inp.attempt,
+                node.rank,
+                child.pid,
+            )
+            return ProcessHandle(
+                job_id=inp.job_id,
+                attempt=inp.attempt,
+                rank=node.rank,
+                pid=child.pid,
+                log_path=str(paths.log),
+            )
 
     @activity.defn(name="probe_process")
     async def probe_process(self, inp: ProbeInput) -> ProbeResult:
@@ -163,7 +187,7 @@ class HostAgent:
             samples = await asyncio.to_thread(
                 self.sampler.sample, str(paths.root), pid, inp.gpu_indices, time.time()
             )
-        except Exception as exc:  # noqa: BLE001 — a sampler fault is reported, never fatal
+        except Exception as exc:
             return ProbeResult(state="running", sample_error=str(exc))
         return ProbeResult(state="running", samples=samples)
 
@@ -195,9 +219,13 @@ class HostAgent:
         job_dir = self.state_dir / "jobs" / inp.job_id
         attempt = inp.attempt
         if attempt is None:
-            attempts = sorted(
-                int(p.name.split("-")[0]) for p in job_dir.glob(f"*-{inp.rank}") if p.is_dir()
-            ) if job_dir.exists() else []
+            attempts = (
+                sorted(
+                    int(p.name.split("-")[0]) for p in job_dir.glob(f"*-{inp.rank}") if p.is_dir()
+                )
+                if job_dir.exists()
+                else []
+            )
             if not attempts:
                 return LogChunk(data="", next_offset=0, eof=True)
             attempt = attempts[-1]
@@ -220,8 +248,13 @@ class HostAgent:
         return self.host_id
 
     def activities(self) -> list[Any]:
-        return [self.start_process, self.probe_process, self.stop_process, self.read_logs,
-                self.ping_host]
+        return [
+            self.start_process,
+            self.probe_process,
+            self.stop_process,
+            self.read_logs,
+            self.ping_host,
+        ]
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

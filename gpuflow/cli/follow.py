@@ -18,15 +18,21 @@ from gpuflow.status import JobStatus
 async def show_plan(console: Console, client: Any, spec: Any) -> None:
     offers = await client.offers(spec)
     gpu = str(spec.resources.gpu) if spec.resources.gpu else "none"
-    console.print(f"[bold]{spec.name}[/]: {spec.nodes} node(s), GPU {gpu}, "
-                  f"fleets {', '.join(spec.fleets) or 'any'}")
+    console.print(
+        f"[bold]{spec.name}[/]: {spec.nodes} node(s), GPU {gpu}, "
+        f"fleets {', '.join(spec.fleets) or 'any'}"
+    )
     if offers.fits:
         best = offers.fits[0]
-        console.print(f"  best fit: {best.host} (fleet {best.fleet}, GPUs {best.gpus or '-'}, "
-                      f"score {best.score:.3f}); {len(offers.fits)} host(s) fit")
+        console.print(
+            f"  best fit: {best.host} (fleet {best.fleet}, GPUs {best.gpus or '-'}, "
+            f"score {best.score:.3f}); {len(offers.fits)} host(s) fit"
+        )
     else:
-        console.print("  [yellow]nothing fits now[/]; the job waits for capacity if its retry "
-                      "policy allows, else it fails:")
+        console.print(
+            "  [yellow]nothing fits now[/]; the job waits for capacity if its retry "
+            "policy allows, else it fails:"
+        )
         for rejection in offers.rejections[:10]:
             console.print(f"    {rejection}", highlight=False)
 
@@ -36,8 +42,12 @@ def _table(rows: dict[str, dict[str, Any]]) -> Table:
     for column in ("JOB", "STATUS", "WHERE", "DETAIL"):
         table.add_column(column)
     for row in rows.values():
-        table.add_row(row["name"], status_text(row["status"], row["reason"]), row["where"],
-                      Text(row["detail"], overflow="fold"))
+        table.add_row(
+            row["name"],
+            status_text(row["status"], row["reason"]),
+            row["where"],
+            Text(row["detail"], overflow="fold"),
+        )
     return table
 
 
@@ -59,20 +69,31 @@ async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool
                         detail = progress.message or detail
                         if progress.placement is not None:
                             sim = " simulated" if progress.simulated else ""
-                            where = ", ".join(
-                                f"{n.host_name}:{','.join(map(str, n.gpu_indices)) or '-'}"
-                                for n in progress.placement.nodes) + sim
+                            where = (
+                                ", ".join(
+                                    f"{n.host_name}:{','.join(map(str, n.gpu_indices)) or '-'}"
+                                    for n in progress.placement.nodes
+                                )
+                                + sim
+                            )
                 except GpuflowError:
                     pass
-                rows[job_id] = {"name": info.name, "status": status,
-                                "reason": info.reason, "where": where, "detail": detail}
+                rows[job_id] = {
+                    "name": info.name,
+                    "status": status,
+                    "reason": info.reason,
+                    "where": where,
+                    "detail": detail,
+                }
                 key = (status.value, detail)
                 if seen.get(job_id) != key:
                     seen[job_id] = key
                     live.console.print(
-                        Text.assemble((f"{info.name}: ", "bold"),
-                                      status_text(status, info.reason),
-                                      f"  {detail}" if detail else "")
+                        Text.assemble(
+                            (f"{info.name}: ", "bold"),
+                            status_text(status, info.reason),
+                            f"  {detail}" if detail else "",
+                        )
                     )
             live.update(_table(rows))
             if all(row["status"].is_final for row in rows.values()):

@@ -120,8 +120,11 @@ async def apply(
     overrides: dict[str, Any] = {"fleets": fleet or None, "max_duration": max_duration}
     if gpu is not None:
         overrides["resources"] = {"gpu": gpu}
-    policy = {k: v for k, v in (("min_gpu_utilization", min_gpu_utilization),
-                                ("time_window", time_window)) if v is not None}
+    policy = {
+        k: v
+        for k, v in (("min_gpu_utilization", min_gpu_utilization), ("time_window", time_window))
+        if v is not None
+    }
     if policy:
         overrides["utilization_policy"] = policy
     specs = [load_job(path, profile=profile, overrides=overrides) for path in files]

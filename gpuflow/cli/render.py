@@ -44,17 +44,31 @@ def jobs_table(jobs: list[Any]) -> Table:
         table.add_column(column)
     for job in jobs:
         table.add_row(
-            job.name, status_text(job.status, job.reason), job.fleet or "-",
-            ",".join(job.hosts) or "-", job.gpus or "-", str(job.attempt),
-            ago(job.submitted_at), Text(job.id, style="dim"),
+            job.name,
+            status_text(job.status, job.reason),
+            job.fleet or "-",
+            ",".join(job.hosts) or "-",
+            job.gpus or "-",
+            str(job.attempt),
+            ago(job.submitted_at),
+            Text(job.id, style="dim"),
         )
     return table
 
 
 def fleets_table(fleets: list[Any]) -> Table:
     table = Table(box=None, header_style="bold")
-    for column in ("FLEET", "HOST", "STATE", "PLATFORM", "GPUS", "GPU USE", "CPU", "MEMORY",
-                   "BLOCKS"):
+    for column in (
+        "FLEET",
+        "HOST",
+        "STATE",
+        "PLATFORM",
+        "GPUS",
+        "GPU USE",
+        "CPU",
+        "MEMORY",
+        "BLOCKS",
+    ):
         table.add_column(column)
     for fleet in fleets:
         if not fleet.hosts:
@@ -73,9 +87,12 @@ def fleets_table(fleets: list[Any]) -> Table:
             style = "green" if host["state"] == "ready" else "yellow"
             blocks = f"{host['blocks_busy']}/{host['blocks']} busy" if host["blocks"] > 1 else "-"
             table.add_row(
-                fleet.name, host["name"], Text(state, style=style),
+                fleet.name,
+                host["name"],
+                Text(state, style=style),
                 f"{host['os']}/{host['arch']}" + (f" {host['backend']}" if host["backend"] else ""),
-                gpu_text, f"{host['gpu_used']:g}/{len(gpus)}" if gpus else "-",
+                gpu_text,
+                f"{host['gpu_used']:g}/{len(gpus)}" if gpus else "-",
                 f"{host['cpus_used']:g}/{host['cpus']}",
                 f"{format_size_mib(host['memory_used_mib'])}/{format_size_mib(host['memory_mib'])}",
                 blocks,
@@ -113,8 +130,11 @@ def metrics_table(state: Any, placement: Any | None) -> Table:
         mems = [float(point[2]) for point in window.recent]
         total = window.memory_total_mib or max(mems or [1.0])
         table.add_row(
-            str(window.node), hosts.get(window.node, "-"), str(window.gpu),
-            f"{window.utilization:.0f}%", Text(sparkline(utils), style="green"),
+            str(window.node),
+            hosts.get(window.node, "-"),
+            str(window.gpu),
+            f"{window.utilization:.0f}%",
+            Text(sparkline(utils), style="green"),
             f"{format_size_mib(window.memory_used_mib)}/{format_size_mib(window.memory_total_mib)}",
             Text(sparkline(mems, top=float(total)), style="cyan"),
             "simulated" if window.simulated else "NVML",

@@ -64,8 +64,11 @@ def up_detached(console: Console, *, timeout_s: float = 120) -> None:
     log = (home / "up.log").open("ab")
     process = subprocess.Popen(
         [sys.executable, "-m", "gpuflow.cli.main", "up"],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        start_new_session=True, env=os.environ.copy(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env=os.environ.copy(),
     )
     deadline = time.monotonic() + timeout_s
     with console.status("starting Temporal dev server, control worker and local agent…"):
@@ -78,10 +81,13 @@ def up_detached(console: Console, *, timeout_s: float = 120) -> None:
             time.sleep(0.2)
         else:
             process.terminate()
-            raise GpuflowError(f"gpuflow up did not become ready in {timeout_s:.0f}s "
-                               f"(see {home / 'up.log'})")
-    console.print(f"gpuflow is up (pid {process.pid}); Temporal UI at "
-                  f"[link]{_ready_file(home).read_text()}[/]; logs in {home / 'up.log'}")
+            raise GpuflowError(
+                f"gpuflow up did not become ready in {timeout_s:.0f}s (see {home / 'up.log'})"
+            )
+    console.print(
+        f"gpuflow is up (pid {process.pid}); Temporal UI at "
+        f"[link]{_ready_file(home).read_text()}[/]; logs in {home / 'up.log'}"
+    )
 
 
 def down(console: Console, *, timeout_s: float = 60) -> None:

@@ -136,12 +136,15 @@ class HostDecl(BaseModel):
 
     @model_validator(mode="after")
     def _blocks_divide(self) -> HostDecl:
-        if isinstance(self.blocks, int) and self.blocks > 1:
-            if self.gpu_count % self.blocks or self.cpus % self.blocks:
-                raise ValueError(
-                    f"host {self.name}: blocks={self.blocks} must divide its "
-                    f"{self.gpu_count} GPUs and {self.cpus} CPUs evenly"
-                )
+        if (
+            isinstance(self.blocks, int)
+            and self.blocks > 1
+            and (self.gpu_count % self.blocks or self.cpus % self.blocks)
+        ):
+            raise ValueError(
+                f"host {self.name}: blocks={self.blocks} must divide its "
+                f"{self.gpu_count} GPUs and {self.cpus} CPUs evenly"
+            )
         return self
 
 

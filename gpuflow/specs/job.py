@@ -68,9 +68,7 @@ class UtilizationPolicy(BaseModel):
     def _window(cls, value: Any) -> int:
         seconds = parse_duration(value)
         if not MIN_UTILIZATION_WINDOW_S <= seconds <= MAX_UTILIZATION_WINDOW_S:
-            raise ValueError(
-                f"time_window {value!r} is outside 1m..7d; write e.g. 10m, 2h or 1d"
-            )
+            raise ValueError(f"time_window {value!r} is outside 1m..7d; write e.g. 10m, 2h or 1d")
         return seconds
 
 

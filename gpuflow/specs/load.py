@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
-from typing import TypeVar
-
 from pydantic import BaseModel, ValidationError
 
 from gpuflow.errors import SpecError
@@ -24,8 +22,18 @@ M = TypeVar("M", bound=BaseModel)
 # Fields a profile may set: everything about how a job runs, nothing that makes it a job.
 PROFILE_FIELDS = frozenset(
     {
-        "env", "working_dir", "resources", "nodes", "priority", "retry", "max_duration",
-        "utilization_policy", "fleets", "scorer", "tolerations", "labels",
+        "env",
+        "working_dir",
+        "resources",
+        "nodes",
+        "priority",
+        "retry",
+        "max_duration",
+        "utilization_policy",
+        "fleets",
+        "scorer",
+        "tolerations",
+        "labels",
     }
 )
 
@@ -41,7 +49,9 @@ def describe_validation_error(error: ValidationError, *, source: str) -> str:
         elif item["type"] == "missing":
             message = "required field is missing"
         value = item.get("input")
-        shown = "" if item["type"] in ("missing",) or isinstance(value, dict) else f" (got {value!r})"
+        shown = (
+            "" if item["type"] in ("missing",) or isinstance(value, dict) else f" (got {value!r})"
+        )
         lines.append(f"{source}: {where}: {message}{shown}")
     return "\n".join(lines)
 
@@ -60,7 +70,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         problem = getattr(exc, "problem", None) or str(exc)
         raise SpecError(f"{path}: malformed YAML{where}: {problem}") from None
     if not isinstance(data, dict):
-        raise SpecError(f"{path}: expected a mapping of fields at the top, got {type(data).__name__}")
+        raise SpecError(
+            f"{path}: expected a mapping of fields at the top, got {type(data).__name__}"
+        )
     return data
 
 
@@ -146,5 +158,7 @@ def load_fleet(path: str | Path) -> FleetSpec:
     path = Path(path)
     data = read_yaml(path)
     if data.get("type") != "fleet":
-        raise SpecError(f"{path}: type: must be 'fleet' for a fleet file (got {data.get('type')!r})")
+        raise SpecError(
+            f"{path}: type: must be 'fleet' for a fleet file (got {data.get('type')!r})"
+        )
     return _validate(FleetSpec, data, str(path))

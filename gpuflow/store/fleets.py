@@ -9,14 +9,12 @@ from datetime import UTC, datetime
 from sqlmodel import Session, col, select
 
 from gpuflow.errors import GpuflowError, NotFoundError
+from gpuflow.naming import host_id, host_task_queue
 from gpuflow.specs.fleet import FleetSpec, HostDecl
 from gpuflow.status import HostState
 from gpuflow.store.db import Store
 from gpuflow.store.tables import AllocationRow, FleetRow, GpuRow, HostRow
-from gpuflow.naming import host_id, host_task_queue
 from gpuflow.worker.facts import HostFacts
-
-
 
 
 def local_host_name() -> str:
@@ -179,7 +177,9 @@ def apply_fleet(store: Store, spec: FleetSpec, facts: dict[str, HostFacts] | Non
 
 
 def _holds_allocations(session: Session, hid: str) -> bool:
-    return session.exec(select(AllocationRow).where(AllocationRow.host_id == hid)).first() is not None
+    return (
+        session.exec(select(AllocationRow).where(AllocationRow.host_id == hid)).first() is not None
+    )
 
 
 def _delete_host(session: Session, hid: str) -> None:

@@ -1,7 +1,7 @@
 """The host agent: a Temporal worker on the host's own task queue.
 
-    python -m gpuflow.worker.agent --host-id FLEET/HOST --temporal-address ADDR --state-dir DIR
-    python -m gpuflow.worker.agent --facts      # print this machine's HostFacts as JSON
+python -m gpuflow.worker.agent --host-id FLEET/HOST --temporal-address ADDR --state-dir DIR
+python -m gpuflow.worker.agent --facts      # print this machine's HostFacts as JSON
 """
 
 from __future__ import annotations
@@ -40,7 +40,11 @@ def make_agent_worker(client: Client, agent: HostAgent, task_queue: str) -> Work
 
 
 async def run_agent(
-    *, host_id: str, task_queue: str, config: TemporalConfig, state_dir: Path,
+    *,
+    host_id: str,
+    task_queue: str,
+    config: TemporalConfig,
+    state_dir: Path,
     simulated: dict[str, object] | None = None,
 ) -> None:
     client = await connect_temporal(config)
@@ -71,15 +75,16 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.host_id and args.temporal_address and args.state_dir):
         parser.error("--host-id, --temporal-address and --state-dir are required")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    config = TemporalConfig(address=args.temporal_address, namespace=args.namespace,
-                            embedded=False)
+    config = TemporalConfig(address=args.temporal_address, namespace=args.namespace, embedded=False)
     try:
-        asyncio.run(run_agent(
-            host_id=args.host_id,
-            task_queue=args.task_queue or host_task_queue(args.host_id),
-            config=config,
-            state_dir=Path(args.state_dir),
-        ))
+        asyncio.run(
+            run_agent(
+                host_id=args.host_id,
+                task_queue=args.task_queue or host_task_queue(args.host_id),
+                config=config,
+                state_dir=Path(args.state_dir),
+            )
+        )
     except GpuflowError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

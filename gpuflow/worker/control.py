@@ -74,7 +74,8 @@ class ControlWorker:
         self.worker = Worker(
             client,
             task_queue=CONTROL_TASK_QUEUE,
-            workflows=[JobWorkflow, ReadLogsWorkflow], workflow_runner=workflow_runner(),
+            workflows=[JobWorkflow, ReadLogsWorkflow],
+            workflow_runner=workflow_runner(),
             activities=self.activities.activities(),
             activity_executor=self._executor,
             max_concurrent_activities=64,

@@ -31,8 +31,9 @@ async def run_control() -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         async with ControlWorker(client, store, home=gpuflow_home()):
-            log.info("control worker polling at %s (namespace %s)",
-                     config.address, config.namespace)
+            log.info(
+                "control worker polling at %s (namespace %s)", config.address, config.namespace
+            )
             await stop.wait()
     finally:
         store.dispose()

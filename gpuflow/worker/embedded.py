@@ -84,18 +84,26 @@ def start_dev_server(home: Path, *, port: int, ui_port: int, timeout_s: float = 
         )
     home.mkdir(parents=True, exist_ok=True)
     command = [
-        temporal_cli(), "server", "start-dev",
-        "--ip", "127.0.0.1",
-        "--port", str(port),
-        "--ui-port", str(ui_port),
-        "--db-filename", str(home / "temporal.db"),
-        "--log-level", "error",
+        temporal_cli(),
+        "server",
+        "start-dev",
+        "--ip",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--ui-port",
+        str(ui_port),
+        "--db-filename",
+        str(home / "temporal.db"),
+        "--log-level",
+        "error",
     ]
     for name, kind in SEARCH_ATTRIBUTES.items():
         command += ["--search-attribute", f"{name}={kind}"]
     log_file = (home / "temporal.log").open("ab")
-    process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -130,8 +138,9 @@ async def control_plane(
 
             await asyncio.to_thread(apply_local_fleet, store)
             hid = host_id(LOCAL_FLEET, local_host_name())
-            agent = HostAgent(host_id=hid, state_dir=agent_state_dir(home, hid),
-                              sampler=NvmlGpuSampler())
+            agent = HostAgent(
+                host_id=hid, state_dir=agent_state_dir(home, hid), sampler=NvmlGpuSampler()
+            )
             await stack.enter_async_context(make_agent_worker(client, agent, host_task_queue(hid)))
         yield control
 

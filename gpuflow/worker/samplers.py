@@ -26,7 +26,9 @@ class NvmlGpuSampler:
         self._sampler = NvmlSampler()
         self._lock = threading.Lock()
 
-    def sample(self, job_key: str, root_pid: int, indices: list[int], now: float) -> list[GpuSample]:
+    def sample(
+        self, job_key: str, root_pid: int, indices: list[int], now: float
+    ) -> list[GpuSample]:
         with self._lock:
             batch = self._sampler.sample(indices, now)
         if batch.errors and not batch.samples:
@@ -47,12 +49,15 @@ class SimulatedGpuSampler:
         self._jobs: dict[str, tuple[int, SimulatedSampler]] = {}
         self._lock = threading.Lock()
 
-    def sample(self, job_key: str, root_pid: int, indices: list[int], now: float) -> list[GpuSample]:
+    def sample(
+        self, job_key: str, root_pid: int, indices: list[int], now: float
+    ) -> list[GpuSample]:
         with self._lock:
             known = self._jobs.get(job_key)
             if known is None or known[0] != root_pid:
-                sampler = SimulatedSampler(source=self.source, root_pid=root_pid,
-                                           memory_total_mib=self.memory_total_mib)
+                sampler = SimulatedSampler(
+                    source=self.source, root_pid=root_pid, memory_total_mib=self.memory_total_mib
+                )
                 known = self._jobs[job_key] = (root_pid, sampler)
         return list(known[1].sample(indices, now).samples)
 

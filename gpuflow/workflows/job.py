@@ -9,9 +9,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import (
+    RetryPolicy,
+    SearchAttributeKey,
+    SearchAttributeUpdate,
+)
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -44,8 +49,12 @@ SA_STATUS = SearchAttributeKey.for_keyword("GpuflowStatus")
 SA_FLEET = SearchAttributeKey.for_keyword("GpuflowFleet")
 SA_GPU = SearchAttributeKey.for_keyword("GpuflowGpu")
 SA_PRIORITY = SearchAttributeKey.for_int("GpuflowPriority")
-SEARCH_ATTRIBUTES = {"GpuflowStatus": "Keyword", "GpuflowFleet": "Keyword", "GpuflowGpu": "Keyword",
-                     "GpuflowPriority": "Int"}
+SEARCH_ATTRIBUTES = {
+    "GpuflowStatus": "Keyword",
+    "GpuflowFleet": "Keyword",
+    "GpuflowGpu": "Keyword",
+    "GpuflowPriority": "Int",
+}
 
 CAPACITY_BACKOFF_FIRST = timedelta(seconds=5)
 CAPACITY_BACKOFF_MAX = timedelta(minutes=5)
@@ -56,10 +65,8 @@ TICKS_PER_RUN = 300
 history stays small (a few thousand events) on any server."""
 STOP_GRACE_S = 10.0
 
-_CONTROL = {
-    "start_to_close_timeout": timedelta(seconds=60),
-    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=30)),
-}
+CONTROL_TIMEOUT = timedelta(seconds=60)
+CONTROL_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=30))
 
 
 class _Ending(Exception):
@@ -161,8 +168,10 @@ class JobWorkflow:
                 resume = None
                 self._placement = None
                 self._utilization = utilization.UtilizationState()
-                await self._record(JobStatus.PENDING, f"attempt {self._attempt}: retrying after "
-                                   f"{ending.reason.value}")
+                await self._record(
+                    JobStatus.PENDING,
+                    f"attempt {self._attempt}: retrying after {ending.reason.value}",
+                )
         except asyncio.CancelledError:
             # Cancelled from outside (e.g. `temporal workflow cancel`): compensate, then end as
             # cancelled. Activities started here still run: only the awaited one was cancelled.
@@ -186,7 +195,8 @@ class JobWorkflow:
                     PlaceInput(job_id=inp.job_id, attempt=self._attempt, spec=spec, fleets=fleets),
                     result_type=PlaceResult,
                     summary=f"place on {where}",
-                    **_CONTROL,  # type: ignore[arg-type]
+                    start_to_close_timeout=CONTROL_TIMEOUT,
+                    retry_policy=CONTROL_RETRY,
                 )
                 if result.placement is not None:
                     self._waiting_reasons = []
@@ -200,10 +210,13 @@ class JobWorkflow:
             if self._status != JobStatus.PENDING or not self._message:
                 await self._record(JobStatus.PENDING, f"waiting for capacity: {'; '.join(reasons)}")
             self._capacity_changed = False
-            await _wait(lambda: self._capacity_changed or self._stop_requested, backoff,
-                        "wait for capacity")
+            await _wait(
+                lambda: self._capacity_changed or self._stop_requested, backoff, "wait for capacity"
+            )
             if self._stop_requested:
-                raise _Ending(TerminationReason.STOPPED_BY_USER, "stopped while waiting for capacity")
+                raise _Ending(
+                    TerminationReason.STOPPED_BY_USER, "stopped while waiting for capacity"
+                )
             backoff = min(backoff * 2, CAPACITY_BACKOFF_MAX)
 
     async def _provision(self, placement: Placement) -> None:
@@ -261,10 +274,12 @@ class JobWorkflow:
         )
         for handle in handles:
             if isinstance(handle, BaseException):
-                raise _Ending(TerminationReason.HOST_LOST, "could not start the job: "
-                              + _failure_text(handle))
-        await self._record(JobStatus.RUNNING, f"running on {len(placement.nodes)} node(s)",
-                           placement=placement)
+                raise _Ending(
+                    TerminationReason.HOST_LOST, "could not start the job: " + _failure_text(handle)
+                )
+        await self._record(
+            JobStatus.RUNNING, f"running on {len(placement.nodes)} node(s)", placement=placement
+        )
         self._upsert(status=JobStatus.RUNNING, placement=placement)
 
     async def _monitor(
@@ -283,9 +298,10 @@ class JobWorkflow:
             if spec.max_duration is not None:
                 left = resume.running_since + timedelta(seconds=spec.max_duration) - workflow.now()
                 if left <= timedelta(0):
-                    return _Ending(TerminationReason.MAX_DURATION_EXCEEDED,
-                                   f"ran longer than max_duration "
-                                   f"{format_duration(spec.max_duration)}")
+                    return _Ending(
+                        TerminationReason.MAX_DURATION_EXCEEDED,
+                        f"ran longer than max_duration {format_duration(spec.max_duration)}",
+                    )
                 tick = min(tick, left)
             await _wait(lambda: self._stop_requested, tick, "monitor tick")
             ticks += 1
@@ -295,9 +311,13 @@ class JobWorkflow:
                 *(
                     workflow.execute_activity(
                         "probe_process",
-                        ProbeInput(job_id=inp.job_id, attempt=self._attempt, rank=node.rank,
-                                   gpu_indices=list(node.gpu_indices),
-                                   sample=bool(node.gpu_indices)),
+                        ProbeInput(
+                            job_id=inp.job_id,
+                            attempt=self._attempt,
+                            rank=node.rank,
+                            gpu_indices=list(node.gpu_indices),
+                            sample=bool(node.gpu_indices),
+                        ),
                         result_type=ProbeResult,
                         task_queue=node.task_queue,
                         summary=f"probe {node.host_name}",
@@ -313,18 +333,26 @@ class JobWorkflow:
                 if isinstance(probe, BaseException):
                     failures[node.rank] = failures.get(node.rank, 0) + 1
                     if failures[node.rank] >= PROBE_FAILURES_BEFORE_LOST:
-                        return _Ending(TerminationReason.HOST_LOST,
-                                       f"host {node.host_name} stopped answering: "
-                                       f"{_failure_text(probe)}")
+                        return _Ending(
+                            TerminationReason.HOST_LOST,
+                            f"host {node.host_name} stopped answering: {_failure_text(probe)}",
+                        )
                     continue
                 failures[node.rank] = 0
                 if probe.samples:
-                    utilization.update(self._utilization, node.rank, probe.samples,
-                                       policy=policy, max_gap_s=max_gap_s)
+                    utilization.update(
+                        self._utilization,
+                        node.rank,
+                        probe.samples,
+                        policy=policy,
+                        max_gap_s=max_gap_s,
+                    )
                 if probe.state == "missing":
-                    return _Ending(TerminationReason.HOST_LOST,
-                                   f"the process of node {node.rank} on {node.host_name} is gone "
-                                   "without an exit code (host restarted?)")
+                    return _Ending(
+                        TerminationReason.HOST_LOST,
+                        f"the process of node {node.rank} on {node.host_name} is gone "
+                        "without an exit code (host restarted?)",
+                    )
                 if probe.state in ("exited", "stopped"):
                     exited[node.rank] = probe.exit_code
             if exited:
@@ -371,8 +399,12 @@ class JobWorkflow:
                 *(
                     workflow.execute_activity(
                         "stop_process",
-                        StopProcessInput(job_id=self._job_id, attempt=self._attempt,
-                                         rank=node.rank, grace_s=STOP_GRACE_S),
+                        StopProcessInput(
+                            job_id=self._job_id,
+                            attempt=self._attempt,
+                            rank=node.rank,
+                            grace_s=STOP_GRACE_S,
+                        ),
                         result_type=StopProcessResult,
                         task_queue=node.task_queue,
                         summary=f"stop on {node.host_name}",
@@ -385,8 +417,12 @@ class JobWorkflow:
                 return_exceptions=True,  # a lost host must not keep its GPUs allocated
             )
         released: ReleaseResult = await workflow.execute_activity(
-            "release_job", ReleaseInput(job_id=self._job_id), result_type=ReleaseResult,
-            summary="release GPUs", **_CONTROL,  # type: ignore[arg-type]
+            "release_job",
+            ReleaseInput(job_id=self._job_id),
+            result_type=ReleaseResult,
+            summary="release GPUs",
+            start_to_close_timeout=CONTROL_TIMEOUT,
+            retry_policy=CONTROL_RETRY,
         )
         for other in released.waiting_jobs:
             if other != self._job_id:
@@ -394,7 +430,7 @@ class JobWorkflow:
                     await workflow.get_external_workflow_handle(other).signal("capacity_changed")
                 except ApplicationError:
                     pass  # it ended meanwhile
-                except Exception:  # noqa: BLE001 — a signal to a closed workflow must not fail us
+                except Exception:
                     pass
         self._reason = ending.reason
         status = ending.reason.status
@@ -453,7 +489,8 @@ class JobWorkflow:
                 at=workflow.now(),
             ),
             summary=f"record {status.value}",
-            **_CONTROL,  # type: ignore[arg-type]
+            start_to_close_timeout=CONTROL_TIMEOUT,
+            retry_policy=CONTROL_RETRY,
         )
 
     def _details(self) -> str:
@@ -467,8 +504,10 @@ class JobWorkflow:
                 lines.append(f"node {node.rank}: {node.host_name} GPUs {gpus}{sim}")
         for gpu in utilization.summarize(self._utilization):
             sim = " simulated" if gpu.simulated else ""
-            lines.append(f"node {gpu.node} GPU {gpu.gpu}: {gpu.utilization:.0f}%{sim} util, "
-                         f"{gpu.memory_used_mib}/{gpu.memory_total_mib} MiB")
+            lines.append(
+                f"node {gpu.node} GPU {gpu.gpu}: {gpu.utilization:.0f}%{sim} util, "
+                f"{gpu.memory_used_mib}/{gpu.memory_total_mib} MiB"
+            )
         return "\n\n".join(lines)
 
     def _upsert(
@@ -480,15 +519,15 @@ class JobWorkflow:
     ) -> None:
         if not self._search_attributes:
             return
-        pairs: list[SearchAttributePair[object]] = [SA_STATUS.value_set(status.value)]  # type: ignore[list-item]
+        updates: list[SearchAttributeUpdate[Any]] = [SA_STATUS.value_set(status.value)]
         if placement is not None:
-            pairs.append(SA_FLEET.value_set(placement.fleet))  # type: ignore[arg-type]
+            updates.append(SA_FLEET.value_set(placement.fleet))
             names = sorted({name for n in placement.nodes for name in n.gpu_names})
             if names:
-                pairs.append(SA_GPU.value_set(",".join(names)))  # type: ignore[arg-type]
+                updates.append(SA_GPU.value_set(",".join(names)))
         if priority is not None:
-            pairs.append(SA_PRIORITY.value_set(priority))  # type: ignore[arg-type]
-        workflow.upsert_search_attributes(pairs)  # type: ignore[arg-type]
+            updates.append(SA_PRIORITY.value_set(priority))
+        workflow.upsert_search_attributes(updates)
 
 
 def _submitted(inp: JobInput) -> datetime:
@@ -512,4 +551,4 @@ def _failure_text(error: BaseException) -> str:
     return str(cause) or type(cause).__name__
 
 
-__all__ = ["SEARCH_ATTRIBUTES", "JobWorkflow", "TypedSearchAttributes"]
+__all__ = ["SEARCH_ATTRIBUTES", "JobWorkflow"]

@@ -23,7 +23,7 @@ class ReadLogsInput(BaseModel):
 class ReadLogsWorkflow:
     @workflow.run
     async def run(self, inp: ReadLogsInput) -> LogChunk:
-        return await workflow.execute_activity(
+        chunk: LogChunk = await workflow.execute_activity(
             "read_logs",
             inp.logs,
             result_type=LogChunk,
@@ -32,3 +32,4 @@ class ReadLogsWorkflow:
             schedule_to_close_timeout=timedelta(seconds=20),
             retry_policy=RetryPolicy(maximum_attempts=2),
         )
+        return chunk

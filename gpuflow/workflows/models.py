@@ -7,12 +7,11 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from gpuflow.naming import CONTROL_TASK_QUEUE
 from gpuflow.scheduler.model import NodePlacement, Placement
 from gpuflow.specs.job import JobSpec
 from gpuflow.status import HostState, JobStatus, TerminationReason
 from gpuflow.utilization import GpuSample, UtilizationState
-
-from gpuflow.naming import CONTROL_TASK_QUEUE
 
 __all__ = ["CONTROL_TASK_QUEUE"]
 

@@ -26,16 +26,26 @@ pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")
 
 
 def _fleet(name: str, gpus: int = 2) -> FleetSpec:
-    return FleetSpec.model_validate({
-        "type": "fleet", "name": name, "kind": "sim",
-        "hosts": [{"name": "h1", "cpus": 8,
-                   "gpus": [{"name": "A100", "memory": "80GB", "count": gpus}]}],
-    })
+    return FleetSpec.model_validate(
+        {
+            "type": "fleet",
+            "name": name,
+            "kind": "sim",
+            "hosts": [
+                {
+                    "name": "h1",
+                    "cpus": 8,
+                    "gpus": [{"name": "A100", "memory": "80GB", "count": gpus}],
+                }
+            ],
+        }
+    )
 
 
 def _job(name: str, commands: list[str], **extra: object) -> JobSpec:
-    return JobSpec.model_validate({"name": name, "commands": commands,
-                                   "resources": {"gpu": "A100:1"}, **extra})
+    return JobSpec.model_validate(
+        {"name": name, "commands": commands, "resources": {"gpu": "A100:1"}, **extra}
+    )
 
 
 async def _wait_for(client: Client, job_id: str, status: JobStatus, timeout: float = 30) -> None:
@@ -53,10 +63,16 @@ async def test_job_runs_logs_and_releases(
     client = Client(temporal=dev_env.client, store=store)
     async with ControlWorker(dev_env.client, store, home=tmp_path):
         await client.apply_fleet(_fleet(fleet))
-        job = await client.submit(_job("hello", [
-            "echo hello rank=$GPUFLOW_NODE_RANK nodes=$GPUFLOW_NODES_NUM",
-            "echo gpus=$CUDA_VISIBLE_DEVICES sim=$GPUFLOW_SIMULATED",
-        ], fleets=[fleet]))
+        job = await client.submit(
+            _job(
+                "hello",
+                [
+                    "echo hello rank=$GPUFLOW_NODE_RANK nodes=$GPUFLOW_NODES_NUM",
+                    "echo gpus=$CUDA_VISIBLE_DEVICES sim=$GPUFLOW_SIMULATED",
+                ],
+                fleets=[fleet],
+            )
+        )
         result = await client.wait(job.id, timeout_s=60)
         output = "".join([chunk async for chunk in client.logs(job.id)])
     assert result.status == JobStatus.DONE and result.exit_codes == {0: 0}
@@ -75,8 +91,9 @@ async def test_stop_kills_the_process_and_frees_the_gpu(
     client = Client(temporal=dev_env.client, store=store)
     async with ControlWorker(dev_env.client, store, home=tmp_path):
         await client.apply_fleet(_fleet(fleet, gpus=1))
-        job = await client.submit(_job("sleeper", [f"echo $$ > {pid_file}", "sleep 300"],
-                                       fleets=[fleet]))
+        job = await client.submit(
+            _job("sleeper", [f"echo $$ > {pid_file}", "sleep 300"], fleets=[fleet])
+        )
         await _wait_for(client, job.id, JobStatus.RUNNING)
         for _ in range(50):
             if pid_file.exists() and pid_file.read_text().strip():
@@ -97,9 +114,16 @@ async def test_unschedulable_job_raises_with_reasons(
     client = Client(temporal=dev_env.client, store=store)
     async with ControlWorker(dev_env.client, store, home=tmp_path):
         await client.apply_fleet(_fleet(fleet))
-        job = await client.submit(JobSpec.model_validate({
-            "name": "huge", "commands": ["true"], "resources": {"gpu": "H100:8"},
-            "fleets": [fleet]}))
+        job = await client.submit(
+            JobSpec.model_validate(
+                {
+                    "name": "huge",
+                    "commands": ["true"],
+                    "resources": {"gpu": "H100:8"},
+                    "fleets": [fleet],
+                }
+            )
+        )
         with pytest.raises(UnschedulableError) as caught:
             await client.wait(job.id, timeout_s=60)
     assert caught.value.reasons
@@ -122,13 +146,18 @@ async def test_killed_control_worker_resumes_with_one_process_and_one_allocation
     }
 
     def start_worker() -> subprocess.Popen[bytes]:
-        return subprocess.Popen([sys.executable, "-m", "gpuflow.worker.control_main"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [sys.executable, "-m", "gpuflow.worker.control_main"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     client = Client(temporal=dev_env.client, store=store)
     await client.apply_fleet(_fleet(fleet))
-    job = await client.submit(_job("durable", [f"echo started >> {marker}", "sleep 6",
-                                               "echo finished"], fleets=[fleet]))
+    job = await client.submit(
+        _job("durable", [f"echo started >> {marker}", "sleep 6", "echo finished"], fleets=[fleet])
+    )
     worker = start_worker()
     try:
         await asyncio.sleep(1.0)

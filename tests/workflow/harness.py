@@ -34,16 +34,23 @@ from gpuflow.workflows.models import (
 )
 
 
-def sim_fleet(store: Store, *, hosts: list[dict[str, Any]] | None = None,
-              name: str | None = None, scorer: str = "binpack") -> FleetSpec:
-    spec = FleetSpec.model_validate({
-        "type": "fleet",
-        "name": name or f"f{uuid.uuid4().hex[:8]}",
-        "kind": "sim",
-        "scorer": scorer,
-        "hosts": hosts or [{"name": "h1", "gpus": [{"name": "A100", "memory": "80GB",
-                                                      "count": 2}]}],
-    })
+def sim_fleet(
+    store: Store,
+    *,
+    hosts: list[dict[str, Any]] | None = None,
+    name: str | None = None,
+    scorer: str = "binpack",
+) -> FleetSpec:
+    spec = FleetSpec.model_validate(
+        {
+            "type": "fleet",
+            "name": name or f"f{uuid.uuid4().hex[:8]}",
+            "kind": "sim",
+            "scorer": scorer,
+            "hosts": hosts
+            or [{"name": "h1", "gpus": [{"name": "A100", "memory": "80GB", "count": 2}]}],
+        }
+    )
     apply_fleet(store, spec)
     return spec
 
@@ -53,8 +60,10 @@ class ScriptedHosts:
     """Host activities whose behaviour the test sets. `probe` decides each probe's answer."""
 
     probe: Callable[[ProbeInput, int], ProbeResult] = field(
-        default=lambda inp, n: ProbeResult(state="exited", exit_code=0) if n >= 2
-        else ProbeResult(state="running"))
+        default=lambda inp, n: (
+            ProbeResult(state="exited", exit_code=0) if n >= 2 else ProbeResult(state="running")
+        )
+    )
     started: list[StartProcessInput] = field(default_factory=list)
     stopped: list[StopProcessInput] = field(default_factory=list)
     probes: dict[tuple[str, int, int], int] = field(default_factory=dict)
@@ -62,12 +71,20 @@ class ScriptedHosts:
     def activities(self) -> list[Any]:
         @activity.defn(name="start_process")
         async def start_process(inp: StartProcessInput) -> ProcessHandle:
-            again = any(s.job_id == inp.job_id and s.attempt == inp.attempt
-                        and s.node.rank == inp.node.rank for s in self.started)
+            again = any(
+                s.job_id == inp.job_id and s.attempt == inp.attempt and s.node.rank == inp.node.rank
+                for s in self.started
+            )
             if not again:
                 self.started.append(inp)
-            return ProcessHandle(job_id=inp.job_id, attempt=inp.attempt, rank=inp.node.rank,
-                                 pid=4242, log_path="/dev/null", already_running=again)
+            return ProcessHandle(
+                job_id=inp.job_id,
+                attempt=inp.attempt,
+                rank=inp.node.rank,
+                pid=4242,
+                log_path="/dev/null",
+                already_running=again,
+            )
 
         @activity.defn(name="probe_process")
         async def probe_process(inp: ProbeInput) -> ProbeResult:
@@ -87,36 +104,52 @@ class ScriptedHosts:
         return [start_process, probe_process, stop_process, read_logs]
 
 
-def idle_samples(util: float, gpus: list[int] | None = None) -> Callable[[ProbeInput, int],
-                                                                            ProbeResult]:
+def idle_samples(
+    util: float, gpus: list[int] | None = None
+) -> Callable[[ProbeInput, int], ProbeResult]:
     """A probe that reports a running process whose GPUs sit at `util` percent."""
 
     def probe(inp: ProbeInput, n: int) -> ProbeResult:
         now = activity.info().current_attempt_scheduled_time.timestamp()
-        return ProbeResult(state="running", samples=[
-            GpuSample(gpu=g, ts=now, utilization=util, memory_used_mib=100,
-                      memory_total_mib=81920) for g in (gpus or inp.gpu_indices)
-        ])
+        return ProbeResult(
+            state="running",
+            samples=[
+                GpuSample(
+                    gpu=g, ts=now, utilization=util, memory_used_mib=100, memory_total_mib=81920
+                )
+                for g in (gpus or inp.gpu_indices)
+            ],
+        )
 
     return probe
 
 
 @asynccontextmanager
-async def workers(client: Client, store: Store, task_queue: str, hosts: ScriptedHosts,
-                  fleets: list[FleetSpec]) -> AsyncIterator[None]:
+async def workers(
+    client: Client, store: Store, task_queue: str, hosts: ScriptedHosts, fleets: list[FleetSpec]
+) -> AsyncIterator[None]:
     control = ControlActivities(store)
     async with AsyncExitStack() as stack:
         executor = stack.enter_context(ThreadPoolExecutor(max_workers=4))
-        await stack.enter_async_context(Worker(
-            client, task_queue=task_queue, workflows=[JobWorkflow], workflow_runner=workflow_runner(),
-            activities=control.activities(), activity_executor=executor,
-        ))
+        await stack.enter_async_context(
+            Worker(
+                client,
+                task_queue=task_queue,
+                workflows=[JobWorkflow],
+                workflow_runner=workflow_runner(),
+                activities=control.activities(),
+                activity_executor=executor,
+            )
+        )
         for fleet in fleets:
             for host in fleet.hosts:
-                await stack.enter_async_context(Worker(
-                    client, task_queue=f"gpuflow-host-{fleet.name}/{host.name}",
-                    activities=hosts.activities(),
-                ))
+                await stack.enter_async_context(
+                    Worker(
+                        client,
+                        task_queue=f"gpuflow-host-{fleet.name}/{host.name}",
+                        activities=hosts.activities(),
+                    )
+                )
         yield
 
 
@@ -124,14 +157,17 @@ async def start_job(client: Client, task_queue: str, spec: JobSpec) -> WorkflowH
     job_id = f"job-{spec.name}-{uuid.uuid4().hex[:6]}"
     return await client.start_workflow(
         JobWorkflow.run,
-        JobInput(job_id=job_id, spec=spec,
-                 search_attributes=False),
-        id=job_id, task_queue=task_queue,
+        JobInput(job_id=job_id, spec=spec, search_attributes=False),
+        id=job_id,
+        task_queue=task_queue,
     )
 
 
 def job(name: str = "train", **fields: Any) -> JobSpec:
-    data: dict[str, Any] = {"name": name, "commands": ["python train.py"],
-                            "resources": {"gpu": "A100:1"}}
+    data: dict[str, Any] = {
+        "name": name,
+        "commands": ["python train.py"],
+        "resources": {"gpu": "A100:1"},
+    }
     data.update(fields)
     return JobSpec.model_validate(data)

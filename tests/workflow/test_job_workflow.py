@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
 
 import pytest
 from temporalio.client import WorkflowFailureError
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.store.capacity import allocations_of
@@ -17,7 +16,7 @@ from gpuflow.store.db import Store
 from gpuflow.store.jobs import find_job, job_events
 from gpuflow.workflows import workflow_runner
 from gpuflow.workflows.job import JobWorkflow
-from gpuflow.workflows.models import JobProgress, JobResult, ProbeInput, ProbeResult
+from gpuflow.workflows.models import JobProgress, ProbeInput, ProbeResult
 from tests.workflow.harness import ScriptedHosts, idle_samples, job, sim_fleet, start_job, workers
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -60,8 +59,9 @@ async def test_no_capacity_without_retry_fails_with_per_host_reasons(
 ) -> None:
     fleet = sim_fleet(sqlite_store)
     async with workers(time_env.client, sqlite_store, task_queue, ScriptedHosts(), [fleet]):
-        handle = await start_job(time_env.client, task_queue, job(resources={"gpu": "A100:4"},
-                                                                  fleets=[fleet.name]))
+        handle = await start_job(
+            time_env.client, task_queue, job(resources={"gpu": "A100:4"}, fleets=[fleet.name])
+        )
         result = await handle.result()
     assert result.status == JobStatus.FAILED
     assert result.reason == TerminationReason.NO_CAPACITY
@@ -75,12 +75,19 @@ async def test_waits_for_capacity_then_runs_when_another_job_stops(
     fleet = sim_fleet(sqlite_store)
     hosts = ScriptedHosts(probe=lambda inp, n: ProbeResult(state="running"))
     async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
-        first = await start_job(time_env.client, task_queue, job("first", resources={"gpu": "A100:2"}))
+        first = await start_job(
+            time_env.client, task_queue, job("first", resources={"gpu": "A100:2"})
+        )
         await _wait_status(first, JobStatus.RUNNING)
         second = await start_job(
-            time_env.client, task_queue,
-            job("second", resources={"gpu": "A100:2"},
-                retry={"on_events": ["no-capacity"], "duration": "1h"}))
+            time_env.client,
+            task_queue,
+            job(
+                "second",
+                resources={"gpu": "A100:2"},
+                retry={"on_events": ["no-capacity"], "duration": "1h"},
+            ),
+        )
         progress = await _wait_status(second, JobStatus.PENDING)
         await asyncio.sleep(0.5)
         progress = await second.query("progress", result_type=JobProgress)
@@ -101,9 +108,12 @@ async def test_no_capacity_gives_up_when_retry_duration_is_spent(
     fleet = sim_fleet(sqlite_store)
     async with workers(time_env.client, sqlite_store, task_queue, ScriptedHosts(), [fleet]):
         handle = await start_job(
-            time_env.client, task_queue,
-            job(resources={"gpu": "H100:1"}, retry={"on_events": ["no-capacity"],
-                                                   "duration": "10m"}))
+            time_env.client,
+            task_queue,
+            job(
+                resources={"gpu": "H100:1"}, retry={"on_events": ["no-capacity"], "duration": "10m"}
+            ),
+        )
         result = await handle.result()
     assert result.reason == TerminationReason.NO_CAPACITY
     assert "h1:" in result.message and "H100" in result.message
@@ -115,13 +125,17 @@ async def test_no_capacity_gives_up_when_retry_duration_is_spent(
 async def test_falls_back_to_the_next_fleet_in_order(
     time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
 ) -> None:
-    small = sim_fleet(sqlite_store, hosts=[{"name": "l4", "gpus": [{"name": "L4",
-                                                                   "memory": "24GB"}]}])
+    small = sim_fleet(
+        sqlite_store, hosts=[{"name": "l4", "gpus": [{"name": "L4", "memory": "24GB"}]}]
+    )
     big = sim_fleet(sqlite_store)
     hosts = ScriptedHosts()
     async with workers(time_env.client, sqlite_store, task_queue, hosts, [small, big]):
-        handle = await start_job(time_env.client, task_queue,
-                                 job(resources={"gpu": "40GB..:1"}, fleets=[small.name, big.name]))
+        handle = await start_job(
+            time_env.client,
+            task_queue,
+            job(resources={"gpu": "40GB..:1"}, fleets=[small.name, big.name]),
+        )
         result = await handle.result()
     assert result.status == JobStatus.DONE
     assert hosts.started[0].node.fleet == big.name
@@ -133,11 +147,13 @@ async def test_failed_process_is_retried_only_on_error_event(
     fleet = sim_fleet(sqlite_store)
     hosts = ScriptedHosts(probe=lambda inp, n: ProbeResult(state="exited", exit_code=3))
     async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
-        retried = await start_job(time_env.client, task_queue,
-                                  job(retry={"on_events": ["error"], "max_attempts": 3}))
+        retried = await start_job(
+            time_env.client, task_queue, job(retry={"on_events": ["error"], "max_attempts": 3})
+        )
         retried_result = await retried.result()
-        not_retried = await start_job(time_env.client, task_queue,
-                                      job("other", retry={"on_events": ["interruption"]}))
+        not_retried = await start_job(
+            time_env.client, task_queue, job("other", retry={"on_events": ["interruption"]})
+        )
         not_retried_result = await not_retried.result()
     assert retried_result.status == JobStatus.FAILED
     assert retried_result.reason == TerminationReason.PROCESS_FAILED
@@ -155,9 +171,10 @@ async def test_idle_gpu_is_terminated_and_never_retried(
     hosts = ScriptedHosts(probe=idle_samples(5.0))
     async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
         handle = await start_job(
-            time_env.client, task_queue,
-            job(utilization_policy={"min_gpu_utilization": 50, "time_window": "10m"},
-                retry=True))
+            time_env.client,
+            task_queue,
+            job(utilization_policy={"min_gpu_utilization": 50, "time_window": "10m"}, retry=True),
+        )
         result = await handle.result()
     gpu = hosts.started[0].node.gpu_indices[0]
     assert result.status == JobStatus.TERMINATED
@@ -180,8 +197,10 @@ async def test_busy_gpu_keeps_running_past_the_window(
     hosts = ScriptedHosts(probe=probe)
     async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
         handle = await start_job(
-            time_env.client, task_queue,
-            job(utilization_policy={"min_gpu_utilization": 50, "time_window": "1m"}))
+            time_env.client,
+            task_queue,
+            job(utilization_policy={"min_gpu_utilization": 50, "time_window": "1m"}),
+        )
         result = await handle.result()
     assert result.status == JobStatus.DONE
 
@@ -229,18 +248,25 @@ async def test_long_job_continues_as_new_and_replays(
     hosts = ScriptedHosts(probe=probe)
     async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
         handle = await start_job(
-            time_env.client, task_queue,
-            job(utilization_policy={"min_gpu_utilization": 50, "time_window": "1h"}))
+            time_env.client,
+            task_queue,
+            job(utilization_policy={"min_gpu_utilization": 50, "time_window": "1h"}),
+        )
         result = await handle.result(follow_runs=True)
-        first_run = time_env.client.get_workflow_handle(handle.id, run_id=handle.first_execution_run_id)
+        first_run = time_env.client.get_workflow_handle(
+            handle.id, run_id=handle.first_execution_run_id
+        )
         first_history = await first_run.fetch_history()
         last_history = await time_env.client.get_workflow_handle(handle.id).fetch_history()
     assert result.status == JobStatus.DONE
     assert first_history.events[-1].HasField("workflow_execution_continued_as_new_event_attributes")
     assert len(first_history.events) < 5000
     assert len(hosts.started) == 1  # continuing as new never starts the process again
-    replayer = Replayer(workflows=[JobWorkflow], data_converter=pydantic_data_converter,
-                        workflow_runner=workflow_runner())
+    replayer = Replayer(
+        workflows=[JobWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=workflow_runner(),
+    )
     await replayer.replay_workflow(first_history)
     await replayer.replay_workflow(last_history)
 
@@ -251,15 +277,26 @@ async def test_histories_replay_deterministically(
     fleet = sim_fleet(sqlite_store)
     hosts = ScriptedHosts(probe=idle_samples(1.0))
     async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
-        idle = await start_job(time_env.client, task_queue,
-                               job(utilization_policy={"min_gpu_utilization": 20,
-                                                       "time_window": "5m"}))
+        idle = await start_job(
+            time_env.client,
+            task_queue,
+            job(utilization_policy={"min_gpu_utilization": 20, "time_window": "5m"}),
+        )
         await idle.result()
-        waiting = await start_job(time_env.client, task_queue,
-                                  job("big", resources={"gpu": "A100:8"},
-                                      retry={"on_events": ["no-capacity"], "duration": "5m"}))
+        waiting = await start_job(
+            time_env.client,
+            task_queue,
+            job(
+                "big",
+                resources={"gpu": "A100:8"},
+                retry={"on_events": ["no-capacity"], "duration": "5m"},
+            ),
+        )
         await waiting.result()
-    replayer = Replayer(workflows=[JobWorkflow], data_converter=pydantic_data_converter,
-                        workflow_runner=workflow_runner())
+    replayer = Replayer(
+        workflows=[JobWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=workflow_runner(),
+    )
     for handle in (idle, waiting):
         await replayer.replay_workflow(await handle.fetch_history())

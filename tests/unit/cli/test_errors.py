@@ -37,15 +37,25 @@ def _one_error_line(output: str) -> str:
     [
         ("name: x\ncommands: [true\n", "malformed YAML at line"),
         ("name: x\ncommands: [echo]\nresourcez: {}\n", "resourcez: unknown field"),
-        ("name: x\ncommands: [echo]\nresources: {gpu: 'A100:4..2'}\n",
-         "range 4..2 is empty: the minimum is above the maximum"),
-        ("name: x\ncommands: [echo]\nresources: {gpu: 'A100:1.5'}\n",
-         "must be a whole number, or a fraction below 1"),
+        (
+            "name: x\ncommands: [echo]\nresources: {gpu: 'A100:4..2'}\n",
+            "range 4..2 is empty: the minimum is above the maximum",
+        ),
+        (
+            "name: x\ncommands: [echo]\nresources: {gpu: 'A100:1.5'}\n",
+            "must be a whole number, or a fraction below 1",
+        ),
         ("name: Bad_Name\ncommands: [echo]\n", "job name 'Bad_Name' must start with a letter"),
-        ("name: x\ncommands: [echo]\nutilization_policy: {min_gpu_utilization: 50, "
-         "time_window: 8d}\nresources: {gpu: 1}\n", "time_window '8d' is outside 1m..7d"),
-        ("name: x\ncommands: [echo]\nutilization_policy: {min_gpu_utilization: 150, "
-         "time_window: 10m}\nresources: {gpu: 1}\n", "min_gpu_utilization: Input should be less"),
+        (
+            "name: x\ncommands: [echo]\nutilization_policy: {min_gpu_utilization: 50, "
+            "time_window: 8d}\nresources: {gpu: 1}\n",
+            "time_window '8d' is outside 1m..7d",
+        ),
+        (
+            "name: x\ncommands: [echo]\nutilization_policy: {min_gpu_utilization: 150, "
+            "time_window: 10m}\nresources: {gpu: 1}\n",
+            "min_gpu_utilization: Input should be less",
+        ),
         ("- just\n- a list\n", "expected a mapping of fields at the top"),
         ("type: fleet\nname: x\nkind: sim\n", "is not a job; use `gpuflow fleet apply`"),
     ],
@@ -66,8 +76,9 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_flag_beats_job_file_and_is_validated(tmp_path: Path) -> None:
     path = _write(tmp_path, "name: x\ncommands: [echo]\nresources: {gpu: 1}\n")
-    result = runner.invoke(app, ["apply", "-y", "-f", str(path), "--time-window", "2s",
-                                 "--min-gpu-utilization", "20"])
+    result = runner.invoke(
+        app, ["apply", "-y", "-f", str(path), "--time-window", "2s", "--min-gpu-utilization", "20"]
+    )
     assert result.exit_code == 1
     assert "time_window '2s' is outside 1m..7d" in _one_error_line(result.output)
 
@@ -92,8 +103,10 @@ def test_unreachable_database_is_one_line(monkeypatch: pytest.MonkeyPatch) -> No
 
 def test_bad_fleet_file(tmp_path: Path) -> None:
     path = tmp_path / "fleet.yaml"
-    path.write_text("type: fleet\nname: f\nkind: sim\nhosts:\n  - name: a\n    blocks: 3\n"
-                    "    cpus: 8\n    gpus: [{name: A100, memory: 80GB, count: 4}]\n")
+    path.write_text(
+        "type: fleet\nname: f\nkind: sim\nhosts:\n  - name: a\n    blocks: 3\n"
+        "    cpus: 8\n    gpus: [{name: A100, memory: 80GB, count: 4}]\n"
+    )
     result = runner.invoke(app, ["fleet", "apply", "-f", str(path)])
     assert result.exit_code == 1
     assert "blocks=3 must divide its 4 GPUs and 8 CPUs evenly" in _one_error_line(result.output)

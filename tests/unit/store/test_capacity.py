@@ -6,25 +6,41 @@ import threading
 
 from gpuflow.scheduler.model import Placement, Unschedulable
 from gpuflow.specs import FleetSpec, JobSpec
-from gpuflow.store.capacity import allocations_of, read_snapshot, release_allocation, take_allocation
+from gpuflow.store.capacity import (
+    allocations_of,
+    read_snapshot,
+    release_allocation,
+    take_allocation,
+)
 from gpuflow.store.db import Store
 from gpuflow.store.fleets import apply_fleet
 
 
 def _fleet(store: Store, gpus: int = 4, hosts: int = 1, blocks: int = 1) -> FleetSpec:
-    spec = FleetSpec.model_validate({
-        "type": "fleet", "name": "sim", "kind": "sim",
-        "hosts": [{"name": f"h{i}", "cpus": 16, "blocks": blocks,
-                   "gpus": [{"name": "A100", "memory": "80GB", "count": gpus}]}
-                  for i in range(hosts)],
-    })
+    spec = FleetSpec.model_validate(
+        {
+            "type": "fleet",
+            "name": "sim",
+            "kind": "sim",
+            "hosts": [
+                {
+                    "name": f"h{i}",
+                    "cpus": 16,
+                    "blocks": blocks,
+                    "gpus": [{"name": "A100", "memory": "80GB", "count": gpus}],
+                }
+                for i in range(hosts)
+            ],
+        }
+    )
     apply_fleet(store, spec)
     return spec
 
 
 def _job(name: str = "j", gpu: str = "A100:1", **extra: object) -> JobSpec:
-    return JobSpec.model_validate({"name": name, "commands": ["true"],
-                                   "resources": {"gpu": gpu, "cpu": 1}, **extra})
+    return JobSpec.model_validate(
+        {"name": name, "commands": ["true"], "resources": {"gpu": gpu, "cpu": 1}, **extra}
+    )
 
 
 def test_take_is_idempotent_per_job_and_attempt(store: Store) -> None:
@@ -54,8 +70,7 @@ def test_release_frees_and_is_idempotent(store: Store) -> None:
     assert isinstance(blocked, Unschedulable)
     assert release_allocation(store, job_id="job-a-1") == 1
     assert release_allocation(store, job_id="job-a-1") == 0
-    assert isinstance(take_allocation(store, job_id="job-b-1", attempt=1, job=_job("b")),
-                      Placement)
+    assert isinstance(take_allocation(store, job_id="job-b-1", attempt=1, job=_job("b")), Placement)
 
 
 def test_concurrent_placements_never_share_a_gpu(store: Store) -> None:
@@ -84,8 +99,9 @@ def test_concurrent_placements_never_share_a_gpu(store: Store) -> None:
 
 def test_removed_host_with_a_job_is_drained_not_deleted(store: Store) -> None:
     spec = _fleet(store, hosts=2)
-    placed = take_allocation(store, job_id="job-a-1", attempt=1,
-                             job=_job(placement={"hosts": ["h1"]}))
+    placed = take_allocation(
+        store, job_id="job-a-1", attempt=1, job=_job(placement={"hosts": ["h1"]})
+    )
     assert isinstance(placed, Placement)
     apply_fleet(store, spec.model_copy(update={"hosts": []}))
     with store.session() as session:
