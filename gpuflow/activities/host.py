@@ -43,14 +43,32 @@ class GpuSampler(Protocol):
 
 def _proc_start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot; None if it is gone or a zombie."""
+    stat = _proc_stat(pid)
+    return None if stat is None else int(stat[19])
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first); None if gone or a
+    zombie."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     fields = raw[raw.rindex(")") + 2 :].split()
-    if fields[0] == "Z":
-        return None
-    return int(fields[19])
+    return None if fields[0] in ("Z", "X") else fields
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any live process is still in the job's process group (the wrapper started it as
+    a session and group leader, so children that ignore SIGTERM are found here too)."""
+    if _proc_stat(pgid) is not None:
+        return True
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = _proc_stat(int(entry.name))
+            if stat is not None and int(stat[2]) == pgid:
+                return True
+    return False
 
 
 @dataclass
@@ -96,16 +114,18 @@ class HostAgent:
             if child.poll() is not None:
                 del self._children[key]
 
-    def _running_pid(self, paths: _Paths) -> int | None:
+    def _group(self, paths: _Paths) -> int | None:
+        """The job's process group id while any of its processes lives, else None."""
         try:
             state = json.loads(paths.state.read_text())
         except (OSError, ValueError):
             return None
         self._reap()
-        pid = int(state["pid"])
-        if _proc_start_time(pid) == state.get("start_time"):
-            return pid
-        return None
+        pgid = int(state["pid"])
+        leader_start = _proc_start_time(pgid)
+        if leader_start is not None and leader_start != state.get("start_time"):
+            return None  # the pid now belongs to an unrelated process
+        return pgid if _group_alive(pgid) else None
 
     @activity.defn(name="start_process")
     async def start_process(self, inp: StartProcessInput) -> ProcessHandle:
@@ -171,44 +191,50 @@ class HostAgent:
         paths = self._paths(inp.job_id, inp.attempt, inp.rank)
         if not paths.state.exists():
             return ProbeResult(state="missing")
-        pid = self._running_pid(paths)
-        if pid is None:
+        if paths.exit_code.exists():
+            # The job's script has ended; leftovers in its group are stopped at finalize.
             self.sampler.forget(str(paths.root))
-            if paths.stopped.exists():
-                return ProbeResult(state="stopped", exit_code=None)
             try:
                 code = int(paths.exit_code.read_text().strip())
             except (OSError, ValueError):
-                return ProbeResult(state="missing")  # died without a trace (e.g. host reboot)
+                code = None
             return ProbeResult(state="exited", exit_code=code)
+        pgid = self._group(paths)
+        if pgid is None:
+            self.sampler.forget(str(paths.root))
+            if paths.stopped.exists():
+                return ProbeResult(state="stopped", exit_code=None)
+            return ProbeResult(state="missing")  # died without a trace (e.g. host reboot)
         if not inp.sample or not inp.gpu_indices:
             return ProbeResult(state="running")
         try:
             samples = await asyncio.to_thread(
-                self.sampler.sample, str(paths.root), pid, inp.gpu_indices, time.time()
+                self.sampler.sample, str(paths.root), pgid, inp.gpu_indices, time.time()
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 — a sampler fault is reported, never fatal
             return ProbeResult(state="running", sample_error=str(exc))
         return ProbeResult(state="running", samples=samples)
 
     @activity.defn(name="stop_process")
     async def stop_process(self, inp: StopProcessInput) -> StopProcessResult:
+        """SIGTERM to the job's whole process group, SIGKILL after the grace period."""
         paths = self._paths(inp.job_id, inp.attempt, inp.rank)
-        pid = self._running_pid(paths) if paths.state.exists() else None
-        if pid is None:
+        pgid = self._group(paths) if paths.state.exists() else None
+        if pgid is None:
             return StopProcessResult(was_running=False)
-        paths.stopped.touch()
-        _signal_group(pid, signal.SIGTERM)
+        if not paths.exit_code.exists():
+            paths.stopped.touch()
+        _signal_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + inp.grace_s
         while time.monotonic() < deadline:
-            if self._running_pid(paths) is None:
+            if self._group(paths) is None:
                 self.sampler.forget(str(paths.root))
                 return StopProcessResult(was_running=True, signal="TERM")
             activity.heartbeat()
             await asyncio.sleep(0.2)
-        _signal_group(pid, signal.SIGKILL)
+        _signal_group(pgid, signal.SIGKILL)
         for _ in range(50):
-            if self._running_pid(paths) is None:
+            if self._group(paths) is None:
                 break
             await asyncio.sleep(0.1)
         self.sampler.forget(str(paths.root))

@@ -1,0 +1,135 @@
+"""The host agent's activities on real processes: idempotent start, exit codes, stop with
+SIGTERM then SIGKILL, node variables, and a restarted agent that still knows its processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from gpuflow.activities.host import HostAgent
+from gpuflow.scheduler.model import NodePlacement
+from gpuflow.utilization import GpuSample
+from gpuflow.workflows.models import LogsInput, ProbeInput, StartProcessInput, StopProcessInput
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+class _NoSampler:
+    def sample(self, job_key: str, root_pid: int, indices: list[int],
+               now: float) -> list[GpuSample]:
+        return [GpuSample(gpu=i, ts=now, utilization=42, memory_used_mib=1,
+                          memory_total_mib=2) for i in indices]
+
+    def forget(self, job_key: str) -> None:
+        return None
+
+
+def _agent(tmp_path: Path) -> HostAgent:
+    return HostAgent(host_id="sim/h1", state_dir=tmp_path / "agent", sampler=_NoSampler())
+
+
+def _start(commands: list[str], *, rank: int = 0, gpus: list[int] | None = None,
+           job_id: str = "job-t-1") -> StartProcessInput:
+    node = NodePlacement(rank=rank, host_id="sim/h1", host_name="h1", fleet="sim",
+                         task_queue="q", gpu_indices=gpus or [2, 3], address="10.9.8.7")
+    return StartProcessInput(job_id=job_id, attempt=1, node=node, nodes=2,
+                             master_address="10.9.8.7", commands=commands,
+                             env={"GREETING": "hi"})
+
+
+async def _until_exited(agent: HostAgent, probe: ProbeInput, timeout: float = 10) -> str:
+    env = ActivityEnvironment()
+    for _ in range(int(timeout * 20)):
+        result = await env.run(agent.probe_process, probe)
+        if result.state != "running":
+            return f"{result.state}:{result.exit_code}"
+        await asyncio.sleep(0.05)
+    raise AssertionError("still running")
+
+
+async def test_start_is_idempotent_and_sets_node_variables(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    env = ActivityEnvironment()
+    inp = _start(["echo $GREETING rank=$GPUFLOW_NODE_RANK of=$GPUFLOW_NODES_NUM",
+                  "echo cuda=$CUDA_VISIBLE_DEVICES master=$GPUFLOW_MASTER_NODE_IP "
+                  "per_node=$GPUFLOW_GPUS_PER_NODE"])
+    first = await env.run(agent.start_process, inp)
+    second = await env.run(agent.start_process, inp)
+    assert second.pid == first.pid and second.already_running and not first.already_running
+    probe = ProbeInput(job_id="job-t-1", attempt=1, rank=0)
+    assert await _until_exited(agent, probe) == "exited:0"
+    log = await env.run(agent.read_logs, LogsInput(job_id="job-t-1"))
+    assert log.data.splitlines() == ["hi rank=0 of=2", "cuda=2,3 master=10.9.8.7 per_node=2"]
+
+
+async def test_exit_code_is_reported(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    await ActivityEnvironment().run(agent.start_process, _start(["exit 7"]))
+    assert await _until_exited(agent, ProbeInput(job_id="job-t-1", attempt=1, rank=0)) == "exited:7"
+
+
+async def test_running_probe_carries_samples(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    env = ActivityEnvironment()
+    await env.run(agent.start_process, _start(["sleep 30"]))
+    result = await env.run(agent.probe_process,
+                           ProbeInput(job_id="job-t-1", attempt=1, rank=0, gpu_indices=[2, 3]))
+    assert result.state == "running"
+    assert [s.gpu for s in result.samples] == [2, 3]
+    await env.run(agent.stop_process, StopProcessInput(job_id="job-t-1", attempt=1, rank=0,
+                                                        grace_s=2))
+
+
+async def test_restarted_agent_knows_its_process_and_stops_it(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    env = ActivityEnvironment()
+    await env.run(_agent(tmp_path).start_process, _start([f"echo $$ > {pid_file}", "sleep 60"]))
+    for _ in range(100):
+        if pid_file.exists() and pid_file.read_text().strip():
+            break
+        await asyncio.sleep(0.05)
+    restarted = _agent(tmp_path)  # a new agent process: nothing in memory, same state dir
+    probe = ProbeInput(job_id="job-t-1", attempt=1, rank=0)
+    assert (await env.run(restarted.probe_process, probe)).state == "running"
+    again = await env.run(restarted.start_process, _start(["sleep 60"]))
+    assert again.already_running
+    stopped = await env.run(restarted.stop_process,
+                            StopProcessInput(job_id="job-t-1", attempt=1, rank=0, grace_s=5))
+    assert stopped.was_running and stopped.signal == "TERM"
+    job_pid = int(pid_file.read_text())
+    await asyncio.sleep(0.2)
+    assert not _alive(job_pid)
+    assert (await env.run(restarted.probe_process, probe)).state == "stopped"
+    second = await env.run(restarted.stop_process,
+                           StopProcessInput(job_id="job-t-1", attempt=1, rank=0))
+    assert not second.was_running
+
+
+async def test_stop_escalates_to_kill_after_grace(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    env = ActivityEnvironment()
+    await env.run(agent.start_process, _start(["trap '' TERM", "sleep 60 & wait"]))
+    await asyncio.sleep(0.3)
+    stopped = await env.run(agent.stop_process,
+                            StopProcessInput(job_id="job-t-1", attempt=1, rank=0, grace_s=0.5))
+    assert stopped.signal == "KILL"
+
+
+async def test_vanished_state_is_missing_not_idle(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    result = await ActivityEnvironment().run(
+        agent.probe_process, ProbeInput(job_id="job-unknown", attempt=1, rank=0))
+    assert result.state == "missing"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and ") Z" not in stat.read_text()

@@ -1,0 +1,125 @@
+"""Job and fleet specs: the GPU grammar, ranges, profiles and their precedence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuflow.errors import SpecError
+from gpuflow.specs import GPUSpec, JobSpec, load_fleet, load_job, merge_job
+from gpuflow.status import RetryEvent
+
+GIB = 1024
+
+
+@pytest.mark.parametrize(
+    ("text", "vendor", "names", "memory", "count"),
+    [
+        ("A100:80GB:2", None, ["A100"], (80 * GIB, 80 * GIB), (2, 2)),
+        ("H100,A100:8", None, ["H100", "A100"], None, (8, 8)),
+        ("24GB..", None, [], (24 * GIB, None), (1, 1)),
+        ("nvidia:1..4", "nvidia", [], None, (1, 4)),
+        ("16GB..40GB:2", None, [], (16 * GIB, 40 * GIB), (2, 2)),
+        ("amd:MI300X:192GB:8", "amd", ["MI300X"], (192 * GIB, 192 * GIB), (8, 8)),
+    ],
+)
+def test_gpu_grammar(text: str, vendor: str | None, names: list[str],
+                     memory: tuple[int, int | None] | None, count: tuple[int, int]) -> None:
+    gpu = GPUSpec.parse(text)
+    assert gpu.vendor == vendor
+    assert gpu.names == names
+    assert (None if gpu.memory is None else (gpu.memory.min, gpu.memory.max)) == memory
+    assert (gpu.count.min, gpu.count.max) == count
+    assert gpu.fraction is None
+
+
+def test_gpu_fraction_and_round_trip() -> None:
+    gpu = GPUSpec.parse("T4:0.5")
+    assert gpu.fraction == 0.5
+    job = JobSpec.model_validate({"name": "x", "commands": ["true"],
+                                  "resources": {"gpu": "A100:80GB:2", "memory": "64GB.."}})
+    assert JobSpec.model_validate_json(job.model_dump_json()) == job
+
+
+@pytest.mark.parametrize(
+    ("gpu", "message"),
+    [
+        ("A100:4..2", "range 4..2 is empty"),
+        ("A100:1.5", "must be a whole number, or a fraction below 1"),
+        ("A100:0.5..1", "a GPU fraction (0.5) cannot be a range"),
+        ("nvidia::2", "has an empty part"),
+    ],
+)
+def test_gpu_grammar_errors(gpu: str, message: str) -> None:
+    with pytest.raises(SpecError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        merge_job({"name": "x", "commands": ["true"], "resources": {"gpu": gpu}})
+
+
+def test_retry_true_means_every_event() -> None:
+    job = merge_job({"name": "x", "commands": ["true"], "retry": True})
+    assert job.retry is not None and set(job.retry.on_events) == set(RetryEvent)
+
+
+def test_policy_only_in_the_profile_is_inherited(tmp_path: Path) -> None:
+    (tmp_path / "profile.yaml").write_text(
+        "utilization_policy: {min_gpu_utilization: 10, time_window: 30m}\nmax_duration: 1d\n")
+    (tmp_path / "job.yaml").write_text(
+        "name: train\nprofile: profile.yaml\ncommands: [python train.py]\n"
+        "resources: {gpu: A100:1}\n")
+    job = load_job(tmp_path / "job.yaml")
+    assert job.utilization_policy is not None
+    assert job.utilization_policy.min_gpu_utilization == 10
+    assert job.utilization_policy.time_window == 1800
+    assert job.max_duration == 86400
+
+
+def test_flags_beat_job_file_which_beats_profile(tmp_path: Path) -> None:
+    (tmp_path / "profile.yaml").write_text(
+        "utilization_policy: {min_gpu_utilization: 10, time_window: 30m}\n"
+        "env: {A: profile, B: profile}\n")
+    (tmp_path / "job.yaml").write_text(
+        "name: train\ncommands: [python train.py]\nresources: {gpu: A100:1}\n"
+        "utilization_policy: {min_gpu_utilization: 40}\nenv: {B: job}\n")
+    job = load_job(tmp_path / "job.yaml", profile=str(tmp_path / "profile.yaml"),
+                   overrides={"utilization_policy": {"time_window": "2h"}})
+    assert job.utilization_policy is not None
+    assert job.utilization_policy.min_gpu_utilization == 40  # job beats profile
+    assert job.utilization_policy.time_window == 7200  # flag beats both
+    assert job.env == {"A": "profile", "B": "job"}
+
+
+def test_profile_may_not_name_the_job(tmp_path: Path) -> None:
+    (tmp_path / "profile.yaml").write_text("name: sneaky\n")
+    (tmp_path / "job.yaml").write_text("name: x\ncommands: [true]\nprofile: profile.yaml\n")
+    with pytest.raises(SpecError, match="name: not allowed in a profile"):
+        load_job(tmp_path / "job.yaml")
+
+
+@pytest.mark.parametrize("window", ["59s", "8d", "0"])
+def test_window_outside_one_minute_to_seven_days(window: str) -> None:
+    with pytest.raises(SpecError, match="outside 1m..7d"):
+        merge_job({"name": "x", "commands": ["true"], "resources": {"gpu": 1},
+                   "utilization_policy": {"min_gpu_utilization": 5, "time_window": window}})
+
+
+@pytest.mark.parametrize("window", ["1m", "7d", "90m"])
+def test_window_bounds_are_inclusive(window: str) -> None:
+    merge_job({"name": "x", "commands": ["true"], "resources": {"gpu": 1},
+               "utilization_policy": {"min_gpu_utilization": 5, "time_window": window}})
+
+
+def test_policy_needs_a_gpu_job() -> None:
+    with pytest.raises(SpecError, match="utilization_policy needs a job that asks for GPUs"):
+        merge_job({"name": "x", "commands": ["true"],
+                   "utilization_policy": {"min_gpu_utilization": 5, "time_window": "5m"}})
+
+
+def test_examples_are_valid() -> None:
+    examples = Path(__file__).parents[2] / "examples"
+    for path in sorted(examples.glob("*.yaml")):
+        text = path.read_text()
+        if "type: fleet" in text:
+            load_fleet(path)
+        elif "type: task" in text:
+            load_job(path)
