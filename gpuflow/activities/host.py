@@ -211,7 +211,7 @@ class HostAgent:
             samples = await asyncio.to_thread(
                 self.sampler.sample, str(paths.root), pgid, inp.gpu_indices, time.time()
             )
-        except Exception as exc:  # noqa: BLE001 — a sampler fault is reported, never fatal
+        except Exception as exc:  # a sampler fault is reported, never fatal
             return ProbeResult(state="running", sample_error=str(exc))
         return ProbeResult(state="running", samples=samples)
 

@@ -98,7 +98,7 @@ def test_profile_may_not_name_the_job(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("window", ["59s", "8d", "0"])
 def test_window_outside_one_minute_to_seven_days(window: str) -> None:
-    with pytest.raises(SpecError, match="outside 1m..7d"):
+    with pytest.raises(SpecError, match=r"outside 1m\.\.7d"):
         merge_job({"name": "x", "commands": ["true"], "resources": {"gpu": 1},
                    "utilization_policy": {"min_gpu_utilization": 5, "time_window": window}})
 
