@@ -12,12 +12,22 @@ import contextlib
 import os
 import secrets
 from collections.abc import AsyncIterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import BaseModel, Field
 from temporalio.client import Client as TemporalClient
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import (
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+)
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError
 
@@ -85,6 +95,7 @@ def _search_attributes_enabled() -> bool:
 
 JobInfoList = list[JobInfo]
 FleetInfoList = list[FleetInfo]
+ScheduleList = list[dict[str, Any]]
 
 
 class Client:
@@ -244,6 +255,62 @@ class Client:
         if rank < len(info.hosts) and info.hosts[rank] in hosts:
             return hosts[info.hosts[rank]].task_queue
         return None
+
+    # ---- schedules ----------------------------------------------------------------------------
+
+    async def schedule(
+        self,
+        spec: JobSpec,
+        *,
+        cron: str | None = None,
+        every_s: int | None = None,
+        schedule_id: str | None = None,
+    ) -> str:
+        """A Temporal Schedule that submits the job on a cron or every `every_s` seconds.
+        Each run is a job of its own, `job-<name>-<time>`."""
+        if (cron is None) == (every_s is None):
+            raise SpecError("give exactly one of cron or every")
+        if every_s is not None and every_s < 60:
+            raise SpecError(f"every is {every_s}s; a schedule runs at most once a minute")
+        schedule_id = schedule_id or f"schedule-{spec.name}"
+        action = ScheduleActionStartWorkflow(
+            "JobWorkflow",
+            JobInput(spec=spec, search_attributes=_search_attributes_enabled()),
+            id=f"job-{spec.name}",
+            task_queue=CONTROL_TASK_QUEUE,
+            static_summary=f"job {spec.name} (from {schedule_id})",
+        )
+        calendar = ScheduleSpec(cron_expressions=[cron]) if cron else ScheduleSpec(
+            intervals=[ScheduleIntervalSpec(every=timedelta(seconds=every_s or 0))])
+        try:
+            await self.temporal.create_schedule(
+                schedule_id,
+                Schedule(action=action, spec=calendar,
+                         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP)),
+            )
+        except ScheduleAlreadyRunningError:
+            raise SpecError(f"schedule {schedule_id} exists; delete it first") from None
+        except RPCError as exc:
+            raise SpecError(f"schedule {schedule_id}: {exc.message}") from None
+        return schedule_id
+
+    async def schedules(self) -> ScheduleList:
+        out = []
+        async for item in await self.temporal.list_schedules():
+            info = item.info
+            out.append({
+                "id": item.id,
+                "next": [t.isoformat() for t in (info.next_action_times if info else [])][:3],
+                "recent": [a.action.workflow_id for a in (info.recent_actions if info else [])
+                           if hasattr(a.action, "workflow_id")][-3:],
+            })
+        return out
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        try:
+            await self.temporal.get_schedule_handle(schedule_id).delete()
+        except RPCError as exc:
+            raise NotFoundError(f"schedule {schedule_id}: {exc.message}") from None
 
     # ---- fleets and offers ------------------------------------------------------------------
 

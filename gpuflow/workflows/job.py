@@ -128,8 +128,11 @@ class JobWorkflow:
 
     @workflow.run
     async def run(self, inp: JobInput) -> JobResult:
-        if inp.submitted_at is None:
-            inp = inp.model_copy(update={"submitted_at": workflow.info().start_time})
+        if inp.submitted_at is None or not inp.job_id:
+            inp = inp.model_copy(update={
+                "submitted_at": inp.submitted_at or workflow.info().start_time,
+                "job_id": inp.job_id or workflow.info().workflow_id,
+            })
         self._job_id = inp.job_id
         self._name = inp.spec.name
         self._search_attributes = inp.search_attributes

@@ -32,7 +32,8 @@ class JobResume(BaseModel):
 
 
 class JobInput(BaseModel):
-    job_id: str
+    job_id: str = ""
+    """Empty means the workflow's own id (what a Temporal Schedule's runs need)."""
     spec: JobSpec
     submitted_at: datetime | None = None
     """Server time of the submission; the first run fills it in from its own start time, so

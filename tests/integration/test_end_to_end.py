@@ -176,3 +176,29 @@ async def test_killed_control_worker_resumes_with_one_process_and_one_allocation
     assert result.status == JobStatus.DONE
     assert marker.read_text().count("started") == 1
     assert allocations_of(store, job.id) == []
+
+
+async def test_schedule_runs_become_jobs(
+    dev_env: WorkflowEnvironment, sqlite_store: Store, tmp_path: Path
+) -> None:
+    fleet = f"f{uuid.uuid4().hex[:6]}"
+    client = Client(temporal=dev_env.client, store=sqlite_store)
+    schedule_id = f"nightly-{uuid.uuid4().hex[:6]}"
+    async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
+        await client.apply_fleet(_fleet(fleet))
+        created = await client.schedule(_job("nightly", ["echo scheduled"], fleets=[fleet]),
+                                        cron="0 3 * * *", schedule_id=schedule_id)
+        assert created == schedule_id
+        await dev_env.client.get_schedule_handle(schedule_id).trigger()
+        job_id = None
+        for _ in range(100):
+            runs = [j for j in await client.list(include_finished=True) if j.name == "nightly"]
+            if runs and runs[0].status.is_final:
+                job_id = runs[0].id
+                break
+            await asyncio.sleep(0.2)
+        listed = await client.schedules()
+        await client.delete_schedule(schedule_id)
+    assert job_id is not None and job_id.startswith("job-nightly-")
+    assert (await client.get(job_id)).status == JobStatus.DONE
+    assert any(item["id"] == schedule_id for item in listed)
