@@ -272,7 +272,9 @@ async def offers(
 
 # ---- schedules ------------------------------------------------------------------------------
 
-schedule_app = typer.Typer(help="Submit a job on a cron (Temporal Schedules).", no_args_is_help=True)
+schedule_app = typer.Typer(
+    help="Submit a job on a cron (Temporal Schedules).", no_args_is_help=True
+)
 app.add_typer(schedule_app, name="schedule")
 
 
