@@ -28,7 +28,7 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
 )
-from temporalio.common import WorkflowIDReusePolicy
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError
 
 from gpuflow.config import TemporalConfig, connect_temporal
@@ -45,7 +45,14 @@ from gpuflow.store.jobs import find_job, list_jobs, record_job
 from gpuflow.store.tables import JobRow
 from gpuflow.utilization import UtilizationState
 from gpuflow.workflows.logs import ReadLogsInput
-from gpuflow.workflows.models import JobInput, JobProgress, JobResult, LogChunk, LogsInput
+from gpuflow.workflows.models import (
+    FleetInput,
+    JobInput,
+    JobProgress,
+    JobResult,
+    LogChunk,
+    LogsInput,
+)
 
 
 class JobInfo(BaseModel):
@@ -87,6 +94,19 @@ class FleetInfo(BaseModel):
     kind: str
     scorer: str
     hosts: list[dict[str, Any]]
+
+
+async def watch_fleet(temporal: TemporalClient, fleet: str) -> None:
+    """Start the fleet's health checks (FleetWorkflow), or make a running one check now."""
+    await temporal.start_workflow(
+        "FleetWorkflow",
+        FleetInput(fleet=fleet),
+        id=f"fleet-{fleet}",
+        task_queue=CONTROL_TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        static_summary=f"health checks of fleet {fleet}",
+    )
+    await temporal.get_workflow_handle(f"fleet-{fleet}").signal("refresh")
 
 
 def _search_attributes_enabled() -> bool:
@@ -280,13 +300,21 @@ class Client:
             task_queue=CONTROL_TASK_QUEUE,
             static_summary=f"job {spec.name} (from {schedule_id})",
         )
-        calendar = ScheduleSpec(cron_expressions=[cron]) if cron else ScheduleSpec(
-            intervals=[ScheduleIntervalSpec(every=timedelta(seconds=every_s or 0))])
+        calendar = (
+            ScheduleSpec(cron_expressions=[cron])
+            if cron
+            else ScheduleSpec(
+                intervals=[ScheduleIntervalSpec(every=timedelta(seconds=every_s or 0))]
+            )
+        )
         try:
             await self.temporal.create_schedule(
                 schedule_id,
-                Schedule(action=action, spec=calendar,
-                         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP)),
+                Schedule(
+                    action=action,
+                    spec=calendar,
+                    policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+                ),
             )
         except ScheduleAlreadyRunningError:
             raise SpecError(f"schedule {schedule_id} exists; delete it first") from None
@@ -298,12 +326,17 @@ class Client:
         out = []
         async for item in await self.temporal.list_schedules():
             info = item.info
-            out.append({
-                "id": item.id,
-                "next": [t.isoformat() for t in (info.next_action_times if info else [])][:3],
-                "recent": [a.action.workflow_id for a in (info.recent_actions if info else [])
-                           if hasattr(a.action, "workflow_id")][-3:],
-            })
+            out.append(
+                {
+                    "id": item.id,
+                    "next": [t.isoformat() for t in (info.next_action_times if info else [])][:3],
+                    "recent": [
+                        a.action.workflow_id
+                        for a in (info.recent_actions if info else [])
+                        if hasattr(a.action, "workflow_id")
+                    ][-3:],
+                }
+            )
         return out
 
     async def delete_schedule(self, schedule_id: str) -> None:
@@ -327,6 +360,7 @@ class Client:
         else:
             facts = {}
         await asyncio.to_thread(apply_fleet, self.store, spec, facts)
+        await watch_fleet(self.temporal, spec.name)
         await self._signal_pending_jobs()
         return next(f for f in await self.fleets() if f.name == spec.name)
 
@@ -335,6 +369,14 @@ class Client:
             if job.status == JobStatus.PENDING:
                 with contextlib.suppress(RPCError):  # it ended meanwhile
                     await self.temporal.get_workflow_handle(job.id).signal("capacity_changed")
+
+    async def delete_fleet(self, name: str) -> None:
+        """Delete a fleet that runs no job; its health checks end."""
+        from gpuflow.store.fleets import delete_fleet
+
+        await asyncio.to_thread(delete_fleet, self.store, name)
+        with contextlib.suppress(RPCError):
+            await self.temporal.get_workflow_handle(f"fleet-{name}").signal("refresh")
 
     async def fleets(self) -> FleetInfoList:
         def read() -> FleetInfoList:

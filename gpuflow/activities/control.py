@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlmodel import col, select
@@ -17,8 +18,13 @@ from gpuflow.store.capacity import release_allocation, take_allocation
 from gpuflow.store.db import Store
 from gpuflow.store.fleets import get_host, set_host_state
 from gpuflow.store.jobs import add_event, record_job, update_job
-from gpuflow.store.tables import JobRow
+from gpuflow.store.tables import FleetRow, HostRow, JobRow
 from gpuflow.workflows.models import (
+    FleetHost,
+    FleetHostsResult,
+    FleetInput,
+    HostHealthInput,
+    HostHealthResult,
     HostStateInput,
     JobStatusInput,
     PlaceInput,
@@ -116,6 +122,56 @@ class ControlActivities:
             return ProvisionResult(host_id=inp.host_id, ready=False, message=error)
         return ProvisionResult(host_id=inp.host_id, ready=True)
 
+    @activity.defn(name="fleet_hosts")
+    async def fleet_hosts(self, inp: FleetInput) -> FleetHostsResult:
+        def read() -> FleetHostsResult:
+            with self.store.session() as session:
+                fleet = session.get(FleetRow, inp.fleet)
+                if fleet is None:
+                    return FleetHostsResult(deleted=True)
+                declared = (
+                    {h["name"]: h.get("state", "ready") for h in fleet.spec.get("hosts", [])}
+                    if fleet.kind == "sim"
+                    else {}
+                )
+                rows = session.exec(select(HostRow).where(HostRow.fleet == inp.fleet)).all()
+                return FleetHostsResult(
+                    hosts=[
+                        FleetHost(host_id=h.id, name=h.name, task_queue=h.task_queue)
+                        for h in rows
+                        if h.state != HostState.MAINTENANCE
+                        and declared.get(h.name, "ready") == "ready"
+                    ]
+                )
+
+        return await asyncio.to_thread(read)
+
+    @activity.defn(name="record_host_health")
+    async def record_host_health(self, inp: HostHealthInput) -> HostHealthResult:
+        def write() -> HostHealthResult:
+            now = datetime.now(UTC)
+            became_ready = []
+            with self.store.session() as session:
+                for ping in inp.pings:
+                    host = session.get(HostRow, ping.host_id)
+                    if host is None or host.state == HostState.MAINTENANCE:
+                        continue
+                    if ping.answered:
+                        if host.state != HostState.READY:
+                            became_ready.append(host.id)
+                        host.state, host.state_detail = HostState.READY, None
+                        host.last_heartbeat = now
+                    elif host.state == HostState.READY:
+                        host.state = HostState.NOT_READY
+                        host.state_detail = "agent not answering"
+                    session.add(host)
+                session.commit()
+            return HostHealthResult(
+                became_ready=became_ready, waiting_jobs=self._pending_jobs() if became_ready else []
+            )
+
+        return await asyncio.to_thread(write)
+
     @activity.defn(name="set_host_state")
     async def set_host_state(self, inp: HostStateInput) -> None:
         await asyncio.to_thread(set_host_state, self.store, inp.host_id, inp.state, inp.detail)
@@ -127,6 +183,8 @@ class ControlActivities:
             self.record_job_status,
             self.provision_host,
             self.set_host_state,
+            self.fleet_hosts,
+            self.record_host_health,
         ]
 
 

@@ -382,11 +382,9 @@ async def fleet_list(as_json: bool = typer.Option(False, "--json", help="Print J
 @run
 async def fleet_delete(name: str = typer.Argument(...)) -> None:
     """Delete a fleet that runs no job."""
-    from gpuflow.store.fleets import delete_fleet
-
     client = await _client()
     try:
-        await asyncio.to_thread(delete_fleet, client.store, name)
+        await client.delete_fleet(name)
     finally:
         await client.close()
     console.print(f"fleet {name} deleted")

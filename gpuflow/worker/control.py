@@ -25,6 +25,7 @@ from gpuflow.store.tables import HostRow
 from gpuflow.worker.agent import agent_state_dir, make_agent_worker
 from gpuflow.worker.samplers import sampler_for_host
 from gpuflow.workflows import workflow_runner
+from gpuflow.workflows.fleet import FleetWorkflow
 from gpuflow.workflows.job import JobWorkflow
 from gpuflow.workflows.logs import ReadLogsWorkflow
 
@@ -74,7 +75,7 @@ class ControlWorker:
         self.worker = Worker(
             client,
             task_queue=CONTROL_TASK_QUEUE,
-            workflows=[JobWorkflow, ReadLogsWorkflow],
+            workflows=[JobWorkflow, ReadLogsWorkflow, FleetWorkflow],
             workflow_runner=workflow_runner(),
             activities=self.activities.activities(),
             activity_executor=self._executor,

@@ -135,13 +135,15 @@ async def control_plane(
         control = await stack.enter_async_context(ControlWorker(client, store, home=home))
         if local_agent:
             from gpuflow.activities.host import HostAgent
+            from gpuflow.client import watch_fleet
 
-            await asyncio.to_thread(apply_local_fleet, store)
             hid = host_id(LOCAL_FLEET, local_host_name())
             agent = HostAgent(
                 host_id=hid, state_dir=agent_state_dir(home, hid), sampler=NvmlGpuSampler()
             )
             await stack.enter_async_context(make_agent_worker(client, agent, host_task_queue(hid)))
+            await asyncio.to_thread(apply_local_fleet, store)
+            await watch_fleet(client, LOCAL_FLEET)
         yield control
 
 

@@ -123,6 +123,40 @@ class HostStateInput(BaseModel):
     detail: str | None = None
 
 
+# ---- fleet workflow -----------------------------------------------------------------------
+
+
+class FleetInput(BaseModel):
+    fleet: str
+
+
+class FleetHost(BaseModel):
+    host_id: str
+    name: str
+    task_queue: str
+
+
+class FleetHostsResult(BaseModel):
+    hosts: list[FleetHost] = Field(default_factory=list)
+    """Hosts whose agent should answer (declared states of simulated hosts are kept as is)."""
+    deleted: bool = False
+
+
+class HostPing(BaseModel):
+    host_id: str
+    answered: bool
+
+
+class HostHealthInput(BaseModel):
+    fleet: str
+    pings: list[HostPing]
+
+
+class HostHealthResult(BaseModel):
+    became_ready: list[str] = Field(default_factory=list)
+    waiting_jobs: list[str] = Field(default_factory=list)
+
+
 # ---- host activities ----------------------------------------------------------------------
 
 

@@ -186,8 +186,11 @@ async def test_schedule_runs_become_jobs(
     schedule_id = f"nightly-{uuid.uuid4().hex[:6]}"
     async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
         await client.apply_fleet(_fleet(fleet))
-        created = await client.schedule(_job("nightly", ["echo scheduled"], fleets=[fleet]),
-                                        cron="0 3 * * *", schedule_id=schedule_id)
+        created = await client.schedule(
+            _job("nightly", ["echo scheduled"], fleets=[fleet]),
+            cron="0 3 * * *",
+            schedule_id=schedule_id,
+        )
         assert created == schedule_id
         await dev_env.client.get_schedule_handle(schedule_id).trigger()
         job_id = None
@@ -202,3 +205,54 @@ async def test_schedule_runs_become_jobs(
     assert job_id is not None and job_id.startswith("job-nightly-")
     assert (await client.get(job_id)).status == JobStatus.DONE
     assert any(item["id"] == schedule_id for item in listed)
+
+
+async def test_fleet_health_marks_a_silent_agent_not_ready_and_back(
+    dev_env: WorkflowEnvironment, sqlite_store: Store, tmp_path: Path
+) -> None:
+    """An ssh-less, non-simulated host whose agent does not poll is marked not_ready by the
+    FleetWorkflow; when its agent starts, it is ready again and a waiting job runs there."""
+    from gpuflow.activities.host import HostAgent
+    from gpuflow.naming import host_task_queue
+    from gpuflow.store.fleets import get_host
+    from gpuflow.worker.agent import make_agent_worker
+    from gpuflow.worker.samplers import sampler_for_host
+
+    fleet = f"f{uuid.uuid4().hex[:6]}"
+    client = Client(temporal=dev_env.client, store=sqlite_store)
+    async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
+        await client.apply_fleet(_fleet(fleet))
+        hid = f"{fleet}/h1"
+        with sqlite_store.session() as session:  # make it a host with an agent of its own
+            from gpuflow.store.tables import HostRow
+
+            row = session.get(HostRow, hid)
+            assert row is not None
+            row.simulated = False
+            session.add(row)
+            session.commit()
+        await dev_env.client.get_workflow_handle(f"fleet-{fleet}").signal("refresh")
+        for _ in range(150):
+            host = get_host(sqlite_store, hid)
+            if host is not None and host.state == "not_ready":
+                break
+            await asyncio.sleep(0.2)
+        assert host is not None and host.state == "not_ready"
+        offers = await client.offers(_job("x", ["true"], fleets=[fleet]))
+        assert next(str(r) for r in offers.rejections).startswith(
+            "h1: not ready (agent not answering"
+        )
+        job = await client.submit(
+            _job(
+                "waits",
+                ["echo ran"],
+                fleets=[fleet],
+                retry={"on_events": ["no-capacity"], "duration": "10m"},
+            )
+        )
+        agent = HostAgent(host_id=hid, state_dir=tmp_path / "agent", sampler=sampler_for_host({}))
+        async with make_agent_worker(dev_env.client, agent, host_task_queue(hid)):
+            await dev_env.client.get_workflow_handle(f"fleet-{fleet}").signal("refresh")
+            result = await client.wait(job.id, timeout_s=60)
+        await client.delete_fleet(fleet)
+    assert result.status == JobStatus.DONE
