@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from gpuflow.activities import gpus
 from gpuflow.activities.gpus import (
     LIBRARY_ENV,
     NvmlError,
@@ -229,8 +230,10 @@ def test_process_cpu_reads_a_busy_process_high_and_an_idle_one_low(
     time.sleep(1.5)
     busy_load = busy.cpu_percent(time.time())
     idle_load = idle.cpu_percent(time.time())
-    assert busy_load is not None and busy_load > 40
-    assert idle_load is not None and idle_load < 10
+    # Other work on the machine takes its share of the busy process's core: compare loosely.
+    assert busy_load is not None and idle_load is not None
+    assert busy_load > max(10, 4 * idle_load)
+    assert idle_load < 5
     assert busy.memory_used_mib > 0
 
 
@@ -239,7 +242,27 @@ def test_process_cpu_counts_the_whole_tree(spawn: list[subprocess.Popen[bytes]])
     script = f'"{sys.executable}" -c "{BUSY}" & wait'
     root = _start(spawn, "/bin/sh", "-c", f"/bin/sh -c '{script}' & wait")
     time.sleep(0.3)
-    assert _load_after(ProcessCpuSampler(root), 1.5) > 40
+    assert _load_after(ProcessCpuSampler(root), 1.5) > 10
+
+
+def test_process_cpu_is_cpu_seconds_over_wall_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (pid, start time, CPU ticks, RSS bytes); 100 ticks a second.
+    readings = iter(
+        [
+            [(10, 1, 100, 0)],
+            [(10, 1, 300, 0), (11, 5, 50, 2 << 20)],  # +200 ticks, and a new child with 50
+            [(10, 1, 900, 0), (11, 5, 50, 2 << 20)],  # +600 ticks in 5 s: capped at one core
+            None,  # the root exited
+        ]
+    )
+    monkeypatch.setattr(gpus, "_process_tree", lambda root: next(readings))
+    monkeypatch.setattr(gpus, "_CLOCK_TICKS", 100)
+    sampler = ProcessCpuSampler(10)
+    assert sampler.cpu_percent(1000.0) is None
+    assert sampler.cpu_percent(1005.0) == pytest.approx(50.0)  # 2.5 CPU s over 5 s
+    assert sampler.memory_used_mib == 2
+    assert sampler.cpu_percent(1010.0) == 100.0
+    assert sampler.cpu_percent(1015.0) is None
 
 
 def test_process_cpu_of_a_finished_job_is_no_sample(spawn: list[subprocess.Popen[bytes]]) -> None:
@@ -263,5 +286,5 @@ def test_simulated_samples_say_so(spawn: list[subprocess.Popen[bytes]]) -> None:
     assert tree.sample([2], time.time()).samples == []  # baseline
     time.sleep(1.0)
     [sample] = tree.sample([2], time.time()).samples
-    assert sample.simulated and sample.utilization > 40
+    assert sample.simulated and sample.utilization > 10
     assert sample.memory_used_mib <= 1
