@@ -170,7 +170,7 @@ class NvmlSampler:
                 errors=[GpuSampleError(gpu=i, message=message, code=exc.code) for i in indices]
             )
         samples, errors = [], []
-        for index in indices:
+        for position, index in enumerate(indices):
             try:
                 handle = self._handles.get(index)
                 if handle is None:
@@ -181,7 +181,14 @@ class NvmlSampler:
                 self._handles.pop(index, None)
                 code = int(exc.value)
                 if code in _REINIT:
+                    # The driver failed, not this GPU: the rest fail alike; start over next time.
                     self.close()
+                    message = f"GPU sampling failed: {_explain(exc)}"
+                    errors += [
+                        GpuSampleError(gpu=i, message=message, code=code)
+                        for i in indices[position:]
+                    ]
+                    break
                 message = _explain(exc, gpu=index)
                 errors.append(GpuSampleError(gpu=index, message=message, code=code))
                 continue

@@ -116,6 +116,15 @@ def test_no_driver_is_a_reason_not_a_crash(nvml_stub: NvmlStub) -> None:
     # The driver comes back: the same sampler initialises NVML again.
     nvml_stub.unload_driver(False)
     assert [s.gpu for s in sampler.sample([0, 1], 15.0).samples] == [0, 1]
+    # It goes away while NVML is initialised: every GPU says so, and NVML starts over later.
+    nvml_stub.unload_driver()
+    batch = sampler.sample([0, 1], 20.0)
+    assert [(e.gpu, e.code) for e in batch.errors] == [(0, 9), (1, 9)]
+    assert batch.errors[1].message.startswith("GPU sampling failed: the NVIDIA driver is not")
+    nvml_stub.unload_driver(False)
+    inits = nvml_stub.init_calls()
+    assert len(sampler.sample([0, 1], 25.0).samples) == 2
+    assert nvml_stub.init_calls() == inits + 1
     sampler.close()
 
 
