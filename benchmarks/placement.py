@@ -105,7 +105,10 @@ def load_pods(path: Path) -> list[Pod]:
         ]
 
 
-def snapshot_of(nodes: list[Node], scorer: str, workload: list[TypicalRequest]) -> Snapshot:
+def snapshot_of(
+    nodes: list[Node], scorer: str, workload: list[TypicalRequest],
+    weights: dict[str, float] | None = None,
+) -> Snapshot:
     hosts = [
         HostSnapshot(
             id=f"openb/{node.name}", name=node.name, fleet="openb", state=HostState.READY,
@@ -119,7 +122,10 @@ def snapshot_of(nodes: list[Node], scorer: str, workload: list[TypicalRequest]) 
         )
         for node in nodes
     ]
-    fleet = FleetSnapshot(name="openb", kind="sim", scorer=scorer, hosts=hosts, workload=workload)
+    fleet = FleetSnapshot(
+        name="openb", kind="sim", scorer=scorer, hosts=hosts, workload=workload,
+        scorer_weights=dict(weights or {}),
+    )
     return Snapshot(fleets=[fleet])
 
 
@@ -180,11 +186,11 @@ def arrivals(pods: list[Pod], capacity_milli: int, seed: int) -> list[Pod]:
 
 def run(
     nodes: list[Node], pods: list[Pod], *, seed: int, scorer: str,
-    jobs: dict[Pod, JobSpec] | None = None,
+    jobs: dict[Pod, JobSpec] | None = None, weights: dict[str, float] | None = None,
 ) -> Run:
     """Place one seeded arrival sequence; the allocation is read at 100% and 130% demand."""
     capacity = sum(node.gpus for node in nodes) * 1000
-    snapshot = snapshot_of(nodes, scorer, workload_of(pods))
+    snapshot = snapshot_of(nodes, scorer, workload_of(pods), weights)
     jobs = {} if jobs is None else jobs
     sequence = arrivals(pods, capacity, seed)
     prepared = []
@@ -198,7 +204,7 @@ def run(
     arrived = allocated = failed = 0
     at_100: float | None = None
     seconds = 0.0
-    clock = time.perf_counter
+    clock = time.process_time
     for pod, job in prepared:
         arrived += pod.gpu_milli_total
         start = clock()
@@ -230,10 +236,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scorers", default=",".join(SCORERS))
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument("--quick", action="store_true", help="one seed, default trace")
+    parser.add_argument(
+        "--weights", default="", help="scorer weights, e.g. binpack=0.05,fragmentation=1"
+    )
     args = parser.parse_args(argv)
     traces = ["default"] if args.quick else _split(args.traces)
     seeds = [42] if args.quick else [int(s) for s in _split(args.seeds)]
     scorers = _split(args.scorers)
+    weights = {
+        key.strip(): float(value)
+        for key, _, value in (item.partition("=") for item in _split(args.weights))
+    }
 
     from rich.console import Console
     from rich.table import Table
@@ -248,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
             runs = []
             with console.status(f"{trace} / {scorer}"):
                 for seed in seeds:
-                    runs.append(run(nodes, pods, seed=seed, scorer=scorer, jobs=jobs))
+                    runs.append(
+                        run(nodes, pods, seed=seed, scorer=scorer, jobs=jobs, weights=weights)
+                    )
                     console.log(
                         f"{trace} {scorer} seed {seed}: "
                         f"{runs[-1].unallocated_at_100:.2f}% / {runs[-1].unallocated_at_130:.2f}% "

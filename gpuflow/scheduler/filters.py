@@ -208,16 +208,20 @@ def static_filters(
 def by_resources(hosts: list[HostView], ctx: Context) -> tuple[list[HostView], list[Rejection]]:
     """Resource fit; survivors' options go to `ctx.options`. Decided once per host state."""
     request = ctx.request
-    survivors: list[HostView] = []
-    options: list[tuple[Option, ...]] = []
-    rejections: list[Rejection] = []
-    per_host = bool(request.selected_gpus)
     memo: dict[int, Fit] | None = None
-    if not per_host:
+    if not request.selected_gpus:
         memo_key = (RESOURCES, request.key)
         memo = ctx.index.fit_memo.get(memo_key)
         if memo is None:
             memo = ctx.index.fit_memo[memo_key] = {}
+        if ctx.explain:
+            known = _known_refusal(hosts, ctx, memo)
+            if known is not None:
+                ctx.options = []
+                return [], known
+    survivors: list[HostView] = []
+    options: list[tuple[Option, ...]] = []
+    rejections: list[Rejection] = []
     explain = ctx.explain
     for view in hosts:
         if memo is None:
@@ -227,12 +231,69 @@ def by_resources(hosts: list[HostView], ctx: Context) -> tuple[list[HostView], l
             if found is None:
                 found = memo[view.state_id] = fit(view, request, None)
             result = found
-        if type(result) is str:
+        if isinstance(result, str):
             if explain:
-                stage = GANG if result.startswith("busy, and") else RESOURCES
-                rejections.append(ctx.reject(view, stage, result))
+                rejections.append(_worded(view, result, ctx))
         else:
             survivors.append(view)
-            options.append(result)  # type: ignore[arg-type]
+            options.append(result)
     ctx.options = options
+    if explain and memo is not None and not survivors:
+        ctx.index.refusals[(id(hosts), request.key)] = _Refusal(
+            hosts, ctx.index.journal_end, rejections
+        )
     return survivors, rejections
+
+
+def _worded(view: HostView, reason: str, ctx: Context) -> Rejection:
+    worded = ctx.index.resource_rejections
+    rejection = worded.get((view.host.name, reason))
+    if rejection is None:
+        stage = GANG if reason.startswith("busy, and") else RESOURCES
+        rejection = worded[(view.host.name, reason)] = ctx.reject(view, stage, reason)
+    return rejection
+
+
+@dataclass
+class _Refusal:
+    """The last full explanation of a request that no host could take."""
+
+    hosts: list[HostView]
+    journal_end: int
+    rejections: list[Rejection]
+    positions: dict[int, int] | None = None
+
+
+def _known_refusal(
+    hosts: list[HostView], ctx: Context, memo: dict[int, Fit]
+) -> list[Rejection] | None:
+    """When the same request was refused by all of these hosts before, only the hosts whose
+    usage changed since need a new look; None if one of them now fits (or nothing is known)."""
+    index = ctx.index
+    refusal: _Refusal | None = index.refusals.get((id(hosts), ctx.request.key))
+    if refusal is None or refusal.hosts is not hosts:
+        return None
+    changed = index.changed_since(refusal.journal_end)
+    if changed is None:
+        return None
+    if refusal.positions is None:
+        refusal.positions = {view.order: i for i, view in enumerate(hosts)}
+    rejections = refusal.rejections
+    copied = False
+    for view in changed:
+        position = refusal.positions.get(view.order)
+        if position is None:
+            continue
+        result = memo.get(view.state_id)
+        if result is None:
+            result = memo[view.state_id] = fit(view, ctx.request, None)
+        if not isinstance(result, str):
+            return None
+        rejection = _worded(view, result, ctx)
+        if rejection is not rejections[position]:
+            if not copied:
+                rejections, copied = list(rejections), True
+            rejections[position] = rejection
+    refusal.rejections = rejections
+    refusal.journal_end = index.journal_end
+    return rejections

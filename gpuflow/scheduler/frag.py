@@ -1,21 +1,25 @@
 """Expected GPU fragmentation of a host under a fleet's usual request mix.
 
 In the spirit of FGD (Weng et al., "Beware of Fragmentation", USENIX ATC '23): free GPU capacity
-is fragmented *for a kind of request* when that request could not use it. For a typical request
-t and a host:
+is fragmented *for a kind of request* when requests of that kind could not use it. FGD asks
+whether one more request of the kind fits; gpuflow asks how much of the host's free GPU capacity
+requests of the kind could take if they kept coming, which also sees CPU and memory run out
+before the GPUs do. For a typical request t (k GPUs of `need` milli-GPUs each, c CPUs, m MiB):
 
-- if t cannot run on the host right now (too few GPUs with enough free share, too few CPUs or
-  too little memory, wrong GPU model), all of the host's free GPU capacity is lost to t;
-- otherwise the free capacity of the GPUs that have less free than t needs of one GPU is lost.
+    slots   = whole free GPUs // k               (k whole GPUs)
+            = sum over GPUs of free // need      (a share of one GPU)
+    n       = min(slots, free CPUs // c, free memory // m)
+    lost(t) = free milli-GPUs - n * k * need     (all of it when n = 0, as in FGD)
 
-The host's expected fragmentation is the mix-weighted sum over t. The fragmentation scorer
-places a job where this grows the least. Everything here is in milli-GPUs (1000 = one GPU) and
-memoized per host state, since alike hosts in alike states are common.
+A CPU-only t loses the free GPUs only when it does not fit (it never uses them). The host's
+expected fragmentation is the mix-weighted sum of lost(t); the fragmentation scorer places a job
+where this grows the least. `capacity=False` gives FGD's one-more-request measure, for
+comparison. Everything is in milli-GPUs (1000 = one GPU) and memoized per host state.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,22 +38,44 @@ DEFAULT_MIX: tuple[TypicalRequest, ...] = (
 )
 """Used when the fleet reports no mix of its own: mostly single GPUs, some shares, a few big."""
 
+_SLACK = 1e-6
+
 
 @dataclass(frozen=True, slots=True)
 class _Kind:
     weight: float
     gpus: int
     need: int
-    """Milli-GPUs needed on each of its GPUs (1000 for whole GPUs)."""
-    cpu_rank: int
-    memory_rank: int
+    """Milli-GPUs needed on each of its GPUs (1000 for whole GPUs, 0 for CPU-only)."""
+    cpus: float
+    memory_mib: int
     names: frozenset[str]
+
+
+_Demand = tuple[tuple[float, float, int], ...]
+"""(weight, CPUs, MiB) of the kinds in one GPU group."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ClassKinds:
+    """The mix as seen by one host class: kinds grouped by their GPU need."""
+
+    lost: float
+    """Weight of the kinds that can never use this class's GPUs (other models)."""
+    cpu_only: _Demand
+    whole: tuple[tuple[int, float, _Demand], ...]
+    """(GPUs, group weight, kinds)."""
+    shares: tuple[tuple[int, float, _Demand], ...]
+    """(milli-GPUs, group weight, kinds)."""
 
 
 class Workload:
     """A request mix, prepared for fast evaluation; one per fleet mix."""
 
-    def __init__(self, mix: list[TypicalRequest] | tuple[TypicalRequest, ...]) -> None:
+    def __init__(
+        self, mix: list[TypicalRequest] | tuple[TypicalRequest, ...], *, capacity: bool = True
+    ) -> None:
+        self.capacity = capacity
         merged: dict[tuple[Any, ...], float] = {}
         for item in mix:
             if item.weight <= 0:
@@ -58,62 +84,108 @@ class Workload:
                 gpus, need = 1, round(item.gpu_fraction * 1000)
             else:
                 gpus, need = item.gpus, 1000 if item.gpus else 0
-            key = (gpus, need, float(item.cpus), item.memory_mib, item.gpu_names)
+            key = (gpus, need, float(item.cpus), int(item.memory_mib), item.gpu_names)
             merged[key] = merged.get(key, 0.0) + item.weight
         total = sum(merged.values()) or 1.0
-        self.cpu_levels = sorted({key[2] for key in merged})
-        self.memory_levels = sorted({key[3] for key in merged})
         self.kinds = [
-            _Kind(
-                weight / total, gpus, need,
-                self.cpu_levels.index(cpus), self.memory_levels.index(memory), names,
-            )
+            _Kind(weight / total, gpus, need, cpus, memory, names)
             for (gpus, need, cpus, memory, names), weight in merged.items()
         ]
-        self._per_class: dict[int, tuple[list[_Kind], float]] = {}
+        self._per_class: dict[int, _ClassKinds] = {}
         self._memo: dict[tuple[Any, ...], float] = {}
 
-    def _kinds_for(self, cls: HostClass) -> tuple[list[_Kind], float]:
-        """Kinds that may use this class's GPUs, and the weight of those that never can."""
+    def _kinds_for(self, cls: HostClass) -> _ClassKinds:
         found = self._per_class.get(cls.id)
-        if found is None:
-            models = {gpu.name for gpu in cls.sample.gpus}
-            usable = [k for k in self.kinds if not k.names or models & k.names]
-            lost = sum(k.weight for k in self.kinds if k.names and not models & k.names)
-            found = self._per_class[cls.id] = (usable, lost)
+        if found is not None:
+            return found
+        models = {gpu.name for gpu in cls.sample.gpus}
+        lost = 0.0
+        cpu_only: list[tuple[float, float, int]] = []
+        whole: dict[int, list[tuple[float, float, int]]] = {}
+        shares: dict[int, list[tuple[float, float, int]]] = {}
+        for kind in self.kinds:
+            demand = (kind.weight, kind.cpus, kind.memory_mib)
+            if kind.gpus == 0:
+                cpu_only.append(demand)
+            elif kind.names and not models & kind.names:
+                lost += kind.weight
+            elif kind.need >= 1000:
+                whole.setdefault(kind.gpus, []).append(demand)
+            else:
+                shares.setdefault(kind.need, []).append(demand)
+
+        def grouped(groups: dict[int, list[tuple[float, float, int]]]) -> Any:
+            return tuple(
+                (size, sum(d[0] for d in demands), tuple(demands))
+                for size, demands in sorted(groups.items())
+            )
+
+        found = self._per_class[cls.id] = _ClassKinds(
+            lost, tuple(cpu_only), grouped(whole), grouped(shares)
+        )
         return found
 
     def fragmentation(
-        self, cls: HostClass, free: tuple[int, ...], cpus: float, memory: float
+        self, cls: HostClass, free: tuple[int, ...], cpus: float, memory: int
     ) -> float:
         """Expected lost milli-GPUs of a host with `free` (ascending) milli-GPUs per GPU."""
-        cpu_rank = bisect_right(self.cpu_levels, cpus + 1e-9)
-        memory_rank = bisect_right(self.memory_levels, memory)
-        key = (cls.id, free, cpu_rank, memory_rank)
+        key = (cls.id, free, round(cpus, 6), memory)
         found = self._memo.get(key)
         if found is not None:
             return found
-        kinds, lost_weight = self._kinds_for(cls)
         total = sum(free)
-        count = len(free)
-        prefix = [0]
-        for value in free:
-            prefix.append(prefix[-1] + value)
-        result = total * lost_weight
-        for kind in kinds:
-            if kind.cpu_rank >= cpu_rank or kind.memory_rank >= memory_rank:
-                result += kind.weight * total
-            elif kind.gpus == 0:
-                continue
-            else:
-                short = bisect_left(free, kind.need)
-                if count - short < kind.gpus:
-                    result += kind.weight * total
-                else:
-                    result += kind.weight * prefix[short]
+        result = 0.0
+        if total:
+            kinds = self._kinds_for(cls)
+            cpus += _SLACK
+            result = total * kinds.lost
+            for weight, need_cpus, need_memory in kinds.cpu_only:
+                if need_cpus > cpus or need_memory > memory:
+                    result += weight * total
+            whole_free = len(free) - bisect_left(free, 1000)
+            for gpus, group_weight, demands in kinds.whole:
+                small = 0 if self.capacity else sum(v for v in free if v < 1000)
+                result += self._lost(
+                    whole_free // gpus, gpus * 1000, group_weight, demands, total, cpus, memory,
+                    small,
+                )
+            for need, group_weight, demands in kinds.shares:
+                slots = 0
+                for value in free:
+                    slots += value // need
+                small = 0 if self.capacity else sum(v for v in free if v < need)
+                result += self._lost(
+                    slots, need, group_weight, demands, total, cpus, memory, small
+                )
         if len(self._memo) > 500_000:
             self._memo.clear()
         self._memo[key] = result
+        return result
+
+    def _lost(
+        self, slots: int, size: int, group_weight: float, demands: _Demand, total: int,
+        cpus: float, memory: int, small: int,
+    ) -> float:
+        """Lost milli-GPUs for one GPU group: `slots` requests of `size` milli-GPUs at most."""
+        if slots == 0:
+            return group_weight * total
+        result = 0.0
+        for weight, need_cpus, need_memory in demands:
+            count = slots
+            if need_cpus > 0:
+                by_cpu = int(cpus // need_cpus)
+                if by_cpu < count:
+                    count = by_cpu
+            if need_memory > 0:
+                by_memory = memory // need_memory
+                if by_memory < count:
+                    count = by_memory
+            if count == 0:
+                result += weight * total
+            elif self.capacity:
+                result += weight * (total - count * size)
+            else:
+                result += weight * small
         return result
 
 
@@ -127,7 +199,7 @@ def free_milli(view: HostView) -> list[int]:
     return [max(0, round((1 - used) * 1000)) for used in view.gpu_used]
 
 
-def host_free(view: HostView) -> tuple[float, float]:
+def host_free(view: HostView) -> tuple[float, int]:
     cls = view.cls
     if cls.blocks > 1:
         count = len(view.blocks_free)

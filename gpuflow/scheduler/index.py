@@ -19,6 +19,7 @@ before the placement is returned, so a stale cache can never put a job over capa
 from __future__ import annotations
 
 import math
+from bisect import insort
 from typing import Any
 
 from gpuflow.scheduler.model import FleetSnapshot, HostSnapshot, Rejection, Snapshot
@@ -29,6 +30,7 @@ EPSILON = 1e-9
 
 _ATTRIBUTE = "_gpuflow_scheduler_index"
 _MAX_MEMO = 200_000
+_JOURNAL = 20_000
 
 
 class HostClass:
@@ -109,9 +111,22 @@ class SnapshotIndex:
         self.workloads: dict[Any, Any] = {}
         """Per fleet mix: the prepared Workload and fragmentation per host state id."""
         self.rejections: dict[tuple[str, str, str], Rejection] = {}
+        self.resource_rejections: dict[tuple[str, str], Rejection] = {}
+        """Resource-fit rejections by (host name, reason): a full explanation is built often."""
+        self.members: dict[int, list[HostView]] = {}
+        self.journal: list[HostView] = []
+        """Hosts whose usage changed, in order; `journal_start` is the position of the first."""
+        self.journal_start = 0
+        self.refusals: dict[Any, Any] = {}
+        """Per request refused by every host: the explanation and the journal end it saw."""
+        """Hosts in each usage state, in snapshot order (alike hosts in alike states)."""
+        self.states_of: dict[str, dict[str, set[int]]] = {}
+        """Per fleet: `all` states present, `open` (some GPU share free), `whole` (a whole GPU
+        or a block free). A request for GPUs need not look at states that are not open."""
         self._shape = self._shape_of(snapshot)
         for fleet in snapshot.fleets:
             self.fleets[fleet.name] = fleet
+            self.states_of[fleet.name] = {"all": set(), "open": set(), "whole": set()}
             views = self.fleet_hosts.setdefault(fleet.name, [])
             for host in fleet.hosts:
                 key = class_key(host)
@@ -123,23 +138,30 @@ class SnapshotIndex:
                 views.append(view)
                 self.by_id[host.id] = view
                 self.refresh(view)
-        self.states = [view.host.state for view in self.views]
+        self.hosts = [view.host for view in self.views]
+        self.states = [host.state for host in self.hosts]
 
     @staticmethod
     def _shape_of(snapshot: Snapshot) -> list[tuple[FleetSnapshot, list[HostSnapshot], int]]:
         return [(fleet, fleet.hosts, len(fleet.hosts)) for fleet in snapshot.fleets]
 
     def describes(self, snapshot: Snapshot) -> bool:
+        """Same fleets and host lists as when the index was built."""
         shape = self._shape
         if len(shape) != len(snapshot.fleets):
             return False
         for (fleet, hosts, count), now in zip(shape, snapshot.fleets, strict=True):
             if fleet is not now or hosts is not now.hosts or count != len(hosts):
                 return False
-        states = [view.host.state for view in self.views]
-        if states != self.states:
-            self.states = states
-            self.static_memo.clear()
+        return True
+
+    def states_changed(self) -> bool:
+        """Read every host's state; forget static verdicts if one changed since last read."""
+        states = [host.state for host in self.hosts]
+        if states == self.states:
+            return False
+        self.states = states
+        self.static_memo.clear()
         return True
 
     def refresh(self, view: HostView) -> None:
@@ -151,31 +173,84 @@ class SnapshotIndex:
         view.disk_free = cls.disk - host.disk_used_mib
         view.blocks_free = tuple(i for i in range(cls.blocks) if i not in host.blocks_used)
         view.idle = host.idle
-        key = (cls.id, *usage_key(host))
+        key = (view.fleet, cls.id, *usage_key(host))
         state_id = self.state_ids.get(key)
         if state_id is None:
             if len(self.state_ids) > _MAX_MEMO:
                 self.forget_memos()
+                return
             state_id = self.state_ids[key] = len(self.state_ids)
-        view.state_id = state_id
+        if state_id != view.state_id:
+            self._leave(view)
+            view.state_id = state_id
+            self._join(view)
+            self.journal.append(view)
+            if len(self.journal) > 2 * _JOURNAL:
+                del self.journal[:_JOURNAL]
+                self.journal_start += _JOURNAL
+
+    @property
+    def journal_end(self) -> int:
+        return self.journal_start + len(self.journal)
+
+    def changed_since(self, position: int) -> list[HostView] | None:
+        """Hosts whose usage changed after `position`; None when that is too long ago."""
+        if position < self.journal_start:
+            return None
+        return self.journal[position - self.journal_start :]
+
+    def _join(self, view: HostView) -> None:
+        members = self.members.get(view.state_id)
+        if members is None:
+            self.members[view.state_id] = [view]
+            states = self.states_of[view.fleet]
+            states["all"].add(view.state_id)
+            if view.cls.blocks > 1:
+                if view.blocks_free:
+                    states["open"].add(view.state_id)
+                    states["whole"].add(view.state_id)
+            else:
+                if any(used < 1 - 2 * EPSILON for used in view.gpu_used):
+                    states["open"].add(view.state_id)
+                if any(used <= EPSILON for used in view.gpu_used):
+                    states["whole"].add(view.state_id)
+        else:
+            insort(members, view, key=_order)
+
+    def _leave(self, view: HostView) -> None:
+        members = self.members.get(view.state_id)
+        if members is None:
+            return
+        members.remove(view)
+        if not members:
+            del self.members[view.state_id]
+            for states in self.states_of[view.fleet].values():
+                states.discard(view.state_id)
 
     def is_current(self, view: HostView) -> bool:
         """Whether the cached usage still matches the host (it was not edited by hand)."""
-        return self.state_ids.get((view.cls.id, *usage_key(view.host))) == view.state_id
+        key = (view.fleet, view.cls.id, *usage_key(view.host))
+        return self.state_ids.get(key) == view.state_id
 
     def refresh_all(self) -> None:
         for view in self.views:
             self.refresh(view)
 
     def forget_memos(self) -> None:
+        """Start the memo tables afresh (they only grow); every host is read again."""
         self.state_ids.clear()
         self.fit_memo.clear()
         self.workloads.clear()
+        self.resource_rejections.clear()
+        self.refusals.clear()
+        self.members.clear()
+        for states in self.states_of.values():
+            for group in states.values():
+                group.clear()
         for view in self.views:
             view.state_id = -1
         for view in self.views:
-            key = (view.cls.id, *usage_key(view.host))
-            view.state_id = self.state_ids.setdefault(key, len(self.state_ids))
+            self.refresh(view)
 
     def rejection(self, host: str, stage: str, reason: str) -> Rejection:
         """Rejections are values; equal ones are shared, which makes a full explanation cheap."""
@@ -186,6 +261,10 @@ class SnapshotIndex:
                 self.rejections.clear()
             found = self.rejections[key] = Rejection(host=host, filter=stage, reason=reason)
         return found
+
+
+def _order(view: HostView) -> int:
+    return view.order
 
 
 def index_of(snapshot: Snapshot) -> SnapshotIndex:

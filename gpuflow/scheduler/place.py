@@ -22,7 +22,7 @@ from gpuflow.scheduler.filters import (
 )
 from gpuflow.scheduler.fit import Option
 from gpuflow.scheduler.gangs import choose_gang, gang_shortfall
-from gpuflow.scheduler.index import EPSILON, HostView, SnapshotIndex, index_of
+from gpuflow.scheduler.index import EPSILON, HostView, SnapshotIndex, index_of, is_ready
 from gpuflow.scheduler.model import (
     FleetSnapshot,
     NodePlacement,
@@ -104,7 +104,7 @@ def _decide(
 ) -> tuple[Placement | None, list[Rejection], list[Offer]]:
     request = resolve(job)
     index = index_of(snapshot)
-    for _attempt in range(2):
+    for attempt in range(3):
         candidates, rejections = select_fleets(index, job.fleets if fleets is None else fleets)
         rejections.extend(unknown_selected_hosts(index, request, candidates))
         offers: list[Offer] = []
@@ -115,19 +115,27 @@ def _decide(
             if explain:
                 offers.extend(_offer(scored) for scored in result.fits)
             if result.chosen is not None and placement is None:
-                stale = [s[2] for s in result.chosen if not index.is_current(s[2])]
-                if stale:
-                    break
                 placement = _placement(fleet, result.chosen, scoring.name)
+                if not _still_true(index, result.chosen):
+                    break
                 if not explain:
                     return placement, [], []
             elif placement is None:
                 rejections.extend(result.rejections)
         else:
+            # Host states are read in full before any "nothing fits" is believed.
+            if placement is None and attempt == 0 and index.states_changed():
+                continue
             return placement, ([] if placement is not None else rejections), offers
-        # A host was edited by hand since the index read it: read every host again, retry.
+        # A chosen host changed state, or its usage was edited by hand: read everything again.
+        index.states_changed()
         index.refresh_all()
-    raise RuntimeError("snapshot usage keeps changing during placement")
+    raise RuntimeError("the snapshot keeps changing while it is being placed on")
+
+
+def _still_true(index: SnapshotIndex, chosen: list[Scored]) -> bool:
+    """The chosen hosts are ready and their usage is what the index read."""
+    return all(is_ready(s[2].host) and index.is_current(s[2]) for s in chosen)
 
 
 def _decide_fleet(
@@ -136,8 +144,9 @@ def _decide_fleet(
 ) -> _Fleet:
     ctx = Context(request, index, fleet, explain)
     hosts, static_rejections = static_filters(index.fleet_hosts[fleet.name], ctx)
-    survivors, dropped = by_resources(hosts, ctx)
     keep_all = explain or request.nodes > 1
+    candidates = hosts if keep_all else _contenders(hosts, ctx, per_host=scoring.per_host)
+    survivors, dropped = by_resources(candidates, ctx)
     best, ranked = _score(survivors, ctx.options, scoring, request, index, keep_all=keep_all)
     result = _Fleet(fits=ranked)
     if request.nodes > 1:
@@ -153,6 +162,49 @@ def _decide_fleet(
             reason = gang_shortfall(len(survivors), request.nodes)
             result.rejections.append(index.rejection(f"fleet {fleet.name}", GANG, reason))
     return result
+
+
+def _contenders(hosts: list[HostView], ctx: Context, *, per_host: bool) -> list[HostView]:
+    """The hosts that can win, for the fast path: those of states that have room for this kind
+    of request and, of hosts alike in class and usage, only the first (ties go to it anyway).
+
+    Hosts left out would fit no better than one kept, so the verdict is the one the full list
+    gives; when nothing fits, the caller runs the filters over every host to word the reasons.
+    """
+    request, index = ctx.request, ctx.index
+    if request.selected_hosts is not None or len(hosts) < 64:
+        return hosts
+    states = index.states_of[ctx.fleet.name]
+    if not request.wants_gpu or (request.fraction is None and request.gpu_min == 0):
+        pool = states["all"]
+    elif request.fraction is not None:
+        pool = states["open"]
+    else:
+        pool = states["whole"]
+    admitted = static_orders(index, ctx.fleet.name, hosts)
+    members = index.members
+    if admitted is None and not per_host:
+        return [members[state_id][0] for state_id in pool]
+    chosen: list[HostView] = []
+    for state_id in pool:
+        for view in members[state_id]:
+            if admitted is None or view.order in admitted:
+                chosen.append(view)
+                if not per_host:
+                    break
+    return chosen
+
+
+def static_orders(index: SnapshotIndex, fleet: str, hosts: list[HostView]) -> set[int] | None:
+    """Orders of the hosts that passed the static filters; None when all of the fleet did."""
+    if len(hosts) == len(index.fleet_hosts[fleet]):
+        return None
+    key = ("orders", id(hosts))
+    found = index.fit_memo.get(key)
+    if found is None or found.get(-1) is not hosts:
+        found = index.fit_memo[key] = {-1: hosts, 0: {view.order for view in hosts}}
+    orders: set[int] = found[0]
+    return orders
 
 
 def _score(
@@ -185,7 +237,7 @@ def _score(
             if memo is not None:
                 memo[view.state_id] = found
         score, option = found
-        if best is None or score > best[0]:
+        if best is None or score > best[0] or (score == best[0] and view.order < best[1]):
             best = (score, view.order, view, option)
         if keep_all:
             ranked.append((score, view.order, view, option))

@@ -9,8 +9,10 @@
 - `random`: a pseudo-random order per job (a baseline for benchmarks).
 
 Weights come from the fleet's `scorer_weights` (configuration, not code):
-`gpu`, `cpu`, `memory` weight the resources in the allocation ratio (defaults 1, 0.25, 0.25);
-`fragmentation` and `binpack` weight the terms of the fragmentation scorer (defaults 1, 0.05).
+`gpu`, `cpu`, `memory` weight the resources in binpack's and spread's allocation ratio
+(defaults 1, 0.25, 0.25); `fragmentation` and `binpack` weight the terms of the fragmentation
+scorer (defaults 1, 0.05: growth of expected fragmentation in GPUs, then GPU allocation of the
+host as a tie-breaker); `capacity: 0` switches the fragmentation measure to FGD's own.
 """
 
 from __future__ import annotations
@@ -25,7 +27,13 @@ from gpuflow.scheduler.model import FleetSnapshot
 
 SCORER_NAMES = ("fragmentation", "binpack", "spread", "random")
 DEFAULT_SCORER = "fragmentation"
-DEFAULT_WEIGHTS = {"gpu": 1.0, "cpu": 0.25, "memory": 0.25, "fragmentation": 1.0, "binpack": 0.05}
+DEFAULT_WEIGHTS = {
+    "gpu": 1.0, "cpu": 0.25, "memory": 0.25,
+    "fragmentation": 1.0, "binpack": 0.05, "capacity": 1.0,
+}
+
+
+_GPU_ONLY = {"gpu": 1.0, "cpu": 0.0, "memory": 0.0}
 
 
 @dataclass
@@ -52,7 +60,7 @@ class Scoring:
         if before is None:
             before = self._before[view.state_id] = current(self.workload, view)
         added = growth(self.workload, view, option, before) / 1000
-        packing = allocation_after(view, option, self.weights) + _gpu_choice(view, option)
+        packing = allocation_after(view, option, _GPU_ONLY) + _gpu_choice(view, option)
         return -self.weights["fragmentation"] * added + self.weights["binpack"] * packing
 
 
@@ -67,10 +75,11 @@ def scoring_for(
     before: dict[int, float] = {}
     if name == "fragmentation":
         mix = fleet.workload or DEFAULT_MIX
-        key = (fleet.name, id(fleet.workload), len(fleet.workload))
+        capacity = weights["capacity"] != 0
+        key = (fleet.name, id(fleet.workload), len(fleet.workload), capacity)
         cached = index.workloads.get(key)
         if cached is None:
-            cached = index.workloads[key] = (Workload(mix), {})
+            cached = index.workloads[key] = (Workload(mix, capacity=capacity), {})
         workload, before = cached
     return Scoring(name, weights, workload, job_name, name == "random", before)
 
