@@ -57,16 +57,30 @@ _Demand = tuple[tuple[float, float, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
+class _Group:
+    """Kinds with the same GPU need, and the bounds of their CPU and memory needs."""
+
+    size: int
+    """GPUs (whole kinds) or milli-GPUs (shares)."""
+    weight: float
+    most_cpus: float
+    most_memory: int
+    least_cpus: float
+    least_memory: int
+    demands: _Demand
+
+
+@dataclass(frozen=True, slots=True)
 class _ClassKinds:
     """The mix as seen by one host class: kinds grouped by their GPU need."""
 
     lost: float
     """Weight of the kinds that can never use this class's GPUs (other models)."""
     cpu_only: _Demand
-    whole: tuple[tuple[int, float, _Demand], ...]
-    """(GPUs, group weight, kinds)."""
-    shares: tuple[tuple[int, float, _Demand], ...]
-    """(milli-GPUs, group weight, kinds)."""
+    whole: tuple[_Group, ...]
+    """Kinds that take whole GPUs, by GPU count."""
+    shares: tuple[_Group, ...]
+    """Kinds that take a share of one GPU, by milli-GPUs."""
 
 
 class Workload:
@@ -114,9 +128,14 @@ class Workload:
             else:
                 shares.setdefault(kind.need, []).append(demand)
 
-        def grouped(groups: dict[int, list[tuple[float, float, int]]]) -> Any:
+        def grouped(groups: dict[int, list[tuple[float, float, int]]]) -> tuple[_Group, ...]:
             return tuple(
-                (size, sum(d[0] for d in demands), tuple(demands))
+                _Group(
+                    size, sum(d[0] for d in demands),
+                    max(d[1] for d in demands), max(d[2] for d in demands),
+                    min(d[1] for d in demands), min(d[2] for d in demands),
+                    tuple(demands),
+                )
                 for size, demands in sorted(groups.items())
             )
 
@@ -143,34 +162,37 @@ class Workload:
                 if need_cpus > cpus or need_memory > memory:
                     result += weight * total
             whole_free = len(free) - bisect_left(free, 1000)
-            for gpus, group_weight, demands in kinds.whole:
+            for group in kinds.whole:
                 small = 0 if self.capacity else sum(v for v in free if v < 1000)
                 result += self._lost(
-                    whole_free // gpus, gpus * 1000, group_weight, demands, total, cpus, memory,
-                    small,
+                    group, whole_free // group.size, group.size * 1000, total, cpus, memory, small
                 )
-            for need, group_weight, demands in kinds.shares:
+            for group in kinds.shares:
+                need = group.size
                 slots = 0
                 for value in free:
                     slots += value // need
                 small = 0 if self.capacity else sum(v for v in free if v < need)
-                result += self._lost(
-                    slots, need, group_weight, demands, total, cpus, memory, small
-                )
+                result += self._lost(group, slots, need, total, cpus, memory, small)
         if len(self._memo) > 500_000:
             self._memo.clear()
         self._memo[key] = result
         return result
 
     def _lost(
-        self, slots: int, size: int, group_weight: float, demands: _Demand, total: int,
-        cpus: float, memory: int, small: int,
+        self, group: _Group, slots: int, size: int, total: int, cpus: float, memory: int,
+        small: int,
     ) -> float:
-        """Lost milli-GPUs for one GPU group: `slots` requests of `size` milli-GPUs at most."""
-        if slots == 0:
-            return group_weight * total
+        """Lost milli-GPUs for one group: at most `slots` requests of `size` milli-GPUs fit."""
+        if slots == 0 or group.least_cpus > cpus or group.least_memory > memory:
+            return group.weight * total
+        if not self.capacity:
+            if group.most_cpus <= cpus and group.most_memory <= memory:
+                return group.weight * small
+        elif group.most_cpus * slots <= cpus and group.most_memory * slots <= memory:
+            return group.weight * (total - slots * size)  # the GPUs run out first for all
         result = 0.0
-        for weight, need_cpus, need_memory in demands:
+        for weight, need_cpus, need_memory in group.demands:
             count = slots
             if need_cpus > 0:
                 by_cpu = int(cpus // need_cpus)

@@ -31,6 +31,7 @@ EPSILON = 1e-9
 _ATTRIBUTE = "_gpuflow_scheduler_index"
 _MAX_MEMO = 200_000
 _JOURNAL = 20_000
+_SHARE_STEPS = 20
 
 
 class HostClass:
@@ -97,6 +98,52 @@ class HostView:
         self.state_id = -1
 
 
+class StatePools:
+    """The usage states of one fleet, bucketed by the room they have, so that a request looks
+    only at states that might take it: by the largest free share of one GPU (twentieths), by
+    whole free GPUs (GPUs of free blocks on a split host), and by free CPUs (powers of two)."""
+
+    def __init__(self) -> None:
+        self.by_share: list[set[int]] = [set() for _ in range(_SHARE_STEPS + 1)]
+        self.by_whole: dict[int, set[int]] = {}
+        self.by_cpus: dict[int, set[int]] = {}
+        self._where: dict[int, tuple[int, int, int]] = {}
+
+    def add(self, view: HostView) -> None:
+        cls = view.cls
+        if cls.blocks > 1:
+            whole = len(view.blocks_free) * cls.block_gpus
+            share = _SHARE_STEPS if whole else 0
+            cpus = cls.block_cpus * len(view.blocks_free)
+        else:
+            whole = sum(1 for used in view.gpu_used if used <= EPSILON)
+            most = 1 - min(view.gpu_used) if view.gpu_used else 0.0
+            share = min(_SHARE_STEPS, max(0, int(most * _SHARE_STEPS + EPSILON)))
+            cpus = view.cpus_free
+        cpu_level = max(0, int(cpus + EPSILON)).bit_length()
+        self._where[view.state_id] = (share, whole, cpu_level)
+        self.by_share[share].add(view.state_id)
+        self.by_whole.setdefault(whole, set()).add(view.state_id)
+        self.by_cpus.setdefault(cpu_level, set()).add(view.state_id)
+
+    def remove(self, state_id: int) -> None:
+        share, whole, cpu_level = self._where.pop(state_id)
+        self.by_share[share].discard(state_id)
+        self.by_whole[whole].discard(state_id)
+        self.by_cpus[cpu_level].discard(state_id)
+
+    def with_share(self, share: float) -> list[set[int]]:
+        """States with a GPU that may have `share` free (a superset)."""
+        return self.by_share[max(0, int((share - EPSILON) * _SHARE_STEPS)) :]
+
+    def with_whole(self, count: int) -> list[set[int]]:
+        return [states for whole, states in self.by_whole.items() if whole >= count]
+
+    def with_cpus(self, cpus: float) -> list[set[int]]:
+        level = max(0, int(cpus)).bit_length()
+        return [states for cpu_level, states in self.by_cpus.items() if cpu_level >= level]
+
+
 class SnapshotIndex:
     def __init__(self, snapshot: Snapshot) -> None:
         self.fleets: dict[str, FleetSnapshot] = {}
@@ -120,13 +167,11 @@ class SnapshotIndex:
         self.refusals: dict[Any, Any] = {}
         """Per request refused by every host: the explanation and the journal end it saw."""
         """Hosts in each usage state, in snapshot order (alike hosts in alike states)."""
-        self.states_of: dict[str, dict[str, set[int]]] = {}
-        """Per fleet: `all` states present, `open` (some GPU share free), `whole` (a whole GPU
-        or a block free). A request for GPUs need not look at states that are not open."""
+        self.pools: dict[str, StatePools] = {}
         self._shape = self._shape_of(snapshot)
         for fleet in snapshot.fleets:
             self.fleets[fleet.name] = fleet
-            self.states_of[fleet.name] = {"all": set(), "open": set(), "whole": set()}
+            self.pools[fleet.name] = StatePools()
             views = self.fleet_hosts.setdefault(fleet.name, [])
             for host in fleet.hosts:
                 key = class_key(host)
@@ -203,17 +248,7 @@ class SnapshotIndex:
         members = self.members.get(view.state_id)
         if members is None:
             self.members[view.state_id] = [view]
-            states = self.states_of[view.fleet]
-            states["all"].add(view.state_id)
-            if view.cls.blocks > 1:
-                if view.blocks_free:
-                    states["open"].add(view.state_id)
-                    states["whole"].add(view.state_id)
-            else:
-                if any(used < 1 - 2 * EPSILON for used in view.gpu_used):
-                    states["open"].add(view.state_id)
-                if any(used <= EPSILON for used in view.gpu_used):
-                    states["whole"].add(view.state_id)
+            self.pools[view.fleet].add(view)
         else:
             insort(members, view, key=_order)
 
@@ -224,8 +259,7 @@ class SnapshotIndex:
         members.remove(view)
         if not members:
             del self.members[view.state_id]
-            for states in self.states_of[view.fleet].values():
-                states.discard(view.state_id)
+            self.pools[view.fleet].remove(view.state_id)
 
     def is_current(self, view: HostView) -> bool:
         """Whether the cached usage still matches the host (it was not edited by hand)."""
@@ -244,9 +278,8 @@ class SnapshotIndex:
         self.resource_rejections.clear()
         self.refusals.clear()
         self.members.clear()
-        for states in self.states_of.values():
-            for group in states.values():
-                group.clear()
+        for fleet in self.pools:
+            self.pools[fleet] = StatePools()
         for view in self.views:
             view.state_id = -1
         for view in self.views:

@@ -174,19 +174,19 @@ def _contenders(hosts: list[HostView], ctx: Context, *, per_host: bool) -> list[
     request, index = ctx.request, ctx.index
     if request.selected_hosts is not None or len(hosts) < 64:
         return hosts
-    states = index.states_of[ctx.fleet.name]
-    if not request.wants_gpu or (request.fraction is None and request.gpu_min == 0):
-        pool = states["all"]
-    elif request.fraction is not None:
-        pool = states["open"]
+    pools = index.pools[ctx.fleet.name]
+    if request.fraction is not None:
+        groups = pools.with_share(request.fraction)
+    elif request.wants_gpu and request.gpu_min > 0:
+        groups = pools.with_whole(request.gpu_min)
     else:
-        pool = states["whole"]
+        groups = pools.with_cpus(request.cpus)
     admitted = static_orders(index, ctx.fleet.name, hosts)
     members = index.members
     if admitted is None and not per_host:
-        return [members[state_id][0] for state_id in pool]
+        return [members[state_id][0] for group in groups for state_id in group]
     chosen: list[HostView] = []
-    for state_id in pool:
+    for state_id in (state_id for group in groups for state_id in group):
         for view in members[state_id]:
             if admitted is None or view.order in admitted:
                 chosen.append(view)

@@ -7,7 +7,8 @@ automatic path, manual selection and the dry run cannot disagree about them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import count
 
 from gpuflow.specs import JobSpec
 from gpuflow.specs.resources import DEFAULT_BACKEND
@@ -76,10 +77,11 @@ class Request:
     """Manual selection: host names (including hosts of named GPUs); None selects nothing."""
     selected_gpus: tuple[tuple[str, frozenset[int]], ...]
     """Manual selection of exact GPUs: host name -> allowed indices."""
+    key: int = -1
+    """Equal for requests equal in everything a verdict depends on (all but the job's name);
+    memo tables are keyed by it."""
 
-    @property
-    def key(self) -> tuple[object, ...]:
-        """Everything a verdict depends on except the job's name; equal keys, equal verdicts."""
+    def identity(self) -> tuple[object, ...]:
         return (
             self.nodes, self.wants_gpu, self.gpu_min, self.gpu_max, self.fraction, self.vendor,
             self.names, self.gpu_memory_min, self.gpu_memory_max, self.compute_capability,
@@ -105,8 +107,35 @@ class Request:
         return f"{self.gpu_min}..{top} GPUs"
 
 
+_KEYS: dict[tuple[object, ...], int] = {}
+_RESOLVED: dict[int, tuple[JobSpec, Request]] = {}
+_MAX_CACHED = 4096
+
+
 def resolve(job: JobSpec) -> Request:
-    """The one place a JobSpec becomes a Request."""
+    """The one place a JobSpec becomes a Request (remembered per JobSpec object, which is
+    immutable)."""
+    cached = _RESOLVED.get(id(job))
+    if cached is not None and cached[0] is job:
+        return cached[1]
+    request = _resolve(job)
+    identity = request.identity()
+    key = _KEYS.get(identity)
+    if key is None:
+        if len(_KEYS) >= 100 * _MAX_CACHED:
+            _KEYS.clear()  # ids are never reused: a request seen again simply gets a new one
+        key = _KEYS[identity] = next(_COUNTER)
+    request = replace(request, key=key)
+    if len(_RESOLVED) >= _MAX_CACHED:
+        _RESOLVED.clear()
+    _RESOLVED[id(job)] = (job, request)
+    return request
+
+
+_COUNTER = count()
+
+
+def _resolve(job: JobSpec) -> Request:
     res = job.resources
     gpu = res.gpu if res.wants_gpu else None
     fraction = gpu.fraction if gpu is not None else None
