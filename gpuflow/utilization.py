@@ -221,6 +221,22 @@ def verdict(state: UtilizationState, policy: UtilizationPolicy | None) -> Violat
     return None
 
 
+def quiet_until(state: UtilizationState, policy: UtilizationPolicy | None) -> float | None:
+    """The earliest time a verdict could fire when every GPU's newest sample is busy: the
+    oldest of those samples plus the window (a busy sample on the window's edge still saves
+    the job). None when a GPU reads idle, nothing has reported, or no policy is tracked."""
+    if policy is None or state.min_gpu_utilization != policy.min_gpu_utilization:
+        return None
+    newest = []
+    for window in state.gpus.values():
+        if window.last_sample_at is None or window.last_busy_at != window.last_sample_at:
+            return None
+        newest.append(window.last_sample_at)
+    if not newest:
+        return None
+    return min(newest) + policy.time_window
+
+
 def check_interval_s(policy: UtilizationPolicy | None) -> int:
     """Seconds between monitor ticks: a sixth of the window, between 10 s and 1 minute."""
     if policy is None:

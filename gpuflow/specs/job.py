@@ -125,7 +125,16 @@ class JobSpec(BaseModel):
     @field_validator("commands", mode="before")
     @classmethod
     def _commands(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list):
+            for item in value:
+                if not isinstance(item, str):
+                    raise ValueError(
+                        f"command {item!r} is not text: YAML read it as a "
+                        f"{type(item).__name__}; put it in quotes"
+                    )
+        return value
 
     @field_validator("env", mode="before")
     @classmethod

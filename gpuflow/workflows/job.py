@@ -58,7 +58,11 @@ SEARCH_ATTRIBUTES = {
 
 CAPACITY_BACKOFF_FIRST = timedelta(seconds=5)
 CAPACITY_BACKOFF_MAX = timedelta(minutes=5)
-IDLE_TICK_MAX = timedelta(seconds=30)
+IDLE_TICK_MAX = timedelta(seconds=60)
+"""Tick of a job without a utilization policy: how late its exit may be noticed."""
+QUIET_TICK_MAX = timedelta(minutes=3)
+"""Longest tick while every GPU of the job reads busy (no verdict can fire sooner): bounds how
+late an exit or a lost host is noticed, and keeps a busy job near 260 history events an hour."""
 PROBE_FAILURES_BEFORE_LOST = 3
 TICKS_PER_RUN = 300
 """Monitor ticks after which a run continues as new even if Temporal has not suggested it, so
@@ -129,10 +133,12 @@ class JobWorkflow:
     @workflow.run
     async def run(self, inp: JobInput) -> JobResult:
         if inp.submitted_at is None or not inp.job_id:
-            inp = inp.model_copy(update={
-                "submitted_at": inp.submitted_at or workflow.info().start_time,
-                "job_id": inp.job_id or workflow.info().workflow_id,
-            })
+            inp = inp.model_copy(
+                update={
+                    "submitted_at": inp.submitted_at or workflow.info().start_time,
+                    "job_id": inp.job_id or workflow.info().workflow_id,
+                }
+            )
         self._job_id = inp.job_id
         self._name = inp.spec.name
         self._search_attributes = inp.search_attributes
@@ -292,12 +298,18 @@ class JobWorkflow:
         placement = resume.placement
         policy = spec.utilization_policy
         check = timedelta(seconds=utilization.check_interval_s(policy)) if policy else IDLE_TICK_MAX
-        max_gap_s = check.total_seconds() * 2.5
         failures = dict(resume.probe_failures)
         ticks = resume.ticks
         while True:
             # Short first ticks notice quick jobs quickly; then the policy's check interval.
             tick = min(timedelta(seconds=2 ** min(ticks, 6)), check)
+            if policy is not None and tick >= check and not any(failures.values()):
+                # While every GPU reads busy, no verdict can fire before the oldest newest
+                # sample plus the window: sleep longer (bounded, so exits are still noticed).
+                until = utilization.quiet_until(self._utilization, policy)
+                if until is not None:
+                    quiet = timedelta(seconds=until - workflow.now().timestamp())
+                    tick = max(check, min(QUIET_TICK_MAX, quiet))
             if spec.max_duration is not None:
                 left = resume.running_since + timedelta(seconds=spec.max_duration) - workflow.now()
                 if left <= timedelta(0):
@@ -343,12 +355,13 @@ class JobWorkflow:
                     continue
                 failures[node.rank] = 0
                 if probe.samples:
+                    # Samples a tick apart are continuous coverage; a missed tick is a gap.
                     utilization.update(
                         self._utilization,
                         node.rank,
                         probe.samples,
                         policy=policy,
-                        max_gap_s=max_gap_s,
+                        max_gap_s=max(check, tick).total_seconds() * 2.5,
                     )
                 if probe.state == "missing":
                     return _Ending(

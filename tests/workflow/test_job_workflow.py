@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -300,3 +301,34 @@ async def test_histories_replay_deterministically(
     )
     for handle in (idle, waiting):
         await replayer.replay_workflow(await handle.fetch_history())
+
+
+async def test_busy_job_history_stays_small(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    """A busy job with a long window ticks slowly (no verdict can fire sooner), so an hour of
+    monitoring costs under 300 history events."""
+    fleet = sim_fleet(sqlite_store)
+    busy = idle_samples(90.0)
+    started: list[float] = []
+
+    def probe(inp: ProbeInput, n: int) -> ProbeResult:
+        now = activity.info().current_attempt_scheduled_time.timestamp()
+        started.append(now)
+        if now - started[0] >= 3 * 3600:
+            return ProbeResult(state="exited", exit_code=0)
+        return busy(inp, n)
+
+    hosts = ScriptedHosts(probe=probe)
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        handle = await start_job(
+            time_env.client,
+            task_queue,
+            job(utilization_policy={"min_gpu_utilization": 50, "time_window": "24h"}),
+        )
+        result = await handle.result()
+        history = await handle.fetch_history()
+    assert result.status == JobStatus.DONE
+    hours = (started[-1] - started[0]) / 3600
+    assert 2.9 < hours < 3.2
+    assert len(history.events) / hours < 300

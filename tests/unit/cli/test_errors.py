@@ -57,6 +57,7 @@ def _one_error_line(output: str) -> str:
             "min_gpu_utilization: Input should be less",
         ),
         ("- just\n- a list\n", "expected a mapping of fields at the top"),
+        ("name: x\ncommands: [true]\n", "command True is not text: YAML read it as a bool"),
         ("type: fleet\nname: x\nkind: sim\n", "is not a job; use `gpuflow fleet apply`"),
     ],
 )
