@@ -120,13 +120,13 @@ def _decide(
                     break
                 if not explain:
                     return placement, [], []
-            elif placement is None:
+            if explain or placement is None:
                 rejections.extend(result.rejections)
         else:
             # Host states are read in full before any "nothing fits" is believed.
             if placement is None and attempt == 0 and index.states_changed():
                 continue
-            return placement, ([] if placement is not None else rejections), offers
+            return placement, rejections, offers
         # A chosen host changed state, or its usage was edited by hand: read everything again.
         index.states_changed()
         index.refresh_all()
@@ -153,12 +153,12 @@ def _decide_fleet(
         result.chosen = choose_gang(ranked, request.nodes)
     elif best is not None:
         result.chosen = [best]
-    if result.chosen is None:
+    if result.chosen is None or explain:
         if not explain:  # the fast pass words no reasons; word them now
             ctx.explain = True
             _, dropped = by_resources(hosts, ctx)
         result.rejections = [*static_rejections, *dropped]
-        if request.nodes > 1 and survivors:
+        if result.chosen is None and request.nodes > 1 and survivors:
             reason = gang_shortfall(len(survivors), request.nodes)
             result.rejections.append(index.rejection(f"fleet {fleet.name}", GANG, reason))
     return result

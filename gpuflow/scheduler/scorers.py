@@ -60,7 +60,10 @@ class Scoring:
         if before is None:
             before = self._before[view.state_id] = current(self.workload, view)
         added = growth(self.workload, view, option, before) / 1000
-        packing = allocation_after(view, option, _GPU_ONLY) + _gpu_choice(view, option)
+        if view.cls.n_gpus:
+            packing = allocation_after(view, option, _GPU_ONLY) + _gpu_choice(view, option)
+        else:
+            packing = 1.0  # nothing to keep free here: CPU-only jobs go here first
         return -self.weights["fragmentation"] * added + self.weights["binpack"] * packing
 
 
