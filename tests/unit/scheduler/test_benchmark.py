@@ -1,0 +1,100 @@
+"""The placement benchmark's code path on a tiny synthetic trace (results, not timings)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+NODES = """sn,cpu_milli,memory_mib,gpu,model
+n-0,32000,131072,4,V100M16
+n-1,32000,131072,4,V100M16
+n-2,64000,262144,8,G2
+n-3,16000,65536,2,T4
+"""
+
+HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time\n"
+)
+PODS = HEADER + """p-00,4000,16384,1,1000,,LS,Running,0,1,0
+p-01,2000,8192,1,500,,LS,Running,0,1,0
+p-02,2000,8192,1,250,,LS,Running,0,1,0
+p-03,8000,32768,4,1000,,LS,Running,0,1,0
+p-04,8000,16384,0,0,,BE,Running,0,1,0
+p-05,4000,16384,1,1000,T4,LS,Running,0,1,0
+p-06,2000,4096,1,810,,LS,Running,0,1,0
+p-07,32000,131072,8,1000,,LS,Running,0,1,0
+p-08,4000,16384,2,1000,V100M16|G2,LS,Running,0,1,0
+p-09,1000,2048,1,160,,LS,Running,0,1,0
+"""
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    path = ROOT / "benchmarks" / "placement.py"
+    spec = importlib.util.spec_from_file_location("placement_bench", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["placement_bench"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def trace_dir(tmp_path: Path) -> Path:
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(NODES)
+    (tmp_path / "openb_pod_list_tiny.csv").write_text(PODS)
+    return tmp_path
+
+
+def test_pods_become_jobs_with_the_trace_request(bench: ModuleType, trace_dir: Path) -> None:
+    pods = {p.name: p for p in bench.load_pods(trace_dir / "openb_pod_list_tiny.csv")}
+    shared = bench.job_of(pods["p-01"]).resources
+    assert shared.gpu is not None and shared.gpu.fraction == 0.5
+    assert shared.cpu.min == 2 and shared.memory.min == 8192
+    picky = bench.job_of(pods["p-08"]).resources.gpu
+    assert picky is not None and picky.names == ["V100M16", "G2"] and picky.count.min == 2
+    assert bench.job_of(pods["p-04"]).resources.gpu is None
+
+
+def test_arrivals_are_tuned_to_130_percent_of_capacity(
+    bench: ModuleType, trace_dir: Path
+) -> None:
+    pods = bench.load_pods(trace_dir / "openb_pod_list_tiny.csv")
+    capacity = 18 * 1000
+    sequence = bench.arrivals(pods, capacity, seed=7)
+    demand = sum(p.gpu_milli_total for p in sequence)
+    assert demand <= 1.3 * capacity
+    assert demand > 1.3 * capacity - 8000  # stopped only when the next copy would overshoot
+    assert sequence[: len(pods)] != sorted(pods, key=lambda p: p.name)  # shuffled
+    assert bench.arrivals(pods, capacity, seed=7) == sequence  # reproducible
+    small = bench.arrivals(pods * 10, capacity, seed=7)  # too much demand: pods are removed
+    assert sum(p.gpu_milli_total for p in small) <= 1.3 * capacity
+
+
+def test_run_places_through_the_scheduler_and_reports(
+    bench: ModuleType, trace_dir: Path, tmp_path: Path
+) -> None:
+    nodes = bench.load_nodes(trace_dir / "openb_node_list_gpu_node.csv")
+    pods = bench.load_pods(trace_dir / "openb_pod_list_tiny.csv")
+    result = bench.run(nodes, pods, seed=3, scorer="binpack")
+    assert 0 <= result.unallocated_at_130 <= result.unallocated_at_100 <= 100
+    assert 0 < result.failed < result.placements
+    out = tmp_path / "out.json"
+    bench.main([
+        "--trace-dir", str(trace_dir), "--traces", "tiny", "--seeds", "1,2",
+        "--scorers", "fragmentation,binpack,spread,random", "--json", str(out),
+    ])
+    report = json.loads(out.read_text())
+    assert set(report) == {"tiny"}
+    assert set(report["tiny"]) == {"fragmentation", "binpack", "spread", "random"}
+    for row in report["tiny"].values():
+        assert 0 <= row["unallocated_pct_at_130"] <= row["unallocated_pct_at_100"] <= 100
+        assert row["placements_per_s"] > 0
