@@ -8,7 +8,7 @@ workflow's place step, manual selection, `gpuflow offers` and the dry run:
     apply_placement(snapshot, placement) / release_placement(snapshot, placement)
 """
 
-from gpuflow.scheduler.blocks import auto_blocks, blocks_busy
+from gpuflow.scheduler.blocks import blocks_busy
 from gpuflow.scheduler.compat import compatibility
 from gpuflow.scheduler.model import (
     FleetSnapshot,
@@ -51,7 +51,6 @@ __all__ = [
     "TypicalRequest",
     "Unschedulable",
     "apply_placement",
-    "auto_blocks",
     "blocks_busy",
     "compatibility",
     "effective_backend",
