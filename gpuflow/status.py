@@ -44,6 +44,7 @@ class TerminationReason(StrEnum):
     MAX_DURATION_EXCEEDED = "max_duration_exceeded"
     STOPPED_BY_USER = "stopped_by_user"
     PROVISIONING_FAILED = "provisioning_failed"
+    START_FAILED = "start_failed"
     INTERNAL_ERROR = "internal_error"
 
     @property
@@ -69,6 +70,7 @@ _REASON_STATUS = {
     TerminationReason.MAX_DURATION_EXCEEDED: JobStatus.TERMINATED,
     TerminationReason.STOPPED_BY_USER: JobStatus.STOPPED,
     TerminationReason.PROVISIONING_FAILED: JobStatus.FAILED,
+    TerminationReason.START_FAILED: JobStatus.FAILED,
     TerminationReason.INTERNAL_ERROR: JobStatus.FAILED,
 }
 
@@ -88,6 +90,7 @@ _REASON_DESCRIPTION = {
     TerminationReason.MAX_DURATION_EXCEEDED: "the job ran longer than max_duration",
     TerminationReason.STOPPED_BY_USER: "stopped by the user",
     TerminationReason.PROVISIONING_FAILED: "a host could not be provisioned",
+    TerminationReason.START_FAILED: "the job could not be started (e.g. a missing secret)",
     TerminationReason.INTERNAL_ERROR: "gpuflow hit an internal error",
 }
 

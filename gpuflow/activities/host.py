@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
+from gpuflow import secrets
 from gpuflow.utilization import GpuSample
 from gpuflow.workflows.models import (
     LogChunk,
@@ -99,8 +101,17 @@ class _Paths:
 class HostAgent:
     """The activities of one host. `state_dir` survives agent restarts."""
 
-    def __init__(self, *, host_id: str, state_dir: Path, sampler: GpuSampler) -> None:
+    def __init__(
+        self,
+        *,
+        host_id: str,
+        state_dir: Path,
+        sampler: GpuSampler,
+        secrets_path: Path | None = None,
+    ) -> None:
         self.host_id = host_id
+        self.secrets_path = secrets_path
+        """Where this host's secrets live; None is GPUFLOW_HOME/secrets.json."""
         self.state_dir = Path(state_dir)
         self.sampler = sampler
         self._children: dict[str, subprocess.Popen[bytes]] = {}
@@ -144,7 +155,11 @@ class HostAgent:
                 )
             paths.root.mkdir(parents=True, exist_ok=True)
             paths.script.write_text("set -e\n" + "\n".join(inp.commands) + "\n")
-            env = {**os.environ, **inp.env, **_node_env(inp)}
+            try:
+                job_env = secrets.resolve(inp.env, host=self.host_id, path=self.secrets_path)
+            except secrets.MissingSecret as exc:
+                raise ApplicationError(str(exc), non_retryable=True) from None
+            env = {**os.environ, **job_env, **_node_env(inp)}
             wrapper = (
                 f"bash {shlex.quote(str(paths.script))} > {shlex.quote(str(paths.log))} 2>&1; "
                 f"echo $? > {shlex.quote(str(paths.exit_code))}.tmp && "

@@ -40,6 +40,7 @@ __all__ = [
     "SshTarget",
     "ensure_ssh_agent",
     "gpuflow_known_hosts",
+    "push_ssh_file",
     "ssh_host_facts",
     "ssh_target_for",
     "stop_ssh_agent",
@@ -270,6 +271,37 @@ async def stop_ssh_agent(target: SshTarget, *, state_dir: str) -> AgentStopped:
     if stopped.stopped:
         logger.info("agent of host %s stopped (pid %d)", target.host_id, stopped.pid)
     return stopped
+
+
+async def push_ssh_file(
+    target: SshTarget, *, remote_path: str, content: bytes, mode: int = 0o600
+) -> None:
+    """Write a file on the host through the SSH session's standard input (no SFTP needed),
+    created with `mode` before any byte is written and moved into place atomically. For the
+    agent's secrets: they reach a host over SSH only, never through Temporal. A leading `~/`
+    is the login user's home."""
+    path = remote_path.removeprefix("~/")
+    quoted = shlex.quote(path)
+    script = (
+        f'umask {0o777 & ~mode:03o} && mkdir -p "$(dirname {quoted})" && '
+        f"cat > {quoted}.tmp && chmod {mode:o} {quoted}.tmp && mv -f {quoted}.tmp {quoted}"
+    )
+    async with _connect(target) as conn:
+        try:
+            result = await conn.run(
+                script, input=content, encoding=None, check=False, timeout=target.command_timeout
+            )
+        except (asyncssh.Error, OSError):
+            raise target.error(
+                ProvisioningProblem.UNREACHABLE,
+                "the SSH connection broke while writing a file; check the host",
+            ) from None
+    if result.exit_status != 0:
+        raise target.error(
+            ProvisioningProblem.REMOTE_COMMAND_FAILED,
+            f"could not write {remote_path} on the host (exit {result.exit_status}); "
+            "check the login user's permissions there",
+        )
 
 
 # --- connecting -------------------------------------------------------------------------------

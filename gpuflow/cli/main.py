@@ -338,6 +338,58 @@ async def schedule_delete(schedule_id: str = typer.Argument(...)) -> None:
     console.print(f"schedule {schedule_id} deleted")
 
 
+# ---- secrets --------------------------------------------------------------------------------
+
+secret_app = typer.Typer(
+    help="Secrets jobs refer to as ${{ secrets.NAME }}; never sent through Temporal.",
+    no_args_is_help=True,
+)
+app.add_typer(secret_app, name="secret")
+
+
+@secret_app.command("set")
+def secret_set(name: str = typer.Argument(...)) -> None:
+    """Store a secret (value from standard input, or asked for without echo)."""
+    from gpuflow import secrets
+
+    if sys.stdin.isatty():
+        value = typer.prompt(f"value of {name}", hide_input=True)
+    else:
+        value = sys.stdin.read().rstrip("\n")
+    if not value:
+        err.print("[bold red]error:[/] empty value; nothing stored", soft_wrap=True)
+        raise typer.Exit(1)
+    try:
+        secrets.set_secret(name, value)
+    except GpuflowError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
+    console.print(f"secret {name} stored in {secrets.secrets_file()}")
+
+
+@secret_app.command("list")
+def secret_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Names of the stored secrets (never their values)."""
+    from gpuflow import secrets
+
+    names = sorted(secrets.load())
+    if as_json:
+        print_json(names)
+    else:
+        console.print("\n".join(names) if names else "no secrets")
+
+
+@secret_app.command("delete")
+def secret_delete(name: str = typer.Argument(...)) -> None:
+    """Delete a secret."""
+    from gpuflow import secrets
+
+    if not secrets.delete_secret(name):
+        err.print(f"[bold red]error:[/] no secret named {name!r}", soft_wrap=True)
+        raise typer.Exit(1)
+    console.print(f"secret {name} deleted")
+
+
 # ---- fleets ---------------------------------------------------------------------------------
 
 

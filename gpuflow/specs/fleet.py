@@ -87,6 +87,9 @@ class HostDecl(BaseModel):
     known_hosts: str | None = None
     """ssh hosts: a known_hosts file to check the host key against strictly; by default a new
     host's key is accepted and remembered in GPUFLOW_HOME/known_hosts."""
+    agent_dir: str | None = None
+    """ssh hosts: where the agent keeps its state, logs and secrets on the host
+    (default ~/.gpuflow/agent)."""
 
     @field_validator("name")
     @classmethod

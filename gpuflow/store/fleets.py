@@ -83,7 +83,9 @@ def _host_rows(spec: FleetSpec, facts: dict[str, HostFacts]) -> list[tuple[HostR
                 "port": decl.port,
                 "user": decl.user,
                 "identity_file": decl.identity_file,
-                **{k: v for k, v in decl.model_dump().items() if k in ("python", "known_hosts")},
+                "python": decl.python,
+                "known_hosts": decl.known_hosts,
+                "state_dir": decl.agent_dir,
             }
             rows.append((host, gpus))
     return rows

@@ -46,10 +46,16 @@ async def run_agent(
     config: TemporalConfig,
     state_dir: Path,
     simulated: dict[str, object] | None = None,
+    secrets_path: Path | None = None,
 ) -> None:
     client = await connect_temporal(config)
     sampler = sampler_for_host(simulated) if simulated is not None else NvmlGpuSampler()
-    agent = HostAgent(host_id=host_id, state_dir=state_dir, sampler=sampler)
+    agent = HostAgent(
+        host_id=host_id,
+        state_dir=state_dir,
+        sampler=sampler,
+        secrets_path=secrets_path or state_dir / "secrets.json",
+    )
     worker = make_agent_worker(client, agent, task_queue)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -68,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temporal-address")
     parser.add_argument("--namespace", default="default")
     parser.add_argument("--state-dir")
+    parser.add_argument(
+        "--secrets-file", help="secrets this host resolves (default: STATE_DIR/secrets.json)"
+    )
     args = parser.parse_args(argv)
     if args.facts:
         print(collect_host_facts().model_dump_json())
@@ -83,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                 task_queue=args.task_queue or host_task_queue(args.host_id),
                 config=config,
                 state_dir=Path(args.state_dir),
+                secrets_path=Path(args.secrets_file) if args.secrets_file else None,
             )
         )
     except GpuflowError as exc:

@@ -4,14 +4,17 @@ job starts there (asyncssh, through gpuflow.activities.provisioning)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 from typing import Any
 
+from gpuflow import secrets
 from gpuflow.activities.provisioning import (
     ProvisioningError,
     SshTarget,
     ensure_ssh_agent,
+    push_ssh_file,
     ssh_host_facts,
     ssh_target_for,
 )
@@ -50,13 +53,21 @@ async def ensure_host_agent(host: Any, *, home: Path, client: Any) -> str | None
     target = SshTarget(host_id=host.id, **{k: v for k, v in ssh.items() if v is not None})
     config = TemporalConfig.from_env()
     address = os.environ.get("GPUFLOW_AGENT_TEMPORAL_ADDRESS", config.address)
+    agent_dir = f"{state_dir}/{host.id.replace('/', '_')}"
     try:
+        values = secrets.load()
+        if values:
+            await push_ssh_file(
+                target,
+                remote_path=f"{agent_dir}/secrets.json",
+                content=json.dumps(values).encode(),
+            )
         await ensure_ssh_agent(
             target,
             temporal_address=address,
             namespace=config.namespace,
             task_queue=host_task_queue(host.id),
-            state_dir=f"{state_dir}/{host.id.replace('/', '_')}",
+            state_dir=agent_dir,
         )
     except ProvisioningError as exc:
         return str(exc)

@@ -97,6 +97,9 @@ class JobWorkflow:
         self._capacity_changed = False
         self._utilization = utilization.UtilizationState()
         self._search_attributes = True
+        self._start_attempted = False
+        """Whether any process may exist: before the run step, compensation has nothing to
+        stop (and a host without an agent must not hold up the release of GPUs)."""
 
     # ---- handlers ---------------------------------------------------------------------------
 
@@ -150,6 +153,7 @@ class JobWorkflow:
             self._placement = resume.placement
             self._utilization = resume.utilization
             self._status = JobStatus.RUNNING
+            self._start_attempted = True
         else:
             self._upsert(status=JobStatus.PENDING, priority=spec.priority)
             await self._record(JobStatus.PENDING, "submitted", spec=spec)
@@ -174,6 +178,7 @@ class JobWorkflow:
                 if not self._should_retry(inp, ending):
                     return self._result(ending, exit_codes)
                 self._attempt += 1
+                self._start_attempted = False
                 resume = None
                 self._placement = None
                 self._utilization = utilization.UtilizationState()
@@ -254,6 +259,7 @@ class JobWorkflow:
                 raise _Ending(TerminationReason.PROVISIONING_FAILED, result.message)
 
     async def _start(self, inp: JobInput, placement: Placement) -> None:
+        self._start_attempted = True
         spec = inp.spec
         master = placement.nodes[0].address
         handles = await asyncio.gather(
@@ -283,9 +289,14 @@ class JobWorkflow:
         )
         for handle in handles:
             if isinstance(handle, BaseException):
-                raise _Ending(
-                    TerminationReason.HOST_LOST, "could not start the job: " + _failure_text(handle)
+                # A refusal by the agent (e.g. a missing secret) is the job's fault; anything
+                # else (no agent answering, a broken host) is an interruption.
+                reason = (
+                    TerminationReason.START_FAILED
+                    if _refused(handle)
+                    else TerminationReason.HOST_LOST
                 )
+                raise _Ending(reason, "could not start the job: " + _failure_text(handle))
         await self._record(
             JobStatus.RUNNING, f"running on {len(placement.nodes)} node(s)", placement=placement
         )
@@ -410,7 +421,7 @@ class JobWorkflow:
     async def _finalize(self, ending: _Ending) -> None:
         """The one compensation for every ending: stop processes, release GPUs, record status."""
         placement = self._placement
-        if placement is not None:
+        if placement is not None and self._start_attempted:
             await asyncio.gather(
                 *(
                     workflow.execute_activity(
@@ -558,6 +569,13 @@ async def _wait(condition: Callable[[], bool], timeout: timedelta, summary: str)
     except TimeoutError:
         return False
     return True
+
+
+def _refused(error: BaseException) -> bool:
+    cause = error
+    while isinstance(cause, ActivityError) and cause.cause is not None:
+        cause = cause.cause
+    return isinstance(cause, ApplicationError) and cause.non_retryable
 
 
 def _failure_text(error: BaseException) -> str:

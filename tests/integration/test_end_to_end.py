@@ -256,3 +256,42 @@ async def test_fleet_health_marks_a_silent_agent_not_ready_and_back(
             result = await client.wait(job.id, timeout_s=60)
         await client.delete_fleet(fleet)
     assert result.status == JobStatus.DONE
+
+
+async def test_secret_value_reaches_the_process_but_never_temporal(
+    dev_env: WorkflowEnvironment,
+    sqlite_store: Store,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpuflow import secrets
+
+    monkeypatch.setenv("GPUFLOW_SECRETS_FILE", str(tmp_path / "secrets.json"))
+    value = f"tok-{uuid.uuid4().hex}"
+    secrets.set_secret("hf_token", value)
+    assert (tmp_path / "secrets.json").stat().st_mode & 0o777 == 0o600
+    fleet = f"f{uuid.uuid4().hex[:6]}"
+    client = Client(temporal=dev_env.client, store=sqlite_store)
+    async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
+        await client.apply_fleet(_fleet(fleet))
+        job = await client.submit(
+            _job(
+                "secretive",
+                ['echo "token=$HF_TOKEN"'],
+                fleets=[fleet],
+                env={"HF_TOKEN": "${{ secrets.hf_token }}"},
+            )
+        )
+        result = await client.wait(job.id, timeout_s=60)
+        output = "".join([chunk async for chunk in client.logs(job.id)])
+        missing = await client.submit(
+            _job("nosecret", ["true"], fleets=[fleet], env={"X": "${{ secrets.absent }}"})
+        )
+        missing_result = await client.wait(missing.id, timeout_s=60)
+        history = await dev_env.client.get_workflow_handle(job.id).fetch_history()
+    assert result.status == JobStatus.DONE
+    assert f"token={value}" in output
+    assert value not in history.to_json()
+    assert missing_result.reason == TerminationReason.START_FAILED
+    assert "has no secret absent" in missing_result.message
+    assert missing_result.attempts == 1

@@ -126,9 +126,14 @@ def idle_samples(
 
 @asynccontextmanager
 async def workers(
-    client: Client, store: Store, task_queue: str, hosts: ScriptedHosts, fleets: list[FleetSpec]
+    client: Client,
+    store: Store,
+    task_queue: str,
+    hosts: ScriptedHosts,
+    fleets: list[FleetSpec],
+    control: ControlActivities | None = None,
 ) -> AsyncIterator[None]:
-    control = ControlActivities(store)
+    control = control or ControlActivities(store)
     async with AsyncExitStack() as stack:
         executor = stack.enter_context(ThreadPoolExecutor(max_workers=4))
         await stack.enter_async_context(

@@ -332,3 +332,30 @@ async def test_busy_job_history_stays_small(
     hours = (started[-1] - started[0]) / 3600
     assert 2.9 < hours < 3.2
     assert len(history.events) / hours < 300
+
+
+async def test_failed_provisioning_releases_without_waiting_for_an_agent(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    from gpuflow.activities.control import ControlActivities
+
+    fleet = sim_fleet(sqlite_store)
+    hosts = ScriptedHosts()
+
+    async def unreachable(host: object) -> str:
+        return "host h1 (root@10.0.0.1:22): connection refused; check the host"
+
+    async with workers(
+        time_env.client,
+        sqlite_store,
+        task_queue,
+        hosts,
+        [fleet],
+        control=ControlActivities(sqlite_store, ensure_agent=unreachable),
+    ):
+        handle = await start_job(time_env.client, task_queue, job())
+        result = await handle.result()
+    assert result.reason == TerminationReason.PROVISIONING_FAILED
+    assert "connection refused" in result.message
+    assert hosts.started == [] and hosts.stopped == []
+    assert allocations_of(sqlite_store, result.job_id) == []
