@@ -137,14 +137,28 @@ class ControlActivities:
                 rows = session.exec(select(HostRow).where(HostRow.fleet == inp.fleet)).all()
                 return FleetHostsResult(
                     hosts=[
-                        FleetHost(host_id=h.id, name=h.name, task_queue=h.task_queue)
+                        FleetHost(
+                            host_id=h.id,
+                            name=h.name,
+                            task_queue=h.task_queue,
+                            simulated=h.simulated,
+                        )
                         for h in rows
                         if h.state != HostState.MAINTENANCE
                         and declared.get(h.name, "ready") == "ready"
                     ]
                 )
 
-        return await asyncio.to_thread(read)
+        result = await asyncio.to_thread(read)
+        if self.ensure_agent is not None:
+            # Simulated hosts are served inside control workers: make sure one serves them
+            # before they are pinged (a fleet applied after this worker started).
+            for host in result.hosts:
+                if host.simulated:
+                    row = await asyncio.to_thread(get_host, self.store, host.host_id)
+                    if row is not None:
+                        await self.ensure_agent(row)
+        return result
 
     @activity.defn(name="record_host_health")
     async def record_host_health(self, inp: HostHealthInput) -> HostHealthResult:

@@ -134,6 +134,7 @@ class FleetHost(BaseModel):
     host_id: str
     name: str
     task_queue: str
+    simulated: bool = False
 
 
 class FleetHostsResult(BaseModel):
