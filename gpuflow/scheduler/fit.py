@@ -110,10 +110,11 @@ def _fit_whole_host(
     chosen: tuple[tuple[int, ...], ...] = ((),)
     if request.fraction is not None:
         share = request.fraction
+        limit = 1 + EPSILON - share
         seen: dict[float, int] = {}
         for i in candidates:
-            level = round(used[i], 9)
-            if used[i] + share <= 1 + EPSILON and level not in seen:
+            level = used[i]  # shares are kept rounded (apply_placement), so equal ones compare
+            if level <= limit and level not in seen:
                 seen[level] = i
         if not seen:
             most = max(1 - used[i] for i in candidates)
@@ -127,9 +128,14 @@ def _fit_whole_host(
                 f"job needs {request.gpu_min}"
             )
         chosen = (tuple(free if request.gpu_max is None else free[: request.gpu_max]),)
-    shortfall = _host_shortfall(view, request.cpus, request.memory_mib, request.disk_mib)
-    if shortfall:
-        return shortfall
+    if (
+        request.cpus > view.cpus_free + EPSILON
+        or request.memory_mib > view.memory_free
+        or request.disk_mib > view.disk_free
+    ):
+        shortfall = _host_shortfall(view, request.cpus, request.memory_mib, request.disk_mib)
+        if shortfall:
+            return shortfall
     return tuple(
         Option(gpus, request.fraction, (), request.cpus, request.memory_mib, request.disk_mib)
         for gpus in chosen

@@ -211,16 +211,6 @@ class Workload:
         return result
 
 
-def free_milli(view: HostView) -> list[int]:
-    """Free milli-GPUs per GPU; on a split host, GPUs of taken blocks count as taken."""
-    cls = view.cls
-    if cls.blocks > 1:
-        per_block = max(cls.block_gpus, 1)
-        open_blocks = set(view.blocks_free)
-        return [1000 if i // per_block in open_blocks else 0 for i in range(cls.n_gpus)]
-    return [max(0, round((1 - used) * 1000)) for used in view.gpu_used]
-
-
 def host_free(view: HostView) -> tuple[float, int]:
     cls = view.cls
     if cls.blocks > 1:
@@ -232,7 +222,7 @@ def host_free(view: HostView) -> tuple[float, int]:
 def growth(workload: Workload, view: HostView, option: Option, before: float) -> float:
     """How much expected fragmentation (milli-GPUs) seating `option` on the host adds."""
     cls = view.cls
-    free = free_milli(view)
+    free = list(view.free_milli)
     if cls.blocks > 1:
         per_block = max(cls.block_gpus, 1)
         for block in option.blocks:
@@ -253,4 +243,4 @@ def growth(workload: Workload, view: HostView, option: Option, before: float) ->
 
 def current(workload: Workload, view: HostView) -> float:
     cpus, memory = host_free(view)
-    return workload.fragmentation(view.cls, tuple(sorted(free_milli(view))), cpus, memory)
+    return workload.fragmentation(view.cls, tuple(sorted(view.free_milli)), cpus, memory)

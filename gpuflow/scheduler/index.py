@@ -80,8 +80,8 @@ class HostView:
     """One host as the scheduler sees it: the snapshot object, its class, its free capacity."""
 
     __slots__ = (
-        "blocks_free", "cls", "cpus_free", "disk_free", "fleet", "gpu_used", "host", "idle",
-        "memory_free", "order", "state_id",
+        "blocks_free", "cls", "cpus_free", "disk_free", "fleet", "free_milli", "gpu_used", "host",
+        "idle", "memory_free", "order", "state_id",
     )
 
     def __init__(self, host: HostSnapshot, cls: HostClass, order: int, fleet: str) -> None:
@@ -90,6 +90,8 @@ class HostView:
         self.order = order
         self.fleet = fleet
         self.gpu_used: list[float] = []
+        self.free_milli: tuple[int, ...] = ()
+        """Free milli-GPUs per GPU (GPUs of taken blocks count as taken), for scoring."""
         self.cpus_free = 0.0
         self.memory_free = 0
         self.disk_free = 0
@@ -217,6 +219,14 @@ class SnapshotIndex:
         view.memory_free = cls.memory - host.memory_used_mib
         view.disk_free = cls.disk - host.disk_used_mib
         view.blocks_free = tuple(i for i in range(cls.blocks) if i not in host.blocks_used)
+        if cls.blocks > 1:
+            per_block = max(cls.block_gpus, 1)
+            open_blocks = set(view.blocks_free)
+            view.free_milli = tuple(
+                1000 if i // per_block in open_blocks else 0 for i in range(cls.n_gpus)
+            )
+        else:
+            view.free_milli = tuple(max(0, round((1 - used) * 1000)) for used in view.gpu_used)
         view.idle = host.idle
         key = (view.fleet, cls.id, *usage_key(host))
         state_id = self.state_ids.get(key)
