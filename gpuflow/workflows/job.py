@@ -69,7 +69,9 @@ TICKS_PER_RUN = 300
 history stays small (a few thousand events) on any server."""
 STOP_GRACE_S = 10.0
 
-CONTROL_TIMEOUT = timedelta(seconds=60)
+CONTROL_TIMEOUT = timedelta(seconds=20)
+"""Control activities are short database transactions; a worker that died mid-way is noticed
+and the activity retried after this long."""
 CONTROL_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=30))
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from gpuflow.client import Client
 from gpuflow.store.db import Store
 from gpuflow.worker.control import ControlWorker
 
@@ -70,11 +71,12 @@ async def test_cli_round_trip(dev_env: WorkflowEnvironment, tmp_path: Path) -> N
         text = await _gpuflow(env, "apply", "-y", "-d", "-f", str(tmp_path / "busy.yaml"))
         assert "submitted spin" in text
         job_id = text.split(" as ")[-1].split()[0]
-        for _ in range(30):
-            jobs = json.loads(await _gpuflow(env, "ps", "-a", "--json"))
-            if jobs and jobs[0]["status"] != "pending":
+        client = Client(temporal=dev_env.client, store=store)
+        for _ in range(100):
+            if (await client.get(job_id)).status != "pending":
                 break
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.2)
+        jobs = json.loads(await _gpuflow(env, "ps", "-a", "--json"))
         assert jobs[0]["id"] == job_id
         assert jobs[0]["status"] == "running", jobs[0]["message"]
         fleets = json.loads(await _gpuflow(env, "fleet", "list", "--json"))
@@ -84,11 +86,11 @@ async def test_cli_round_trip(dev_env: WorkflowEnvironment, tmp_path: Path) -> N
 
         assert "started" in await _gpuflow(env, "logs", "spin")
         metrics: dict[str, object] = {}
-        for _ in range(60):
-            metrics = json.loads(await _gpuflow(env, "metrics", "spin", "--json"))
-            if metrics.get("gpus"):
+        for _ in range(100):
+            if (await client.metrics(job_id)).gpus:
                 break
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.3)
+        metrics = json.loads(await _gpuflow(env, "metrics", "spin", "--json"))
         windows = list(metrics["gpus"].values())  # type: ignore[union-attr]
         assert windows and windows[0]["simulated"] is True
         assert "simulated" in await _gpuflow(env, "metrics", "spin")
