@@ -3,9 +3,11 @@ the simulated samplers of sim hosts."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -210,7 +212,9 @@ def spawn() -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
     yield started
     for process in started:
-        process.kill()
+        # each runs in its own session: kill the whole group, grandchildren included
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
         process.wait()
 
 
