@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -70,7 +69,6 @@ class ControlWorker:
         self.store = store
         self.home = home
         self.sim_agents = SimulatedAgents(client, home)
-        self._executor = ThreadPoolExecutor(max_workers=8)
         self.activities = ControlActivities(store, ensure_agent=self._ensure_agent)
         self.worker = Worker(
             client,
@@ -78,7 +76,6 @@ class ControlWorker:
             workflows=[JobWorkflow, ReadLogsWorkflow, FleetWorkflow],
             workflow_runner=workflow_runner(),
             activities=self.activities.activities(),
-            activity_executor=self._executor,
             max_concurrent_activities=64,
         )
 
@@ -101,4 +98,3 @@ class ControlWorker:
     async def __aexit__(self, *exc: object) -> None:
         await self.worker.__aexit__(None, None, None)
         await self.sim_agents.close()
-        self._executor.shutdown(wait=False)
