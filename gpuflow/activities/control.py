@@ -17,7 +17,7 @@ from gpuflow.status import HostState, JobStatus
 from gpuflow.store.capacity import release_allocation, take_allocation
 from gpuflow.store.db import Store
 from gpuflow.store.fleets import get_host, set_host_state
-from gpuflow.store.jobs import add_event, record_job, update_job
+from gpuflow.store.jobs import record_status
 from gpuflow.store.tables import FleetRow, HostRow, JobRow
 from gpuflow.workflows.models import (
     FleetHost,
@@ -76,17 +76,14 @@ class ControlActivities:
     @activity.defn(name="record_job_status")
     async def record_job_status(self, inp: JobStatusInput) -> None:
         def write() -> None:
-            record_job(
+            placement = inp.placement
+            record_status(
                 self.store,
                 job_id=inp.job_id,
                 name=inp.name,
-                spec=inp.spec.model_dump(mode="json") if inp.spec else {},
-            )
-            placement = inp.placement
-            update_job(
-                self.store,
-                job_id=inp.job_id,
+                spec=inp.spec.model_dump(mode="json") if inp.spec else None,
                 status=inp.status,
+                event_key=inp.event_key,
                 attempt=inp.attempt,
                 reason=inp.reason.value if inp.reason else None,
                 message=inp.message,
@@ -94,13 +91,6 @@ class ControlActivities:
                 hosts=[n.host_name for n in placement.nodes] if placement else None,
                 gpus=_gpu_summary(placement) if placement else None,
                 at=inp.at,
-            )
-            add_event(
-                self.store,
-                job_id=inp.job_id,
-                key=inp.event_key,
-                kind=inp.status.value,
-                message=inp.message,
             )
 
         await asyncio.to_thread(write)

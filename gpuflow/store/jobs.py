@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 
 from gpuflow.errors import NotFoundError
 from gpuflow.status import JobStatus
@@ -42,31 +42,105 @@ def update_job(
 ) -> None:
     """Set the job's status; a final status is never overwritten by a late, repeated update."""
     with store.session() as session:
-        job = session.get(JobRow, job_id)
-        if job is None:
-            return
-        if JobStatus(job.status).is_final and not status.is_final:
-            return
-        at = at or datetime.now(UTC)
-        job.status = status
-        if attempt is not None:
-            job.attempt = attempt
-        if reason is not None or status.is_final:
-            job.termination_reason = reason
-        if message is not None or status.is_final:
-            job.message = message
-        if fleet is not None:
-            job.fleet = fleet
-        if hosts is not None:
-            job.hosts = hosts
-        if gpus is not None:
-            job.gpus = gpus
-        if status == JobStatus.RUNNING and job.started_at is None:
-            job.started_at = at
-        if status.is_final:
-            job.finished_at = job.finished_at or at
-        session.add(job)
+        _apply_status(
+            session,
+            job_id=job_id,
+            status=status,
+            attempt=attempt,
+            reason=reason,
+            message=message,
+            fleet=fleet,
+            hosts=hosts,
+            gpus=gpus,
+            at=at,
+        )
         session.commit()
+
+
+def record_status(
+    store: Store,
+    *,
+    job_id: str,
+    name: str,
+    spec: dict[str, Any] | None,
+    status: JobStatus,
+    event_key: str,
+    attempt: int | None = None,
+    reason: str | None = None,
+    message: str = "",
+    fleet: str | None = None,
+    hosts: list[str] | None = None,
+    gpus: str | None = None,
+    at: datetime | None = None,
+) -> None:
+    """Create the job's row if needed, set its status and add the event, in one transaction;
+    a repeated call (same event key) changes nothing."""
+    with store.session() as session:
+        if session.get(JobRow, job_id) is None:
+            session.add(JobRow(id=job_id, name=name, status=JobStatus.PENDING, spec=spec or {}))
+            session.flush()
+        _apply_status(
+            session,
+            job_id=job_id,
+            status=status,
+            attempt=attempt,
+            reason=reason,
+            message=message,
+            fleet=fleet,
+            hosts=hosts,
+            gpus=gpus,
+            at=at,
+        )
+        exists = session.exec(
+            select(JobEventRow).where(JobEventRow.job_id == job_id, JobEventRow.key == event_key)
+        ).first()
+        if exists is None:
+            session.add(
+                JobEventRow(job_id=job_id, key=event_key, kind=status.value, message=message)
+            )
+        try:
+            session.commit()
+        except IntegrityError:  # a concurrent duplicate of this very call won the race
+            session.rollback()
+
+
+def _apply_status(
+    session: Session,
+    *,
+    job_id: str,
+    status: JobStatus,
+    attempt: int | None,
+    reason: str | None,
+    message: str | None,
+    fleet: str | None,
+    hosts: list[str] | None,
+    gpus: str | None,
+    at: datetime | None,
+) -> None:
+    job = session.get(JobRow, job_id)
+    if job is None:
+        return
+    if JobStatus(job.status).is_final and not status.is_final:
+        return
+    at = at or datetime.now(UTC)
+    job.status = status
+    if attempt is not None:
+        job.attempt = attempt
+    if reason is not None or status.is_final:
+        job.termination_reason = reason
+    if message is not None or status.is_final:
+        job.message = message
+    if fleet is not None:
+        job.fleet = fleet
+    if hosts is not None:
+        job.hosts = hosts
+    if gpus is not None:
+        job.gpus = gpus
+    if status == JobStatus.RUNNING and job.started_at is None:
+        job.started_at = at
+    if status.is_final:
+        job.finished_at = job.finished_at or at
+    session.add(job)
 
 
 def add_event(store: Store, *, job_id: str, key: str, kind: str, message: str) -> None:

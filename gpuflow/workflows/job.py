@@ -251,6 +251,9 @@ class JobWorkflow:
                     retry_policy=RetryPolicy(maximum_attempts=3),
                 )
                 for node in {n.host_id: n for n in placement.nodes}.values()
+                # Simulated hosts are served inside control workers, which start their agents
+                # themselves; only real hosts (e.g. over SSH) need provisioning.
+                if not node.simulated
             ),
             return_exceptions=True,
         )

@@ -339,7 +339,15 @@ async def test_failed_provisioning_releases_without_waiting_for_an_agent(
 ) -> None:
     from gpuflow.activities.control import ControlActivities
 
+    from gpuflow.store.tables import HostRow
+
     fleet = sim_fleet(sqlite_store)
+    with sqlite_store.session() as session:  # a real host (simulated ones need no provisioning)
+        row = session.get(HostRow, f"{fleet.name}/h1")
+        assert row is not None
+        row.simulated = False
+        session.add(row)
+        session.commit()
     hosts = ScriptedHosts()
 
     async def unreachable(host: object) -> str:
