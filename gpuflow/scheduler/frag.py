@@ -13,8 +13,9 @@ before the GPUs do. For a typical request t (k GPUs of `need` milli-GPUs each, c
 
 A CPU-only t loses the free GPUs only when it does not fit (it never uses them). The host's
 expected fragmentation is the mix-weighted sum of lost(t); the fragmentation scorer places a job
-where this grows the least. `capacity=False` gives FGD's one-more-request measure, for
-comparison. Everything is in milli-GPUs (1000 = one GPU) and memoized per host state.
+where this grows the least. `capacity=0` gives FGD's one-more-request measure (for comparison),
+values in between a blend of the two. Everything is in milli-GPUs (1000 = one GPU) and
+memoized per host state.
 """
 
 from __future__ import annotations
@@ -87,9 +88,17 @@ class Workload:
     """A request mix, prepared for fast evaluation; one per fleet mix."""
 
     def __init__(
-        self, mix: list[TypicalRequest] | tuple[TypicalRequest, ...], *, capacity: bool = True
+        self,
+        mix: list[TypicalRequest] | tuple[TypicalRequest, ...],
+        *,
+        capacity: float = 1.0,
+        whole_capacity: float | None = None,
+        parity: float = 1.0,
     ) -> None:
-        self.capacity = capacity
+        self.capacity = min(1.0, max(0.0, capacity))
+        """1: gpuflow's measure; 0: FGD's; in between, that blend of the two."""
+        self.whole_capacity = self.capacity if whole_capacity is None else whole_capacity
+        self.parity_credit = 1 - parity
         merged: dict[tuple[Any, ...], float] = {}
         for item in mix:
             if item.weight <= 0:
@@ -163,17 +172,21 @@ class Workload:
                     result += weight * total
             whole_free = len(free) - bisect_left(free, 1000)
             for group in kinds.whole:
-                small = 0 if self.capacity else sum(v for v in free if v < 1000)
+                small = 0 if self.whole_capacity == 1 else sum(v for v in free if v < 1000)
+                credit = round(self.parity_credit * (whole_free % group.size) * 1000)
                 result += self._lost(
-                    group, whole_free // group.size, group.size * 1000, total, cpus, memory, small
+                    group, whole_free // group.size, group.size * 1000, total, cpus, memory, small,
+                    self.whole_capacity, credit,
                 )
             for group in kinds.shares:
                 need = group.size
                 slots = 0
                 for value in free:
                     slots += value // need
-                small = 0 if self.capacity else sum(v for v in free if v < need)
-                result += self._lost(group, slots, need, total, cpus, memory, small)
+                small = 0 if self.capacity == 1 else sum(v for v in free if v < need)
+                result += self._lost(
+                    group, slots, need, total, cpus, memory, small, self.capacity, 0
+                )
         if len(self._memo) > 500_000:
             self._memo.clear()
         self._memo[key] = result
@@ -181,16 +194,16 @@ class Workload:
 
     def _lost(
         self, group: _Group, slots: int, size: int, total: int, cpus: float, memory: int,
-        small: int,
+        small: int, blend: float, credit: int,
     ) -> float:
         """Lost milli-GPUs for one group: at most `slots` requests of `size` milli-GPUs fit."""
         if slots == 0 or group.least_cpus > cpus or group.least_memory > memory:
             return group.weight * total
-        if not self.capacity:
-            if group.most_cpus <= cpus and group.most_memory <= memory:
-                return group.weight * small
-        elif group.most_cpus * slots <= cpus and group.most_memory * slots <= memory:
-            return group.weight * (total - slots * size)  # the GPUs run out first for all
+        if group.most_cpus * slots <= cpus and group.most_memory * slots <= memory:
+            # The GPUs run out first for every kind of the group.
+            return group.weight * (
+                blend * (total - slots * size - credit) + (1 - blend) * small
+            )
         result = 0.0
         for weight, need_cpus, need_memory in group.demands:
             count = slots
@@ -204,10 +217,8 @@ class Workload:
                     count = by_memory
             if count == 0:
                 result += weight * total
-            elif self.capacity:
-                result += weight * (total - count * size)
             else:
-                result += weight * small
+                result += weight * (blend * (total - count * size - credit) + (1 - blend) * small)
         return result
 
 

@@ -12,7 +12,7 @@ Weights come from the fleet's `scorer_weights` (configuration, not code):
 `gpu`, `cpu`, `memory` weight the resources in binpack's and spread's allocation ratio
 (defaults 1, 0.25, 0.25); `fragmentation` and `binpack` weight the terms of the fragmentation
 scorer (defaults 1, 0.05: growth of expected fragmentation in GPUs, then GPU allocation of the
-host as a tie-breaker); `capacity: 0` switches the fragmentation measure to FGD's own.
+host as a tie-breaker); `capacity` blends gpuflow's fragmentation measure (1) with FGD's (0).
 """
 
 from __future__ import annotations
@@ -78,11 +78,14 @@ def scoring_for(
     before: dict[int, float] = {}
     if name == "fragmentation":
         mix = fleet.workload or DEFAULT_MIX
-        capacity = weights["capacity"] != 0
-        key = (fleet.name, id(fleet.workload), len(fleet.workload), capacity)
+        capacity = weights["capacity"]
+        whole = weights.get("capacity_whole", capacity)
+        parity = weights.get("parity", 1.0)
+        key = (fleet.name, id(fleet.workload), len(fleet.workload), capacity, whole, parity)
         cached = index.workloads.get(key)
         if cached is None:
-            cached = index.workloads[key] = (Workload(mix, capacity=capacity), {})
+            workload = Workload(mix, capacity=capacity, whole_capacity=whole, parity=parity)
+            cached = index.workloads[key] = (workload, {})
         workload, before = cached
     return Scoring(name, weights, workload, job_name, name == "random", before)
 
