@@ -21,16 +21,11 @@ from gpuflow.scheduler.model import (
     TypicalRequest,
     Unschedulable,
 )
-from gpuflow.scheduler.place import (
-    Offer,
-    Offers,
-    apply_placement,
-    explain,
-    place,
-    release_placement,
-)
+from gpuflow.scheduler.offers import Offer, Offers
+from gpuflow.scheduler.place import explain, place
 from gpuflow.scheduler.request import Request, effective_backend, resolve
 from gpuflow.scheduler.scorers import DEFAULT_SCORER, SCORER_NAMES
+from gpuflow.scheduler.usage import apply_placement, release_placement
 
 offers = explain
 """Alias: what `gpuflow offers` calls."""

@@ -160,6 +160,8 @@ class SnapshotIndex:
         self.workloads: dict[Any, Any] = {}
         """Per fleet mix: the prepared Workload and fragmentation per host state id."""
         self.rejections: dict[tuple[str, str, str], Rejection] = {}
+        self.admitted: dict[int, tuple[list[HostView], set[int]]] = {}
+        """Per static-filter survivor list: the orders of its hosts."""
         self.resource_rejections: dict[tuple[str, str], Rejection] = {}
         """Resource-fit rejections by (host name, reason): a full explanation is built often."""
         self.members: dict[int, list[HostView]] = {}

@@ -1,0 +1,76 @@
+"""What `gpuflow offers` and the dry run show: the hosts that fit (with their scores), the
+rejections of those that do not, and the placement `place` would return."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpuflow.scheduler.fit import Option
+from gpuflow.scheduler.index import HostView
+from gpuflow.scheduler.model import Placement, Rejection, Unschedulable
+from gpuflow.specs.units import format_size_mib
+
+Scored = tuple[float, int, HostView, Option]
+"""(score, host order, host, option): sorts best first after negating the score."""
+
+
+class Offer(BaseModel):
+    """A host that fits the job, with its score (higher is better)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    host: str
+    host_id: str
+    fleet: str
+    score: float
+    gpus: str
+    """What the node would get, e.g. `2x A100 80GB (0,1)`, `0.5 of T4 16GB (3)`, or ``."""
+    gpu_indices: list[int] = Field(default_factory=list)
+    gpu_fraction: float | None = None
+    blocks: list[int] = Field(default_factory=list)
+    cpus: float = 0
+    memory_mib: int = 0
+
+
+class Offers(BaseModel):
+    """Everything `gpuflow offers` and the dry run show: what fits, what does not and why, and
+    the placement `place` would return."""
+
+    model_config = ConfigDict(frozen=True)
+
+    fits: list[Offer]
+    """Hosts that fit, best first within each fleet (fleets in the order they are tried)."""
+    rejections: list[Rejection]
+    placement: Placement | None = None
+
+    def verdict(self) -> Placement | Unschedulable:
+        if self.placement is not None:
+            return self.placement
+        return Unschedulable(rejections=self.rejections)
+
+
+def offer_of(scored: Scored) -> Offer:
+    score, _, view, option = scored
+    return Offer(
+        host=view.host.name,
+        host_id=view.host.id,
+        fleet=view.fleet,
+        score=round(score, 6),
+        gpus=describe_gpus(view, option),
+        gpu_indices=list(option.gpus),
+        gpu_fraction=option.fraction,
+        blocks=list(option.blocks),
+        cpus=option.cpus,
+        memory_mib=option.memory_mib,
+    )
+
+
+def describe_gpus(view: HostView, option: Option) -> str:
+    if not option.gpus:
+        return ""
+    gpus = [view.host.gpus[i] for i in option.gpus]
+    kinds = sorted({f"{g.name} {format_size_mib(g.memory_mib)}" for g in gpus})
+    where = ",".join(str(i) for i in option.gpus)
+    if option.fraction is not None:
+        return f"{option.fraction:g} of {kinds[0]} ({where})"
+    return f"{len(gpus)}x {' + '.join(kinds)} ({where})"
