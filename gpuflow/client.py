@@ -365,10 +365,16 @@ class Client:
         return next(f for f in await self.fleets() if f.name == spec.name)
 
     async def _signal_pending_jobs(self) -> None:
-        for job in await self.list():
-            if job.status == JobStatus.PENDING:
-                with contextlib.suppress(RPCError):  # it ended meanwhile
-                    await self.temporal.get_workflow_handle(job.id).signal("capacity_changed")
+        from gpuflow.store.jobs import jobs_waiting_for_capacity
+
+        waiting = await asyncio.to_thread(jobs_waiting_for_capacity, self.store)
+        await asyncio.gather(
+            *(
+                self.temporal.get_workflow_handle(job_id).signal("capacity_changed")
+                for job_id in waiting
+            ),
+            return_exceptions=True,  # one that ended meanwhile needs no signal
+        )
 
     async def delete_fleet(self, name: str) -> None:
         """Delete a fleet that runs no job; its health checks end."""

@@ -8,17 +8,17 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlmodel import col, select
+from sqlmodel import select
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from gpuflow.scheduler.model import Unschedulable
-from gpuflow.status import HostState, JobStatus
+from gpuflow.status import HostState
 from gpuflow.store.capacity import release_allocation, take_allocation
 from gpuflow.store.db import Store
 from gpuflow.store.fleets import get_host, set_host_state
-from gpuflow.store.jobs import record_status
-from gpuflow.store.tables import FleetRow, HostRow, JobRow
+from gpuflow.store.jobs import jobs_waiting_for_capacity, record_status
+from gpuflow.store.tables import FleetRow, HostRow
 from gpuflow.workflows.models import (
     FleetHost,
     FleetHostsResult,
@@ -67,11 +67,7 @@ class ControlActivities:
         )
 
     def _pending_jobs(self) -> list[str]:
-        with self.store.session() as session:
-            rows = session.exec(
-                select(JobRow.id).where(col(JobRow.status) == JobStatus.PENDING).limit(100)
-            )
-            return list(rows)
+        return jobs_waiting_for_capacity(self.store)
 
     @activity.defn(name="record_job_status")
     async def record_job_status(self, inp: JobStatusInput) -> None:
@@ -91,6 +87,7 @@ class ControlActivities:
                 hosts=[n.host_name for n in placement.nodes] if placement else None,
                 gpus=_gpu_summary(placement) if placement else None,
                 at=inp.at,
+                waiting_for_capacity=inp.waiting_for_capacity,
             )
 
         await asyncio.to_thread(write)

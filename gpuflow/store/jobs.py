@@ -72,6 +72,7 @@ def record_status(
     hosts: list[str] | None = None,
     gpus: str | None = None,
     at: datetime | None = None,
+    waiting_for_capacity: bool = False,
 ) -> None:
     """Create the job's row if needed, set its status and add the event, in one transaction;
     a repeated call (same event key) changes nothing."""
@@ -91,6 +92,10 @@ def record_status(
             gpus=gpus,
             at=at,
         )
+        job = session.get(JobRow, job_id)
+        if job is not None and not JobStatus(job.status).is_final:
+            job.waiting_for_capacity = waiting_for_capacity and status == JobStatus.PENDING
+            session.add(job)
         exists = session.exec(
             select(JobEventRow).where(JobEventRow.job_id == job_id, JobEventRow.key == event_key)
         ).first()
@@ -155,6 +160,17 @@ def add_event(store: Store, *, job_id: str, key: str, kind: str, message: str) -
             session.commit()
         except IntegrityError:
             session.rollback()
+
+
+def jobs_waiting_for_capacity(store: Store, *, limit: int = 500) -> list[str]:
+    """Ids of the jobs that wait for capacity (the ones freed or added capacity should wake)."""
+    with store.session() as session:
+        rows = session.exec(
+            select(JobRow.id)
+            .where(col(JobRow.waiting_for_capacity), col(JobRow.status) == JobStatus.PENDING)
+            .limit(limit)
+        )
+        return list(rows)
 
 
 def list_jobs(store: Store, *, include_finished: bool = False, limit: int = 200) -> list[JobRow]:

@@ -103,6 +103,8 @@ class JobRow(SQLModel, table=True):
     hosts: list[str] = Field(default_factory=list, sa_column=Column(JSON))
     gpus: str | None = None
     attempt: int = 1
+    waiting_for_capacity: bool = Field(default=False, index=True)
+    """Pending because nothing fits now (not merely not placed yet): whom freed capacity wakes."""
     submitted_at: datetime = Field(default_factory=utcnow)
     started_at: datetime | None = None
     finished_at: datetime | None = None

@@ -97,6 +97,12 @@ def start_dev_server(home: Path, *, port: int, ui_port: int, timeout_s: float = 
         str(home / "temporal.db"),
         "--log-level",
         "error",
+        # WAL and relaxed syncs: the default rollback journal syncs on every commit and, on a
+        # busy machine, its writes time out under a burst of jobs.
+        "--sqlite-pragma",
+        "journal_mode=wal",
+        "--sqlite-pragma",
+        "synchronous=normal",
     ]
     for name, kind in SEARCH_ATTRIBUTES.items():
         command += ["--search-attribute", f"{name}={kind}"]

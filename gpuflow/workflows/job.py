@@ -223,8 +223,12 @@ class JobWorkflow:
             may_wait = retry is not None and RetryEvent.NO_CAPACITY in retry.on_events
             if not may_wait or workflow.now() + backoff > deadline or self._stop_requested:
                 raise _Ending(TerminationReason.NO_CAPACITY, message)
-            if self._status != JobStatus.PENDING or not self._message:
-                await self._record(JobStatus.PENDING, f"waiting for capacity: {'; '.join(reasons)}")
+            if not self._message.startswith("waiting for capacity"):
+                await self._record(
+                    JobStatus.PENDING,
+                    f"waiting for capacity: {'; '.join(reasons)}",
+                    waiting_for_capacity=True,
+                )
             self._capacity_changed = False
             await _wait(
                 lambda: self._capacity_changed or self._stop_requested, backoff, "wait for capacity"
@@ -456,14 +460,15 @@ class JobWorkflow:
             start_to_close_timeout=CONTROL_TIMEOUT,
             retry_policy=CONTROL_RETRY,
         )
-        for other in released.waiting_jobs:
-            if other != self._job_id:
-                try:
-                    await workflow.get_external_workflow_handle(other).signal("capacity_changed")
-                except ApplicationError:
-                    pass  # it ended meanwhile
-                except Exception:
-                    pass
+        others = [job for job in released.waiting_jobs if job != self._job_id]
+        # Wake the jobs that wait for capacity, all at once; one that ended meanwhile is fine.
+        await asyncio.gather(
+            *(
+                workflow.get_external_workflow_handle(other).signal("capacity_changed")
+                for other in others
+            ),
+            return_exceptions=True,
+        )
         self._reason = ending.reason
         status = ending.reason.status
         await self._record(status, ending.message, reason=ending.reason)
@@ -502,6 +507,7 @@ class JobWorkflow:
         reason: TerminationReason | None = None,
         placement: Placement | None = None,
         spec: JobSpec | None = None,
+        waiting_for_capacity: bool = False,
     ) -> None:
         self._status = status
         self._message = message
@@ -512,6 +518,7 @@ class JobWorkflow:
                 job_id=self._job_id,
                 name=self._name,
                 spec=spec,
+                waiting_for_capacity=waiting_for_capacity,
                 status=status,
                 attempt=self._attempt,
                 event_key=f"{self._attempt}:{status.value}:{workflow.info().run_id}:{message[:80]}",

@@ -104,6 +104,8 @@ class JobStatusInput(BaseModel):
     at: datetime | None = None
     spec: JobSpec | None = None
     """Sent with the first record only, to create the job's row."""
+    waiting_for_capacity: bool = False
+    """Pending because nothing fits: freed capacity should wake this job."""
 
 
 class ProvisionInput(BaseModel):
