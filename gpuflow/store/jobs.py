@@ -27,36 +27,6 @@ def record_job(store: Store, *, job_id: str, name: str, spec: dict[str, Any]) ->
             session.rollback()
 
 
-def update_job(
-    store: Store,
-    *,
-    job_id: str,
-    status: JobStatus,
-    attempt: int | None = None,
-    reason: str | None = None,
-    message: str | None = None,
-    fleet: str | None = None,
-    hosts: list[str] | None = None,
-    gpus: str | None = None,
-    at: datetime | None = None,
-) -> None:
-    """Set the job's status; a final status is never overwritten by a late, repeated update."""
-    with store.session() as session:
-        _apply_status(
-            session,
-            job_id=job_id,
-            status=status,
-            attempt=attempt,
-            reason=reason,
-            message=message,
-            fleet=fleet,
-            hosts=hosts,
-            gpus=gpus,
-            at=at,
-        )
-        session.commit()
-
-
 def record_status(
     store: Store,
     *,
@@ -146,20 +116,6 @@ def _apply_status(
     if status.is_final:
         job.finished_at = job.finished_at or at
     session.add(job)
-
-
-def add_event(store: Store, *, job_id: str, key: str, kind: str, message: str) -> None:
-    with store.session() as session:
-        exists = session.exec(
-            select(JobEventRow).where(JobEventRow.job_id == job_id, JobEventRow.key == key)
-        ).first()
-        if exists is not None:
-            return
-        session.add(JobEventRow(job_id=job_id, key=key, kind=kind, message=message))
-        try:
-            session.commit()
-        except IntegrityError:
-            session.rollback()
 
 
 def jobs_waiting_for_capacity(store: Store, *, limit: int = 500) -> list[str]:
