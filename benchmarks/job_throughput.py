@@ -32,7 +32,7 @@ burst, i.e. the path itself without a queue in front of it.
     python benchmarks/job_throughput.py -n 50 --json out.json
 
 Everything runs in this process except the dev server; the server, the workers and the
-temporary home are gone when the script exits, on error and Ctrl-C too.
+temporary home are gone when the script exits, on error, Ctrl-C and SIGTERM too.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import sys
 import tempfile
@@ -50,9 +51,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from temporalio import activity, workflow
+
+if TYPE_CHECKING:
+    from gpuflow.worker.embedded import DevServer
 
 # Temporal's sandbox re-runs this module for every baseline workflow: keep its top level to
 # stdlib and temporalio, import the rest inside functions, and touch sys.path only outside.
@@ -65,6 +69,8 @@ TARGET_OVERHEAD_RATIO = 3.0
 TARGET_P50_MS = 300.0
 GPUS_PER_HOST = 8
 T = TypeVar("T")
+_SERVERS: list[DevServer] = []
+"""Dev servers this run started, for the last-resort stop on a second interrupt."""
 
 
 # ---- the baseline: one workflow, one trivial activity -------------------------------------
@@ -358,6 +364,7 @@ async def run(*, n: int, concurrency: int, hosts: int, solo: int) -> Figures:
         server = await asyncio.to_thread(
             start_dev_server, home / "temporal", port=port, ui_port=free_port()
         )
+        _SERVERS.append(server)
         try:
             address = f"127.0.0.1:{port}"
             pid = server.process.pid
@@ -460,9 +467,22 @@ def main(argv: list[str] | None = None) -> Figures:
     )
     parser.add_argument("--json", type=Path, help="write the five headline figures here")
     args = parser.parse_args(argv)
-    figures = asyncio.run(
-        run(n=args.n, concurrency=args.concurrency, hosts=args.hosts, solo=args.solo)
-    )
+    # SIGTERM (`timeout`, a CI runner) unwinds like Ctrl-C: asyncio cancels `run`, whose
+    # finally blocks stop the workers and the dev server and remove the temporary home.
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    runner = asyncio.Runner()
+    try:
+        figures = runner.run(
+            run(n=args.n, concurrency=args.concurrency, hosts=args.hosts, solo=args.solo)
+        )
+    except KeyboardInterrupt:
+        # Closing the runner would wait on the SDK's own tasks, which can keep retrying the
+        # server that is gone; everything of ours is cleaned up by now, so leave.
+        for server in _SERVERS:
+            server.stop()
+        print("interrupted", file=sys.stderr, flush=True)
+        os._exit(130)
+    runner.close()
     render(figures)
     if args.json is not None:
         args.json.write_text(json.dumps(figures.as_json(), indent=2) + "\n")
