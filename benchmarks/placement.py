@@ -90,8 +90,13 @@ class Run:
 def load_nodes(path: Path) -> list[Node]:
     with path.open() as handle:
         return [
-            Node(row["sn"], int(row["cpu_milli"]), int(row["memory_mib"]), int(row["gpu"]),
-                 row["model"])
+            Node(
+                row["sn"],
+                int(row["cpu_milli"]),
+                int(row["memory_mib"]),
+                int(row["gpu"]),
+                row["model"],
+            )
             for row in csv.DictReader(handle)
         ]
 
@@ -99,31 +104,55 @@ def load_nodes(path: Path) -> list[Node]:
 def load_pods(path: Path) -> list[Pod]:
     with path.open() as handle:
         return [
-            Pod(row["name"], int(row["cpu_milli"]), int(row["memory_mib"]), int(row["num_gpu"]),
-                int(row["gpu_milli"]), row.get("gpu_spec") or "")
+            Pod(
+                row["name"],
+                int(row["cpu_milli"]),
+                int(row["memory_mib"]),
+                int(row["num_gpu"]),
+                int(row["gpu_milli"]),
+                row.get("gpu_spec") or "",
+            )
             for row in csv.DictReader(handle)
         ]
 
 
 def snapshot_of(
-    nodes: list[Node], scorer: str, workload: list[TypicalRequest],
+    nodes: list[Node],
+    scorer: str,
+    workload: list[TypicalRequest],
     weights: dict[str, float] | None = None,
 ) -> Snapshot:
     hosts = [
         HostSnapshot(
-            id=f"openb/{node.name}", name=node.name, fleet="openb", state=HostState.READY,
-            os="linux", arch="x86_64", cpus=node.cpu_milli // 1000, memory_mib=node.memory_mib,
-            disk_mib=1 << 30, backend="cuda", simulated=True,
+            id=f"openb/{node.name}",
+            name=node.name,
+            fleet="openb",
+            state=HostState.READY,
+            os="linux",
+            arch="x86_64",
+            cpus=node.cpu_milli // 1000,
+            memory_mib=node.memory_mib,
+            disk_mib=1 << 30,
+            backend="cuda",
+            simulated=True,
             gpus=[
-                GpuSlot(index=i, name=node.model, vendor="nvidia",
-                        memory_mib=GPU_MEMORY_MIB.get(node.model, 32768))
+                GpuSlot(
+                    index=i,
+                    name=node.model,
+                    vendor="nvidia",
+                    memory_mib=GPU_MEMORY_MIB.get(node.model, 32768),
+                )
                 for i in range(node.gpus)
             ],
         )
         for node in nodes
     ]
     fleet = FleetSnapshot(
-        name="openb", kind="sim", scorer=scorer, hosts=hosts, workload=workload,
+        name="openb",
+        kind="sim",
+        scorer=scorer,
+        hosts=hosts,
+        workload=workload,
         scorer_weights=dict(weights or {}),
     )
     return Snapshot(fleets=[fleet])
@@ -137,7 +166,8 @@ def job_of(pod: Pod) -> JobSpec:
         names = [name for name in pod.gpu_spec.split("|") if name]
         gpu = GPUSpec(names=names, count={"min": count, "max": count})
     resources = ResourcesSpec(
-        gpu=gpu, cpu={"min": pod.cpu_milli / 1000, "max": pod.cpu_milli / 1000},
+        gpu=gpu,
+        cpu={"min": pod.cpu_milli / 1000, "max": pod.cpu_milli / 1000},
         memory={"min": pod.memory_mib, "max": pod.memory_mib},
     )
     return JobSpec(name="pod", commands=["true"], resources=resources)
@@ -145,9 +175,7 @@ def job_of(pod: Pod) -> JobSpec:
 
 def workload_of(pods: list[Pod]) -> list[TypicalRequest]:
     """The trace's request mix, as the fleet's typical requests (what FGD assumes is known)."""
-    counts = Counter(
-        (p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib, p.gpu_spec) for p in pods
-    )
+    counts = Counter((p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib, p.gpu_spec) for p in pods)
     mix = []
     for (num_gpu, milli, cpu, memory, spec), count in counts.items():
         shared = num_gpu == 1 and 0 < milli < 1000
@@ -185,8 +213,13 @@ def arrivals(pods: list[Pod], capacity_milli: int, seed: int) -> list[Pod]:
 
 
 def run(
-    nodes: list[Node], pods: list[Pod], *, seed: int, scorer: str,
-    jobs: dict[Pod, JobSpec] | None = None, weights: dict[str, float] | None = None,
+    nodes: list[Node],
+    pods: list[Pod],
+    *,
+    seed: int,
+    scorer: str,
+    jobs: dict[Pod, JobSpec] | None = None,
+    weights: dict[str, float] | None = None,
 ) -> Run:
     """Place one seeded arrival sequence; the allocation is read at 100% and 130% demand."""
     capacity = sum(node.gpus for node in nodes) * 1000
@@ -272,8 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             results.setdefault(trace, {})[scorer] = {
                 "unallocated_pct_at_100": statistics.fmean(r.unallocated_at_100 for r in runs),
                 "unallocated_pct_at_130": statistics.fmean(r.unallocated_at_130 for r in runs),
-                "placements_per_s": sum(r.placements for r in runs)
-                / sum(r.seconds for r in runs),
+                "placements_per_s": sum(r.placements for r in runs) / sum(r.seconds for r in runs),
                 "failed_pods": statistics.fmean(r.failed for r in runs),
                 "seeds": len(runs),
             }
@@ -283,8 +315,11 @@ def main(argv: list[str] | None = None) -> int:
     for trace, by_scorer in results.items():
         for scorer, row in by_scorer.items():
             table.add_row(
-                trace, scorer, f"{row['unallocated_pct_at_100']:.2f}%",
-                f"{row['unallocated_pct_at_130']:.2f}%", f"{row['placements_per_s']:,.0f}",
+                trace,
+                scorer,
+                f"{row['unallocated_pct_at_100']:.2f}%",
+                f"{row['unallocated_pct_at_130']:.2f}%",
+                f"{row['placements_per_s']:,.0f}",
             )
     console.print(table)
     console.print(

@@ -17,4 +17,3 @@ def blocks_busy(host: HostSnapshot) -> tuple[int, int]:
     """(taken, total) blocks, for `gpuflow fleet list` (e.g. `2/4 busy`); (0, 1) if not split."""
     total = max(1, host.blocks)
     return len([b for b in host.blocks_used if 0 <= b < total]), total
-

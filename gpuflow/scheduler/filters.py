@@ -151,9 +151,7 @@ def by_labels(hosts: list[HostView], ctx: Context) -> tuple[list[HostView], list
     return _by_class(hosts, ctx, LABELS, labels_reason)
 
 
-def by_compatibility(
-    hosts: list[HostView], ctx: Context
-) -> tuple[list[HostView], list[Rejection]]:
+def by_compatibility(hosts: list[HostView], ctx: Context) -> tuple[list[HostView], list[Rejection]]:
     return _by_class(hosts, ctx, COMPATIBILITY, compatibility)
 
 
@@ -189,9 +187,7 @@ STATIC_FILTERS: tuple[Filter, ...] = (by_selection, by_state, by_labels, by_comp
 """The filters whose verdict does not depend on usage, in order (resource fit comes last)."""
 
 
-def static_filters(
-    hosts: list[HostView], ctx: Context
-) -> tuple[list[HostView], list[Rejection]]:
+def static_filters(hosts: list[HostView], ctx: Context) -> tuple[list[HostView], list[Rejection]]:
     """Selection, state, labels and compatibility, remembered per fleet and request."""
     memo_key = (ctx.fleet.name, ctx.request.key)
     found = ctx.index.static_memo.get(memo_key)

@@ -60,7 +60,8 @@ def matching_gpus(cls: HostClass, request: Request) -> tuple[int, ...] | str:
         named = [g for g in pool if not request.names or g.name in request.names]
         low, high = request.gpu_memory_min, request.gpu_memory_max
         sized = [
-            g for g in named
+            g
+            for g in named
             if _gb(g.memory_mib) >= _gb(low) and (high is None or _gb(g.memory_mib) <= _gb(high))
         ]
         capable = [g for g in sized if gpu_meets_capability(g.compute_capability, request)]
@@ -221,9 +222,7 @@ def _fit_blocks(
     )
 
 
-def _blocks_needed(
-    blocks: range, in_block: dict[int, list[int]], gpu_min: int, other: int
-) -> int:
+def _blocks_needed(blocks: range, in_block: dict[int, list[int]], gpu_min: int, other: int) -> int:
     """Fewest blocks of an empty host that hold `gpu_min` matching GPUs and `other` blocks."""
     counts = sorted((len(in_block.get(b, ())) for b in blocks), reverse=True)
     have = 0

@@ -13,9 +13,13 @@ before the GPUs do. For a typical request t (k GPUs of `need` milli-GPUs each, c
 
 A CPU-only t loses the free GPUs only when it does not fit (it never uses them). The host's
 expected fragmentation is the mix-weighted sum of lost(t); the fragmentation scorer places a job
-where this grows the least. `capacity=0` gives FGD's one-more-request measure (for comparison),
-values in between a blend of the two. Everything is in milli-GPUs (1000 = one GPU) and
-memoized per host state.
+where this grows the least.
+
+`capacity` blends this measure (1) with FGD's one-more-request measure (0): lost(t) = blend *
+gpuflow's + (1 - blend) * FGD's. On the openb trace the counting pays off for shared-GPU kinds
+and mostly hurts for whole-GPU kinds when multi-GPU jobs are common (they then protect idle hosts
+better with FGD's view), hence separate blends (`capacity`, `whole_capacity`). Everything is in
+milli-GPUs (1000 = one GPU) and memoized per host state.
 """
 
 from __future__ import annotations
@@ -93,12 +97,10 @@ class Workload:
         *,
         capacity: float = 1.0,
         whole_capacity: float | None = None,
-        parity: float = 1.0,
     ) -> None:
         self.capacity = min(1.0, max(0.0, capacity))
         """1: gpuflow's measure; 0: FGD's; in between, that blend of the two."""
         self.whole_capacity = self.capacity if whole_capacity is None else whole_capacity
-        self.parity_credit = 1 - parity
         merged: dict[tuple[Any, ...], float] = {}
         for item in mix:
             if item.weight <= 0:
@@ -140,9 +142,12 @@ class Workload:
         def grouped(groups: dict[int, list[tuple[float, float, int]]]) -> tuple[_Group, ...]:
             return tuple(
                 _Group(
-                    size, sum(d[0] for d in demands),
-                    max(d[1] for d in demands), max(d[2] for d in demands),
-                    min(d[1] for d in demands), min(d[2] for d in demands),
+                    size,
+                    sum(d[0] for d in demands),
+                    max(d[1] for d in demands),
+                    max(d[2] for d in demands),
+                    min(d[1] for d in demands),
+                    min(d[2] for d in demands),
                     tuple(demands),
                 )
                 for size, demands in sorted(groups.items())
@@ -173,10 +178,15 @@ class Workload:
             whole_free = len(free) - bisect_left(free, 1000)
             for group in kinds.whole:
                 small = 0 if self.whole_capacity == 1 else sum(v for v in free if v < 1000)
-                credit = round(self.parity_credit * (whole_free % group.size) * 1000)
                 result += self._lost(
-                    group, whole_free // group.size, group.size * 1000, total, cpus, memory, small,
-                    self.whole_capacity, credit,
+                    group,
+                    whole_free // group.size,
+                    group.size * 1000,
+                    total,
+                    cpus,
+                    memory,
+                    small,
+                    self.whole_capacity,
                 )
             for group in kinds.shares:
                 need = group.size
@@ -184,26 +194,29 @@ class Workload:
                 for value in free:
                     slots += value // need
                 small = 0 if self.capacity == 1 else sum(v for v in free if v < need)
-                result += self._lost(
-                    group, slots, need, total, cpus, memory, small, self.capacity, 0
-                )
+                result += self._lost(group, slots, need, total, cpus, memory, small, self.capacity)
         if len(self._memo) > 500_000:
             self._memo.clear()
         self._memo[key] = result
         return result
 
     def _lost(
-        self, group: _Group, slots: int, size: int, total: int, cpus: float, memory: int,
-        small: int, blend: float, credit: int,
+        self,
+        group: _Group,
+        slots: int,
+        size: int,
+        total: int,
+        cpus: float,
+        memory: int,
+        small: int,
+        blend: float,
     ) -> float:
         """Lost milli-GPUs for one group: at most `slots` requests of `size` milli-GPUs fit."""
         if slots == 0 or group.least_cpus > cpus or group.least_memory > memory:
             return group.weight * total
         if group.most_cpus * slots <= cpus and group.most_memory * slots <= memory:
             # The GPUs run out first for every kind of the group.
-            return group.weight * (
-                blend * (total - slots * size - credit) + (1 - blend) * small
-            )
+            return group.weight * (blend * (total - slots * size) + (1 - blend) * small)
         result = 0.0
         for weight, need_cpus, need_memory in group.demands:
             count = slots
@@ -218,7 +231,7 @@ class Workload:
             if count == 0:
                 result += weight * total
             else:
-                result += weight * (blend * (total - count * size - credit) + (1 - blend) * small)
+                result += weight * (blend * (total - count * size) + (1 - blend) * small)
         return result
 
 

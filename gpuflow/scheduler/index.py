@@ -38,8 +38,19 @@ class HostClass:
     """Static facts shared by alike hosts; memo tables keyed by request."""
 
     __slots__ = (
-        "block_cpus", "block_disk", "block_gpus", "block_memory", "blocks", "cpus", "disk",
-        "id", "key", "memo", "memory", "n_gpus", "sample",
+        "block_cpus",
+        "block_disk",
+        "block_gpus",
+        "block_memory",
+        "blocks",
+        "cpus",
+        "disk",
+        "id",
+        "key",
+        "memo",
+        "memory",
+        "n_gpus",
+        "sample",
     )
 
     def __init__(self, class_id: int, key: tuple[Any, ...], host: HostSnapshot) -> None:
@@ -62,17 +73,27 @@ class HostClass:
 
 def class_key(host: HostSnapshot) -> tuple[Any, ...]:
     return (
-        host.os, host.arch, host.backend, host.driver_version,
+        host.os,
+        host.arch,
+        host.backend,
+        host.driver_version,
         tuple((g.name, g.vendor, g.memory_mib, g.compute_capability) for g in host.gpus),
-        host.cpus, host.memory_mib, host.disk_mib, host.blocks,
-        tuple(sorted(host.labels.items())), tuple(host.taints),
+        host.cpus,
+        host.memory_mib,
+        host.disk_mib,
+        host.blocks,
+        tuple(sorted(host.labels.items())),
+        tuple(host.taints),
     )
 
 
 def usage_key(host: HostSnapshot) -> tuple[Any, ...]:
     return (
-        tuple([g.used for g in host.gpus]), host.cpus_used, host.memory_used_mib,
-        host.disk_used_mib, frozenset(host.blocks_used),
+        tuple([g.used for g in host.gpus]),
+        host.cpus_used,
+        host.memory_used_mib,
+        host.disk_used_mib,
+        frozenset(host.blocks_used),
     )
 
 
@@ -80,8 +101,18 @@ class HostView:
     """One host as the scheduler sees it: the snapshot object, its class, its free capacity."""
 
     __slots__ = (
-        "blocks_free", "cls", "cpus_free", "disk_free", "fleet", "free_milli", "gpu_used", "host",
-        "idle", "memory_free", "order", "state_id",
+        "blocks_free",
+        "cls",
+        "cpus_free",
+        "disk_free",
+        "fleet",
+        "free_milli",
+        "gpu_used",
+        "host",
+        "idle",
+        "memory_free",
+        "order",
+        "state_id",
     )
 
     def __init__(self, host: HostSnapshot, cls: HostClass, order: int, fleet: str) -> None:

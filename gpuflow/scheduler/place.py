@@ -99,7 +99,11 @@ def _still_true(index: SnapshotIndex, chosen: list[Scored]) -> bool:
 
 
 def _decide_fleet(
-    request: Request, index: SnapshotIndex, fleet: FleetSnapshot, scoring: Scoring, *,
+    request: Request,
+    index: SnapshotIndex,
+    fleet: FleetSnapshot,
+    scoring: Scoring,
+    *,
     explain: bool,
 ) -> _Fleet:
     ctx = Context(request, index, fleet, explain)
@@ -182,8 +186,4 @@ def _placement(fleet: FleetSnapshot, chosen: list[Scored], scorer: str) -> Place
         )
         for rank, (_, _, view, option) in enumerate(chosen)
     ]
-    return Placement(
-        fleet=fleet.name, nodes=nodes, score=sum(s[0] for s in chosen), scorer=scorer
-    )
-
-
+    return Placement(fleet=fleet.name, nodes=nodes, score=sum(s[0] for s in chosen), scorer=scorer)

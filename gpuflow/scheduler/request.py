@@ -83,10 +83,26 @@ class Request:
 
     def identity(self) -> tuple[object, ...]:
         return (
-            self.nodes, self.wants_gpu, self.gpu_min, self.gpu_max, self.fraction, self.vendor,
-            self.names, self.gpu_memory_min, self.gpu_memory_max, self.compute_capability,
-            self.cpus, self.memory_mib, self.disk_mib, self.os, self.arch, self.backend,
-            self.min_driver, self.labels, self.tolerations, self.selected_hosts,
+            self.nodes,
+            self.wants_gpu,
+            self.gpu_min,
+            self.gpu_max,
+            self.fraction,
+            self.vendor,
+            self.names,
+            self.gpu_memory_min,
+            self.gpu_memory_max,
+            self.compute_capability,
+            self.cpus,
+            self.memory_mib,
+            self.disk_mib,
+            self.os,
+            self.arch,
+            self.backend,
+            self.min_driver,
+            self.labels,
+            self.tolerations,
+            self.selected_hosts,
             self.selected_gpus,
         )
 

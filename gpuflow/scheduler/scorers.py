@@ -12,7 +12,9 @@ Weights come from the fleet's `scorer_weights` (configuration, not code):
 `gpu`, `cpu`, `memory` weight the resources in binpack's and spread's allocation ratio
 (defaults 1, 0.25, 0.25); `fragmentation` and `binpack` weight the terms of the fragmentation
 scorer (defaults 1, 0.05: growth of expected fragmentation in GPUs, then GPU allocation of the
-host as a tie-breaker); `capacity` blends gpuflow's fragmentation measure (1) with FGD's (0).
+host as a tie-breaker). `capacity` and `capacity_whole` blend gpuflow's fragmentation measure (1)
+with FGD's (0) for shared-GPU and whole-GPU request kinds (defaults 1 and 0.1, tuned on the
+openb trace: see benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -28,8 +30,13 @@ from gpuflow.scheduler.model import FleetSnapshot
 SCORER_NAMES = ("fragmentation", "binpack", "spread", "random")
 DEFAULT_SCORER = "fragmentation"
 DEFAULT_WEIGHTS = {
-    "gpu": 1.0, "cpu": 0.25, "memory": 0.25,
-    "fragmentation": 1.0, "binpack": 0.05, "capacity": 1.0,
+    "gpu": 1.0,
+    "cpu": 0.25,
+    "memory": 0.25,
+    "fragmentation": 1.0,
+    "binpack": 0.05,
+    "capacity": 1.0,
+    "capacity_whole": 0.1,
 }
 
 
@@ -79,12 +86,11 @@ def scoring_for(
     if name == "fragmentation":
         mix = fleet.workload or DEFAULT_MIX
         capacity = weights["capacity"]
-        whole = weights.get("capacity_whole", capacity)
-        parity = weights.get("parity", 1.0)
-        key = (fleet.name, id(fleet.workload), len(fleet.workload), capacity, whole, parity)
+        whole = weights["capacity_whole"]
+        key = (fleet.name, id(fleet.workload), len(fleet.workload), capacity, whole)
         cached = index.workloads.get(key)
         if cached is None:
-            workload = Workload(mix, capacity=capacity, whole_capacity=whole, parity=parity)
+            workload = Workload(mix, capacity=capacity, whole_capacity=whole)
             cached = index.workloads[key] = (workload, {})
         workload, before = cached
     return Scoring(name, weights, workload, job_name, name == "random", before)

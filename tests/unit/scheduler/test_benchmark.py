@@ -23,7 +23,9 @@ HEADER = (
     "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
     "creation_time,deletion_time,scheduled_time\n"
 )
-PODS = HEADER + """p-00,4000,16384,1,1000,,LS,Running,0,1,0
+PODS = (
+    HEADER
+    + """p-00,4000,16384,1,1000,,LS,Running,0,1,0
 p-01,2000,8192,1,500,,LS,Running,0,1,0
 p-02,2000,8192,1,250,,LS,Running,0,1,0
 p-03,8000,32768,4,1000,,LS,Running,0,1,0
@@ -34,6 +36,7 @@ p-07,32000,131072,8,1000,,LS,Running,0,1,0
 p-08,4000,16384,2,1000,V100M16|G2,LS,Running,0,1,0
 p-09,1000,2048,1,160,,LS,Running,0,1,0
 """
+)
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +67,7 @@ def test_pods_become_jobs_with_the_trace_request(bench: ModuleType, trace_dir: P
     assert bench.job_of(pods["p-04"]).resources.gpu is None
 
 
-def test_arrivals_are_tuned_to_130_percent_of_capacity(
-    bench: ModuleType, trace_dir: Path
-) -> None:
+def test_arrivals_are_tuned_to_130_percent_of_capacity(bench: ModuleType, trace_dir: Path) -> None:
     pods = bench.load_pods(trace_dir / "openb_pod_list_tiny.csv")
     capacity = 18 * 1000
     sequence = bench.arrivals(pods, capacity, seed=7)
@@ -88,10 +89,20 @@ def test_run_places_through_the_scheduler_and_reports(
     assert 0 <= result.unallocated_at_130 <= result.unallocated_at_100 <= 100
     assert 0 < result.failed < result.placements
     out = tmp_path / "out.json"
-    bench.main([
-        "--trace-dir", str(trace_dir), "--traces", "tiny", "--seeds", "1,2",
-        "--scorers", "fragmentation,binpack,spread,random", "--json", str(out),
-    ])
+    bench.main(
+        [
+            "--trace-dir",
+            str(trace_dir),
+            "--traces",
+            "tiny",
+            "--seeds",
+            "1,2",
+            "--scorers",
+            "fragmentation,binpack,spread,random",
+            "--json",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     assert set(report) == {"tiny"}
     assert set(report["tiny"]) == {"fragmentation", "binpack", "spread", "random"}

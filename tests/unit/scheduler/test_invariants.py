@@ -32,11 +32,12 @@ from gpuflow.status import HostState
 
 EPSILON = 1e-9
 STATES = [HostState.READY] * 5 + [
-    HostState.NOT_READY, HostState.UNREACHABLE, HostState.MAINTENANCE, HostState.PROVISIONING,
+    HostState.NOT_READY,
+    HostState.UNREACHABLE,
+    HostState.MAINTENANCE,
+    HostState.PROVISIONING,
 ]
-SETTINGS = settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -59,8 +60,13 @@ def hosts(draw: st.DrawFn, fleet: str, number: int) -> HostSnapshot:
         memory_mib=cpus * 4096,
         disk_mib=500 * 1024,
         gpus=[
-            GpuSlot(index=i, name=model, vendor="apple" if mac else "nvidia",
-                    memory_mib=24576, compute_capability=None if mac else "8.0")
+            GpuSlot(
+                index=i,
+                name=model,
+                vendor="apple" if mac else "nvidia",
+                memory_mib=24576,
+                compute_capability=None if mac else "8.0",
+            )
             for i in range(count)
         ],
         blocks=blocks,
@@ -109,7 +115,10 @@ def fresh(snapshot: Snapshot, only: str | None = None) -> Snapshot:
     return Snapshot(
         fleets=[
             FleetSnapshot(
-                name=f.name, kind=f.kind, scorer=f.scorer, scorer_weights=dict(f.scorer_weights),
+                name=f.name,
+                kind=f.kind,
+                scorer=f.scorer,
+                scorer_weights=dict(f.scorer_weights),
                 hosts=[
                     replace(h, gpus=[replace(g) for g in h.gpus], blocks_used=set(h.blocks_used))
                     for h in f.hosts
@@ -219,6 +228,4 @@ def test_naming_a_host_gives_the_verdict_of_a_snapshot_with_only_that_host(
             assert by_gpus.nodes == by_name.nodes
         else:
             assert isinstance(by_gpus, Unschedulable)
-            assert [r.filter for r in by_gpus.rejections] == [
-                r.filter for r in by_name.rejections
-            ]
+            assert [r.filter for r in by_gpus.rejections] == [r.filter for r in by_name.rejections]

@@ -83,7 +83,10 @@ def test_too_few_free_gpus_counts_them(
     ],
 )
 def test_static_mismatches(
-    host: HostLoader, snapshot: SnapshotBuilder, job: JobBuilder, resources: dict[str, object],
+    host: HostLoader,
+    snapshot: SnapshotBuilder,
+    job: JobBuilder,
+    resources: dict[str, object],
     line: str,
 ) -> None:
     assert reasons(place(job(resources), snapshot(host("h100x8")))) == [line]
@@ -187,9 +190,9 @@ def test_unknown_fleet_host_and_gpu(
         "gpu-1: has no GPU 12 (it has GPUs 0-7)"
     ]
     snap.fleets[0].hosts[0].gpus[0].used = 1.0
-    assert reasons(place(job({"gpu": 1}, placement={"gpus": ["gpu-1:0"]}), snapshot(
-        snap.fleets[0].hosts[0]
-    ))) == ["gpu-1: 0 of 1 named GPU free, job needs 1"]
+    assert reasons(
+        place(job({"gpu": 1}, placement={"gpus": ["gpu-1:0"]}), snapshot(snap.fleets[0].hosts[0]))
+    ) == ["gpu-1: 0 of 1 named GPU free, job needs 1"]
 
 
 def test_first_failing_filter_is_the_one_reported(

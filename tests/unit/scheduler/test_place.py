@@ -20,9 +20,9 @@ from tests.unit.scheduler.conftest import HostLoader, JobBuilder, SnapshotBuilde
 
 
 def placed(result: Placement | Unschedulable) -> Placement:
-    assert isinstance(result, Placement), result.message() if isinstance(
-        result, Unschedulable
-    ) else result
+    assert isinstance(result, Placement), (
+        result.message() if isinstance(result, Unschedulable) else result
+    )
     return result
 
 
