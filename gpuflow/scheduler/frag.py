@@ -175,9 +175,10 @@ class Workload:
             for weight, need_cpus, need_memory in kinds.cpu_only:
                 if need_cpus > cpus or need_memory > memory:
                     result += weight * total
-            whole_free = len(free) - bisect_left(free, 1000)
+            partial = bisect_left(free, 1000)  # GPUs with less than a whole GPU free
+            whole_free = len(free) - partial
+            small = sum(free[:partial])
             for group in kinds.whole:
-                small = 0 if self.whole_capacity == 1 else sum(v for v in free if v < 1000)
                 result += self._lost(
                     group,
                     whole_free // group.size,
@@ -193,7 +194,7 @@ class Workload:
                 slots = 0
                 for value in free:
                     slots += value // need
-                small = 0 if self.capacity == 1 else sum(v for v in free if v < need)
+                small = 0 if self.capacity == 1 else sum(free[: bisect_left(free, need)])
                 result += self._lost(group, slots, need, total, cpus, memory, small, self.capacity)
         if len(self._memo) > 500_000:
             self._memo.clear()

@@ -98,14 +98,14 @@ def test_run_places_through_the_scheduler_and_reports(
             "--seeds",
             "1,2",
             "--scorers",
-            "fragmentation,binpack,spread,random",
+            "fragmentation,fgd,binpack,spread,random",
             "--json",
             str(out),
         ]
     )
     report = json.loads(out.read_text())
     assert set(report) == {"tiny"}
-    assert set(report["tiny"]) == {"fragmentation", "binpack", "spread", "random"}
+    assert set(report["tiny"]) == {"fragmentation", "fgd", "binpack", "spread", "random"}
     for row in report["tiny"].values():
         assert 0 <= row["unallocated_pct_at_130"] <= row["unallocated_pct_at_100"] <= 100
         assert row["placements_per_s"] > 0
