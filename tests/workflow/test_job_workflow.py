@@ -338,7 +338,6 @@ async def test_failed_provisioning_releases_without_waiting_for_an_agent(
     time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
 ) -> None:
     from gpuflow.activities.control import ControlActivities
-
     from gpuflow.store.tables import HostRow
 
     fleet = sim_fleet(sqlite_store)
