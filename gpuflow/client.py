@@ -27,6 +27,7 @@ from temporalio.client import (
     ScheduleSpec,
     WorkflowExecutionStatus,
     WorkflowFailureError,
+    WorkflowQueryFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError
@@ -222,9 +223,12 @@ class Client:
     async def metrics(self, job: str) -> UtilizationState:
         info = await self.get(job)
         handle = self.temporal.get_workflow_handle(info.id)
-        state: UtilizationState = await handle.query(
-            "utilization_window", result_type=UtilizationState
-        )
+        try:
+            state: UtilizationState = await handle.query(
+                "utilization_window", result_type=UtilizationState
+            )
+        except (RPCError, WorkflowQueryFailedError) as exc:
+            raise GpuflowError(f"job {info.name}: cannot read its GPU metrics ({exc})") from None
         return state
 
     async def logs(
@@ -248,15 +252,22 @@ class Client:
             queue = await self._log_queue(info, placement, rank)
             if queue is None:
                 return
-            chunk = await self.temporal.execute_workflow(
-                "ReadLogsWorkflow",
-                ReadLogsInput(
-                    task_queue=queue, logs=LogsInput(job_id=info.id, rank=rank, offset=offset)
-                ),
-                id=f"logs-{info.id}-{secrets.token_hex(4)}",
-                task_queue=CONTROL_TASK_QUEUE,
-                result_type=LogChunk,
-            )
+            try:
+                chunk = await self.temporal.execute_workflow(
+                    "ReadLogsWorkflow",
+                    ReadLogsInput(
+                        task_queue=queue, logs=LogsInput(job_id=info.id, rank=rank, offset=offset)
+                    ),
+                    id=f"logs-{info.id}-{secrets.token_hex(4)}",
+                    task_queue=CONTROL_TASK_QUEUE,
+                    result_type=LogChunk,
+                )
+            except (WorkflowFailureError, RPCError) as exc:
+                cause = getattr(exc, "cause", None) or exc
+                raise GpuflowError(
+                    f"job {info.name}: cannot read the log of node {rank} from its host "
+                    f"({getattr(cause, 'cause', None) or cause}); is the host's agent running?"
+                ) from None
             if chunk.data:
                 yield chunk.data
             offset = chunk.next_offset

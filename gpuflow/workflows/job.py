@@ -583,17 +583,21 @@ async def _wait(condition: Callable[[], bool], timeout: timedelta, summary: str)
     return True
 
 
-def _refused(error: BaseException) -> bool:
+def _root_cause(error: BaseException) -> BaseException:
+    """What an activity really failed with, under Temporal's ActivityError wrapper."""
     cause = error
     while isinstance(cause, ActivityError) and cause.cause is not None:
         cause = cause.cause
+    return cause
+
+
+def _refused(error: BaseException) -> bool:
+    cause = _root_cause(error)
     return isinstance(cause, ApplicationError) and cause.non_retryable
 
 
 def _failure_text(error: BaseException) -> str:
-    cause = error
-    while isinstance(cause, ActivityError) and cause.cause is not None:
-        cause = cause.cause
+    cause = _root_cause(error)
     return str(cause) or type(cause).__name__
 
 
