@@ -1,16 +1,33 @@
-"""Where gpuflow finds Temporal, and how it connects (always with the pydantic converter)."""
+"""Where gpuflow finds Temporal, and how it connects (always with the pydantic converter).
+
+A real cluster may need TLS (a custom CA, a client certificate for mTLS, a server name override)
+or an API key (Temporal Cloud). The settings name files; their contents are read when connecting,
+so the config stays small, printable and free of key material."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import TLSConfig
 
-from gpuflow.errors import ConnectionFailed
+from gpuflow.errors import ConnectionFailed, SpecError
 
 DEFAULT_TEMPORAL_PORT = 7233
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+# Which variable sets which file, so errors name what the user wrote.
+_FILE_VARIABLES = {
+    "tls_cert": "GPUFLOW_TEMPORAL_TLS_CERT",
+    "tls_key": "GPUFLOW_TEMPORAL_TLS_KEY",
+    "tls_ca": "GPUFLOW_TEMPORAL_TLS_CA",
+    "api_key_file": "GPUFLOW_TEMPORAL_API_KEY_FILE",
+}
 
 
 @dataclass(frozen=True)
@@ -19,27 +36,167 @@ class TemporalConfig:
     """host:port of the Temporal frontend."""
     namespace: str = "default"
     embedded: bool = True
-    """True when the address is gpuflow's own dev server (`gpuflow up`)."""
+    """True when the address is gpuflow's own dev server (`gpuflow up`); it never uses TLS."""
+    tls: bool | None = None
+    """Use TLS. None: only when a certificate, key, CA, server name or API key is set."""
+    tls_cert: Path | None = None
+    """PEM client certificate for mTLS; needs `tls_key`."""
+    tls_key: Path | None = None
+    """PEM private key of `tls_cert`."""
+    tls_ca: Path | None = None
+    """PEM CA that signed the server's certificate, instead of the system's roots."""
+    tls_server_name: str | None = None
+    """Name the server's certificate is checked against (and sent as SNI), instead of the host
+    in `address`."""
+    api_key: str | None = field(default=None, repr=False)
+    """API key (Temporal Cloud), sent as a bearer token. Never shown in repr or errors."""
+    api_key_file: Path | None = None
+    """File that holds the API key, read when connecting; keeps the key out of the environment."""
+
+    def __post_init__(self) -> None:
+        problem = self._problem()
+        if problem:
+            raise SpecError(problem)
+
+    def _tls_settings(self) -> list[str]:
+        """Names of the TLS fields that are set."""
+        names = ("tls_cert", "tls_key", "tls_ca", "tls_server_name")
+        return [name for name in names if getattr(self, name) is not None]
+
+    def _problem(self) -> str | None:
+        tls_settings = self._tls_settings()
+        if self.embedded and (tls_settings or self.tls or self.has_api_key):
+            return (
+                "TLS and API key settings apply to a real cluster, not the embedded dev server; "
+                "set GPUFLOW_TEMPORAL_ADDRESS"
+            )
+        if (self.tls_cert is None) != (self.tls_key is None):
+            given, missing = ("CERT", "KEY") if self.tls_key is None else ("KEY", "CERT")
+            return (
+                f"GPUFLOW_TEMPORAL_TLS_{given} is set but GPUFLOW_TEMPORAL_TLS_{missing} is not; "
+                "mTLS needs both the client certificate and its key"
+            )
+        if self.tls is False and tls_settings:
+            variables = ", ".join(f"GPUFLOW_TEMPORAL_{name.upper()}" for name in tls_settings)
+            return f"GPUFLOW_TEMPORAL_TLS is false but {variables} is set; drop one of them"
+        if self.api_key is not None and self.api_key_file is not None:
+            return "set GPUFLOW_TEMPORAL_API_KEY or GPUFLOW_TEMPORAL_API_KEY_FILE, not both"
+        if self.api_key is not None and not self.api_key.strip():
+            return "GPUFLOW_TEMPORAL_API_KEY is empty; unset it or give the key"
+        return None
+
+    @property
+    def has_api_key(self) -> bool:
+        return self.api_key is not None or self.api_key_file is not None
+
+    @property
+    def uses_tls(self) -> bool:
+        """Whether connections are encrypted: the one place that decides it."""
+        if self.embedded:
+            return False
+        if self.tls is not None:
+            return self.tls
+        return self.has_api_key or bool(self._tls_settings())
 
     @classmethod
     def from_env(cls) -> TemporalConfig:
+        """GPUFLOW_TEMPORAL_ADDRESS set: a real cluster, with the TLS and API key variables.
+        Unset: the embedded dev server on 127.0.0.1, which ignores them."""
         address = os.environ.get("GPUFLOW_TEMPORAL_ADDRESS")
         namespace = os.environ.get("GPUFLOW_TEMPORAL_NAMESPACE", "default")
         if address:
-            return cls(address=address, namespace=namespace, embedded=False)
-        port = int(os.environ.get("GPUFLOW_TEMPORAL_PORT", DEFAULT_TEMPORAL_PORT))
-        return cls(address=f"127.0.0.1:{port}", namespace=namespace, embedded=True)
+            return cls(
+                address=address,
+                namespace=namespace,
+                embedded=False,
+                tls=_env_bool("GPUFLOW_TEMPORAL_TLS"),
+                tls_cert=_env_path("GPUFLOW_TEMPORAL_TLS_CERT"),
+                tls_key=_env_path("GPUFLOW_TEMPORAL_TLS_KEY"),
+                tls_ca=_env_path("GPUFLOW_TEMPORAL_TLS_CA"),
+                tls_server_name=os.environ.get("GPUFLOW_TEMPORAL_TLS_SERVER_NAME") or None,
+                api_key=os.environ.get("GPUFLOW_TEMPORAL_API_KEY") or None,
+                api_key_file=_env_path("GPUFLOW_TEMPORAL_API_KEY_FILE"),
+            )
+        raw_port = os.environ.get("GPUFLOW_TEMPORAL_PORT", str(DEFAULT_TEMPORAL_PORT))
+        if not raw_port.isdigit() or not 0 < int(raw_port) < 65536:
+            raise SpecError(f"GPUFLOW_TEMPORAL_PORT must be a port number, not {raw_port!r}")
+        return cls(address=f"127.0.0.1:{int(raw_port)}", namespace=namespace, embedded=True)
+
+
+def _env_bool(variable: str) -> bool | None:
+    raw = os.environ.get(variable)
+    if raw is None or not raw.strip():
+        return None
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise SpecError(f"{variable} must be true or false, not {raw!r}")
+
+
+def _env_path(variable: str) -> Path | None:
+    raw = os.environ.get(variable)
+    return Path(raw).expanduser() if raw and raw.strip() else None
+
+
+def _read(config: TemporalConfig, name: str) -> bytes | None:
+    path: Path | None = getattr(config, name)
+    if path is None:
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConnectionFailed(f"{_FILE_VARIABLES[name]}: cannot read {path} ({reason})") from None
+
+
+def _api_key(config: TemporalConfig) -> str | None:
+    if config.api_key is not None:
+        return config.api_key.strip()
+    content = _read(config, "api_key_file")
+    if content is None:
+        return None
+    key = content.decode(errors="replace").strip()
+    if not key:
+        raise ConnectionFailed(f"GPUFLOW_TEMPORAL_API_KEY_FILE: {config.api_key_file} is empty")
+    return key
+
+
+def _tls(config: TemporalConfig) -> TLSConfig | bool:
+    if not config.uses_tls:
+        return False
+    return TLSConfig(
+        server_root_ca_cert=_read(config, "tls_ca"),
+        domain=config.tls_server_name,
+        client_cert=_read(config, "tls_cert"),
+        client_private_key=_read(config, "tls_key"),
+    )
 
 
 async def connect_temporal(config: TemporalConfig | None = None) -> Client:
     config = config or TemporalConfig.from_env()
+    tls = _tls(config)
+    api_key = _api_key(config)
     try:
         return await Client.connect(
-            config.address, namespace=config.namespace, data_converter=pydantic_data_converter
+            config.address,
+            namespace=config.namespace,
+            data_converter=pydantic_data_converter,
+            tls=tls,
+            api_key=api_key,
         )
     except Exception as exc:
-        hint = "start it with `gpuflow up`" if config.embedded else "check GPUFLOW_TEMPORAL_ADDRESS"
+        if config.embedded:
+            hint = "start it with `gpuflow up`"
+        elif config.uses_tls:
+            hint = "check GPUFLOW_TEMPORAL_ADDRESS and the GPUFLOW_TEMPORAL_TLS_* variables"
+        else:
+            hint = "check GPUFLOW_TEMPORAL_ADDRESS, or GPUFLOW_TEMPORAL_TLS=true if it needs TLS"
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if api_key:
+            reason = reason.replace(api_key, "<api key>")
+        via = " over TLS" if config.uses_tls else ""
         raise ConnectionFailed(
-            f"cannot reach Temporal at {config.address} ({reason}); {hint}"
+            f"cannot reach Temporal at {config.address}{via} ({reason}); {hint}"
         ) from None
