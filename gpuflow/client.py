@@ -160,10 +160,10 @@ class Client:
                 f"commands:\n\n" + "\n".join(f"    {c}" for c in spec.commands)
             ),
         )
-        await asyncio.to_thread(
+        row = await asyncio.to_thread(
             record_job, self.store, job_id=job_id, name=spec.name, spec=spec.model_dump(mode="json")
         )
-        return await self.get(job_id)
+        return JobInfo.from_row(row)
 
     async def get(self, job: str) -> JobInfo:
         row = await asyncio.to_thread(find_job, self.store, job)
@@ -399,7 +399,7 @@ class Client:
         def read() -> FleetInfoList:
             from gpuflow.scheduler import blocks_busy
 
-            with self.store.session() as session:
+            with self.store.read() as session:
                 snapshot = read_snapshot(session)
             out = []
             for fleet in snapshot.fleets:
@@ -445,7 +445,7 @@ class Client:
         """The dry run: what fits (with scores) and why every other host does not."""
 
         def read() -> Offers:
-            with self.store.session() as session:
+            with self.store.read() as session:
                 return explain(spec, read_snapshot(session))
 
         return await asyncio.to_thread(read)

@@ -182,5 +182,5 @@ def release_allocation(store: Store, *, job_id: str) -> int:
 
 
 def allocations_of(store: Store, job_id: str) -> list[AllocationRow]:
-    with store.session() as session:
+    with store.read() as session:
         return list(session.exec(select(AllocationRow).where(AllocationRow.job_id == job_id)))

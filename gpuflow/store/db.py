@@ -48,38 +48,32 @@ def redact(url: str) -> str:
 
 
 class Store:
-    """One engine and its sessions. `placement_transaction` serializes placement passes."""
+    """One engine and its sessions: `session` for writes, `read` for reads, and
+    `placement_transaction`, which serializes placement passes."""
 
     def __init__(self, url: str | None = None) -> None:
         self.url = _normalize(url or database_url())
         self.is_sqlite = self.url.startswith("sqlite")
         kwargs: dict[str, Any] = {}
+        path = self.url.removeprefix("sqlite:///") if self.is_sqlite else ""
+        on_disk = self.is_sqlite and path not in ("", ":memory:", "sqlite://")
         if self.is_sqlite:
-            path = self.url.removeprefix("sqlite:///")
-            if path and path != ":memory:":
+            if on_disk:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
         else:
             kwargs["pool_pre_ping"] = True
             kwargs["connect_args"] = {"connect_timeout": 5}
         self.engine: Engine = create_engine(self.url, **kwargs)
+        self.read_engine: Engine = self.engine
         if self.is_sqlite:
-            self._sqlite_write_transactions()
-
-    def _sqlite_write_transactions(self) -> None:
-        # pysqlite starts transactions lazily and as DEFERRED, so two placement passes could
-        # both read the same free GPU. Every transaction here takes the write lock up front.
-        @event.listens_for(self.engine, "connect")
-        def _connect(dbapi_connection: Any, _record: Any) -> None:
-            dbapi_connection.isolation_level = None
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA busy_timeout=30000")
-            cursor.close()
-
-        @event.listens_for(self.engine, "begin")
-        def _begin(connection: Any) -> None:
-            connection.exec_driver_sql("BEGIN IMMEDIATE")
+            # Reads get their own engine whose transactions take no lock, so `gpuflow ps` and
+            # the snapshot reads never queue behind (or hold up) placements and bookkeeping.
+            # (An in-memory database exists once per engine, so it keeps one.)
+            _sqlite_transactions(self.engine, "BEGIN IMMEDIATE")
+            if on_disk:
+                self.read_engine = create_engine(self.url, **kwargs)
+                _sqlite_transactions(self.read_engine, "BEGIN DEFERRED")
 
     def init(self) -> Store:
         """Create the tables; fail with one clear line when the database cannot be reached."""
@@ -101,6 +95,12 @@ class Store:
             yield session
 
     @contextmanager
+    def read(self) -> Iterator[Session]:
+        """A read-only session: one consistent snapshot, no write lock. Never commit in it."""
+        with Session(self.read_engine, expire_on_commit=False) as session:
+            yield session
+
+    @contextmanager
     def placement_transaction(self) -> Iterator[Session]:
         """A transaction that no other placement pass runs beside; commits on success."""
         with Session(self.engine, expire_on_commit=False) as session:
@@ -113,3 +113,23 @@ class Store:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if self.read_engine is not self.engine:
+            self.read_engine.dispose()
+
+
+def _sqlite_transactions(engine: Engine, begin: str) -> None:
+    """WAL, a busy timeout, and explicit BEGINs: pysqlite would otherwise start transactions
+    lazily and DEFERRED, so two placement passes could both read the same free GPU. Writing
+    sessions take the write lock up front (IMMEDIATE); reading ones read a WAL snapshot."""
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        connection.exec_driver_sql(begin)

@@ -222,12 +222,12 @@ def set_host_state(store: Store, hid: str, state: HostState, detail: str | None 
 
 
 def get_host(store: Store, hid: str) -> HostRow | None:
-    with store.session() as session:
+    with store.read() as session:
         return session.get(HostRow, hid)
 
 
 def list_hosts(store: Store, *, kind: str | None = None) -> list[HostRow]:
-    with store.session() as session:
+    with store.read() as session:
         query = select(HostRow).order_by(col(HostRow.fleet), col(HostRow.name))
         if kind is not None:
             fleets = [f.name for f in session.exec(select(FleetRow).where(FleetRow.kind == kind))]
@@ -236,5 +236,5 @@ def list_hosts(store: Store, *, kind: str | None = None) -> list[HostRow]:
 
 
 def list_fleets(store: Store) -> list[FleetRow]:
-    with store.session() as session:
+    with store.read() as session:
         return list(session.exec(select(FleetRow).order_by(col(FleetRow.name))))

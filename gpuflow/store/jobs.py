@@ -15,16 +15,20 @@ from gpuflow.store.db import Store
 from gpuflow.store.tables import JobEventRow, JobRow
 
 
-def record_job(store: Store, *, job_id: str, name: str, spec: dict[str, Any]) -> None:
-    """Insert the job once (a repeated call keeps the first row)."""
+def record_job(store: Store, *, job_id: str, name: str, spec: dict[str, Any]) -> JobRow:
+    """Insert the job once (a repeated call keeps the first row); the job's row."""
     with store.session() as session:
-        if session.get(JobRow, job_id) is not None:
-            return
-        session.add(JobRow(id=job_id, name=name, status=JobStatus.PENDING, spec=spec))
+        row = session.get(JobRow, job_id)
+        if row is not None:
+            return row
+        row = JobRow(id=job_id, name=name, status=JobStatus.PENDING, spec=spec)
+        session.add(row)
         try:
             session.commit()
-        except IntegrityError:
+        except IntegrityError:  # the job's workflow wrote it first
             session.rollback()
+            return find_job(store, job_id)
+        return row
 
 
 def record_status(
@@ -120,7 +124,7 @@ def _apply_status(
 
 def jobs_waiting_for_capacity(store: Store, *, limit: int = 500) -> list[str]:
     """Ids of the jobs that wait for capacity (the ones freed or added capacity should wake)."""
-    with store.session() as session:
+    with store.read() as session:
         rows = session.exec(
             select(JobRow.id)
             .where(col(JobRow.waiting_for_capacity), col(JobRow.status) == JobStatus.PENDING)
@@ -130,7 +134,7 @@ def jobs_waiting_for_capacity(store: Store, *, limit: int = 500) -> list[str]:
 
 
 def list_jobs(store: Store, *, include_finished: bool = False, limit: int = 200) -> list[JobRow]:
-    with store.session() as session:
+    with store.read() as session:
         query = select(JobRow).order_by(col(JobRow.submitted_at).desc()).limit(limit)
         if not include_finished:
             finals = [s.value for s in JobStatus if s.is_final]
@@ -140,7 +144,7 @@ def list_jobs(store: Store, *, include_finished: bool = False, limit: int = 200)
 
 def find_job(store: Store, ref: str) -> JobRow:
     """A job by workflow id, or the newest job with that name."""
-    with store.session() as session:
+    with store.read() as session:
         job = session.get(JobRow, ref)
         if job is not None:
             return job
@@ -153,7 +157,7 @@ def find_job(store: Store, ref: str) -> JobRow:
 
 
 def job_events(store: Store, job_id: str) -> list[JobEventRow]:
-    with store.session() as session:
+    with store.read() as session:
         return list(
             session.exec(
                 select(JobEventRow)
