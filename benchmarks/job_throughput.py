@@ -341,6 +341,8 @@ async def run(*, n: int, concurrency: int, hosts: int, solo: int) -> Figures:
         raise SystemExit(
             f"--hosts {hosts} gives {hosts * GPUS_PER_HOST} GPUs; all {n} jobs must fit at once"
         )
+    import compileall
+
     from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
     from gpuflow.worker.embedded import start_dev_server
@@ -356,6 +358,12 @@ async def run(*, n: int, concurrency: int, hosts: int, solo: int) -> Figures:
             )
         )
     )
+    # Temporal's sandbox imports each workflow's module afresh for every workflow run. An
+    # installed package has its bytecode compiled by pip; a checkout under
+    # PYTHONDONTWRITEBYTECODE (set in many containers) would compile the source every time, in
+    # both phases. Measure what an installation runs.
+    for tree in (ROOT / "gpuflow", Path(__file__).resolve().parent):
+        compileall.compile_dir(tree, quiet=1)
     with tempfile.TemporaryDirectory(prefix="gpuflow-job-throughput-") as scratch:
         home = Path(scratch)
         saved = os.environ.get("GPUFLOW_HOME")

@@ -29,7 +29,11 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowQueryFailedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.service import RPCError
 
 from gpuflow.config import TemporalConfig, connect_temporal
@@ -45,6 +49,7 @@ from gpuflow.store.fleets import apply_fleet, list_fleets, list_hosts
 from gpuflow.store.jobs import find_job, list_jobs, record_job
 from gpuflow.store.tables import JobRow
 from gpuflow.utilization import UtilizationState
+from gpuflow.workflows.job import initial_search_attributes
 from gpuflow.workflows.logs import ReadLogsInput
 from gpuflow.workflows.models import (
     FleetInput,
@@ -152,6 +157,9 @@ class Client:
             "JobWorkflow",
             JobInput(job_id=job_id, spec=spec, search_attributes=_search_attributes_enabled()),
             id=job_id,
+            search_attributes=(
+                initial_search_attributes(spec) if _search_attributes_enabled() else None
+            ),
             task_queue=CONTROL_TASK_QUEUE,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             static_summary=f"job {spec.name}: {spec.nodes} node(s), GPU {gpu}",
@@ -308,6 +316,11 @@ class Client:
             "JobWorkflow",
             JobInput(spec=spec, search_attributes=_search_attributes_enabled()),
             id=f"job-{spec.name}",
+            typed_search_attributes=(
+                initial_search_attributes(spec)
+                if _search_attributes_enabled()
+                else TypedSearchAttributes.empty
+            ),
             task_queue=CONTROL_TASK_QUEUE,
             static_summary=f"job {spec.name} (from {schedule_id})",
         )

@@ -8,16 +8,17 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlmodel import select
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, select
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from gpuflow.scheduler.model import Unschedulable
+from gpuflow.scheduler.model import Placement, Unschedulable
 from gpuflow.status import HostState
-from gpuflow.store.capacity import release_allocation, take_allocation
+from gpuflow.store.capacity import release_allocation_in, take_allocation_in
 from gpuflow.store.db import Store
 from gpuflow.store.fleets import get_host, set_host_state
-from gpuflow.store.jobs import jobs_waiting_for_capacity, record_status
+from gpuflow.store.jobs import jobs_waiting_for_capacity, record_status_in
 from gpuflow.store.tables import FleetRow, HostRow
 from gpuflow.workflows.models import (
     FleetHost,
@@ -33,6 +34,7 @@ from gpuflow.workflows.models import (
     ProvisionResult,
     ReleaseInput,
     ReleaseResult,
+    placed_message,
 )
 
 # Makes sure the agent of a host is up; returns an error message or None. Set by the worker:
@@ -47,21 +49,44 @@ class ControlActivities:
 
     @activity.defn(name="place_job")
     async def place_job(self, inp: PlaceInput) -> PlaceResult:
-        result = await asyncio.to_thread(
-            take_allocation,
-            self.store,
-            job_id=inp.job_id,
-            attempt=inp.attempt,
-            job=inp.spec,
-            fleets=inp.fleets,
-        )
+        def place() -> Placement | Unschedulable:
+            with self.store.placement_transaction() as session:
+                if inp.before is not None:
+                    _record(session, inp.before)
+                result = take_allocation_in(
+                    session,
+                    job_id=inp.job_id,
+                    attempt=inp.attempt,
+                    job=inp.spec,
+                    fleets=inp.fleets,
+                )
+                if inp.placed is not None and not isinstance(result, Unschedulable):
+                    message = placed_message(result)
+                    placed = inp.placed.model_copy(
+                        update={
+                            "message": message,
+                            "placement": result,
+                            "event_key": inp.placed.event_key + message[:80],
+                        }
+                    )
+                    _record(session, placed)
+                return result
+
+        result = await asyncio.to_thread(place)
         if isinstance(result, Unschedulable):
             return PlaceResult(reasons=result.lines or [result.message()])
         return PlaceResult(placement=result)
 
     @activity.defn(name="release_job")
     async def release_job(self, inp: ReleaseInput) -> ReleaseResult:
-        released = await asyncio.to_thread(release_allocation, self.store, job_id=inp.job_id)
+        def release() -> int:
+            with self.store.placement_transaction() as session:
+                released = release_allocation_in(session, job_id=inp.job_id)
+                if inp.record is not None:
+                    _record(session, inp.record)
+                return released
+
+        released = await asyncio.to_thread(release)
         return ReleaseResult(
             released_nodes=released, waiting_jobs=await asyncio.to_thread(self._pending_jobs)
         )
@@ -72,23 +97,12 @@ class ControlActivities:
     @activity.defn(name="record_job_status")
     async def record_job_status(self, inp: JobStatusInput) -> None:
         def write() -> None:
-            placement = inp.placement
-            record_status(
-                self.store,
-                job_id=inp.job_id,
-                name=inp.name,
-                spec=inp.spec.model_dump(mode="json") if inp.spec else None,
-                status=inp.status,
-                event_key=inp.event_key,
-                attempt=inp.attempt,
-                reason=inp.reason.value if inp.reason else None,
-                message=inp.message,
-                fleet=placement.fleet if placement else None,
-                hosts=[n.host_name for n in placement.nodes] if placement else None,
-                gpus=_gpu_summary(placement) if placement else None,
-                at=inp.at,
-                waiting_for_capacity=inp.waiting_for_capacity,
-            )
+            with self.store.session() as session:
+                _record(session, inp)
+                try:
+                    session.commit()
+                except IntegrityError:  # a concurrent duplicate of this very call won
+                    session.rollback()
 
         await asyncio.to_thread(write)
 
@@ -112,7 +126,7 @@ class ControlActivities:
     @activity.defn(name="fleet_hosts")
     async def fleet_hosts(self, inp: FleetInput) -> FleetHostsResult:
         def read() -> FleetHostsResult:
-            with self.store.session() as session:
+            with self.store.read() as session:
                 fleet = session.get(FleetRow, inp.fleet)
                 if fleet is None:
                     return FleetHostsResult(deleted=True)
@@ -187,6 +201,27 @@ class ControlActivities:
             self.fleet_hosts,
             self.record_host_health,
         ]
+
+
+def _record(session: Session, inp: JobStatusInput) -> None:
+    """The job's status and event, inside the caller's transaction."""
+    placement = inp.placement
+    record_status_in(
+        session,
+        job_id=inp.job_id,
+        name=inp.name,
+        spec=inp.spec.model_dump(mode="json") if inp.spec else None,
+        status=inp.status,
+        event_key=inp.event_key,
+        attempt=inp.attempt,
+        reason=inp.reason.value if inp.reason else None,
+        message=inp.message,
+        fleet=placement.fleet if placement else None,
+        hosts=[n.host_name for n in placement.nodes] if placement else None,
+        gpus=_gpu_summary(placement) if placement else None,
+        at=inp.at,
+        waiting_for_capacity=inp.waiting_for_capacity,
+    )
 
 
 def _gpu_summary(placement: Any) -> str:

@@ -60,11 +60,26 @@ def _proc_stat(pid: int) -> list[str] | None:
     return None if fields[0] in ("Z", "X") else fields
 
 
+_PRIVATE_ENV = ("GPUFLOW_TEMPORAL_API_KEY", "GPUFLOW_DATABASE_URL")
+"""The agent's own credentials: never handed to the jobs it starts."""
+
+
+def _inherited_env() -> dict[str, str]:
+    """What a job inherits from the agent's environment."""
+    return {k: v for k, v in os.environ.items() if k not in _PRIVATE_ENV}
+
+
 def _group_alive(pgid: int) -> bool:
     """Whether any live process is still in the job's process group (the wrapper started it as
     a session and group leader, so children that ignore SIGTERM are found here too)."""
     if _proc_stat(pgid) is not None:
         return True
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False  # no process at all in the group: no need to look through /proc
+    except PermissionError:
+        pass
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             stat = _proc_stat(int(entry.name))
@@ -159,7 +174,7 @@ class HostAgent:
                 job_env = secrets.resolve(inp.env, host=self.host_id, path=self.secrets_path)
             except secrets.MissingSecret as exc:
                 raise ApplicationError(str(exc), non_retryable=True) from None
-            env = {**os.environ, **job_env, **_node_env(inp)}
+            env = {**_inherited_env(), **job_env, **_node_env(inp)}
             wrapper = (
                 f"bash {shlex.quote(str(paths.script))} > {shlex.quote(str(paths.log))} 2>&1; "
                 f"echo $? > {shlex.quote(str(paths.exit_code))}.tmp && "
@@ -213,7 +228,8 @@ class HostAgent:
                 code = int(paths.exit_code.read_text().strip())
             except (OSError, ValueError):
                 code = None
-            return ProbeResult(state="exited", exit_code=code)
+            leftovers = self._group(paths) is not None
+            return ProbeResult(state="exited", exit_code=code, leftovers=leftovers)
         pgid = self._group(paths)
         if pgid is None:
             self.sampler.forget(str(paths.root))

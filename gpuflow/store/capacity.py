@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import UTC, datetime
+from typing import Any
 
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, delete, select
 
 from gpuflow.scheduler import place
@@ -25,36 +27,55 @@ from gpuflow.store.db import Store
 from gpuflow.store.tables import AllocationRow, FleetRow, GpuRow, HostRow
 
 
-def _state_detail(host: HostRow, now: datetime) -> str | None:
+def _state_detail(host: Any, now: datetime) -> str | None:
+    detail: str | None = host.state_detail
     if host.state == HostState.READY or host.last_heartbeat is None:
-        return host.state_detail
+        return detail
     beat = host.last_heartbeat
     if beat.tzinfo is None:
         beat = beat.replace(tzinfo=UTC)
     ago = f"last heartbeat {format_duration((now - beat).total_seconds())} ago"
-    return f"{host.state_detail}; {ago}" if host.state_detail else ago
+    return f"{detail}; {ago}" if detail else ago
+
+
+# The columns a snapshot needs, read as plain rows: every placement reads the whole fleet, and
+# building ORM objects for it (allocations with their node JSON included) cost more than the
+# scheduler itself.
+def _columns(table: Any, names: str) -> list[Any]:
+    return [table.__table__.c[name] for name in names.split()]
+
+
+_HOST_COLUMNS = _columns(
+    HostRow,
+    "id name fleet state state_detail last_heartbeat os arch cpus memory_mib disk_mib backend "
+    "driver_version labels taints blocks simulated address task_queue",
+)
+_GPU_COLUMNS = _columns(GpuRow, "host_id index name vendor memory_mib compute_capability uuid")
+_USE_COLUMNS = _columns(
+    AllocationRow, "host_id gpu_indices gpu_fraction blocks cpus memory_mib disk_mib"
+)
 
 
 def read_snapshot(session: Session, *, fleets: list[str] | None = None) -> Snapshot:
     """The fleets as they are now, with every allocation applied."""
     now = datetime.now(UTC)
     fleet_query = select(FleetRow).order_by(col(FleetRow.name))
-    host_query = select(HostRow).order_by(col(HostRow.fleet), col(HostRow.name))
+    host_query = sa_select(*_HOST_COLUMNS).order_by(col(HostRow.fleet), col(HostRow.name))
     if fleets:
         fleet_query = fleet_query.where(col(FleetRow.name).in_(fleets))
         host_query = host_query.where(col(HostRow.fleet).in_(fleets))
     fleet_rows = session.exec(fleet_query).all()
-    host_rows = session.exec(host_query).all()
+    host_rows = session.execute(host_query).all()
     host_ids = [host.id for host in host_rows]
-    gpus_by_host: dict[str, list[GpuRow]] = defaultdict(list)
-    allocations: dict[str, list[AllocationRow]] = defaultdict(list)
+    gpus_by_host: dict[str, list[Any]] = defaultdict(list)
+    uses: dict[str, list[Any]] = defaultdict(list)
     if host_ids:
-        for gpu in session.exec(select(GpuRow).where(col(GpuRow.host_id).in_(host_ids))):
+        gpus = sa_select(*_GPU_COLUMNS).where(col(GpuRow.host_id).in_(host_ids))
+        for gpu in session.execute(gpus):
             gpus_by_host[gpu.host_id].append(gpu)
-        for row in session.exec(
-            select(AllocationRow).where(col(AllocationRow.host_id).in_(host_ids))
-        ):
-            allocations[row.host_id].append(row)
+        held = sa_select(*_USE_COLUMNS).where(col(AllocationRow.host_id).in_(host_ids))
+        for use in session.execute(held):
+            uses[use.host_id].append(use)
 
     by_fleet: dict[str, FleetSnapshot] = {
         row.name: FleetSnapshot(
@@ -93,22 +114,22 @@ def read_snapshot(session: Session, *, fleets: list[str] | None = None) -> Snaps
             gpus=list(slots.values()),
             backend=host.backend,
             driver_version=host.driver_version,
-            labels=dict(host.labels),
-            taints=list(host.taints),
+            labels=dict(host.labels or {}),
+            taints=list(host.taints or []),
             blocks=host.blocks,
             simulated=host.simulated,
             address=host.address,
             task_queue=host.task_queue,
         )
-        for alloc in allocations[host.id]:
-            share = alloc.gpu_fraction if alloc.gpu_fraction is not None else 1.0
-            for index in alloc.gpu_indices:
+        for use in uses[host.id]:
+            share = use.gpu_fraction if use.gpu_fraction is not None else 1.0
+            for index in use.gpu_indices:
                 if index in slots:
                     slots[index].used += share
-            snap.blocks_used.update(alloc.blocks)
-            snap.cpus_used += alloc.cpus
-            snap.memory_used_mib += alloc.memory_mib
-            snap.disk_used_mib += alloc.disk_mib
+            snap.blocks_used.update(use.blocks)
+            snap.cpus_used += use.cpus
+            snap.memory_used_mib += use.memory_mib
+            snap.disk_used_mib += use.disk_mib
         by_fleet[host.fleet].hosts.append(snap)
     return Snapshot(fleets=list(by_fleet.values()))
 
@@ -142,43 +163,55 @@ def take_allocation(
     Repeating the call for the same (job, attempt) returns the allocation already taken.
     """
     with store.placement_transaction() as session:
-        held = held_allocation(session, job_id, attempt)
-        if held is not None:
-            return held
-        # An earlier attempt's allocation is never carried over: give it back first.
-        session.exec(delete(AllocationRow).where(col(AllocationRow.job_id) == job_id))
-        result = place(job, read_snapshot(session, fleets=fleets), fleets=fleets)
-        if isinstance(result, Unschedulable):
-            return result
-        for node in result.nodes:
-            session.add(
-                AllocationRow(
-                    job_id=job_id,
-                    attempt=attempt,
-                    rank=node.rank,
-                    fleet=result.fleet,
-                    host_id=node.host_id,
-                    gpu_indices=list(node.gpu_indices),
-                    gpu_fraction=node.gpu_fraction,
-                    blocks=list(node.blocks),
-                    cpus=node.cpus,
-                    memory_mib=node.memory_mib,
-                    disk_mib=node.disk_mib,
-                    node=node.model_dump(mode="json"),
-                    score=result.score,
-                    scorer=result.scorer,
-                )
-            )
+        return take_allocation_in(session, job_id=job_id, attempt=attempt, job=job, fleets=fleets)
+
+
+def take_allocation_in(
+    session: Session, *, job_id: str, attempt: int, job: JobSpec, fleets: list[str] | None = None
+) -> Placement | Unschedulable:
+    """`take_allocation` inside the caller's `placement_transaction`."""
+    held = held_allocation(session, job_id, attempt)
+    if held is not None:
+        return held
+    # An earlier attempt's allocation is never carried over: give it back first.
+    session.exec(delete(AllocationRow).where(col(AllocationRow.job_id) == job_id))
+    result = place(job, read_snapshot(session, fleets=fleets), fleets=fleets)
+    if isinstance(result, Unschedulable):
         return result
+    for node in result.nodes:
+        session.add(
+            AllocationRow(
+                job_id=job_id,
+                attempt=attempt,
+                rank=node.rank,
+                fleet=result.fleet,
+                host_id=node.host_id,
+                gpu_indices=list(node.gpu_indices),
+                gpu_fraction=node.gpu_fraction,
+                blocks=list(node.blocks),
+                cpus=node.cpus,
+                memory_mib=node.memory_mib,
+                disk_mib=node.disk_mib,
+                node=node.model_dump(mode="json"),
+                score=result.score,
+                scorer=result.scorer,
+            )
+        )
+    return result
 
 
 def release_allocation(store: Store, *, job_id: str) -> int:
     """Give back everything the job holds. Returns how many nodes were released (0 the 2nd time)."""
     with store.placement_transaction() as session:
-        rows = list(session.exec(select(AllocationRow).where(AllocationRow.job_id == job_id)))
-        for row in rows:
-            session.delete(row)
-        return len(rows)
+        return release_allocation_in(session, job_id=job_id)
+
+
+def release_allocation_in(session: Session, *, job_id: str) -> int:
+    """`release_allocation` inside the caller's `placement_transaction`."""
+    rows = list(session.exec(select(AllocationRow).where(AllocationRow.job_id == job_id)))
+    for row in rows:
+        session.delete(row)
+    return len(rows)
 
 
 def allocations_of(store: Store, job_id: str) -> list[AllocationRow]:

@@ -31,8 +31,8 @@ def record_job(store: Store, *, job_id: str, name: str, spec: dict[str, Any]) ->
         return row
 
 
-def record_status(
-    store: Store,
+def record_status_in(
+    session: Session,
     *,
     job_id: str,
     name: str,
@@ -48,39 +48,32 @@ def record_status(
     at: datetime | None = None,
     waiting_for_capacity: bool = False,
 ) -> None:
-    """Create the job's row if needed, set its status and add the event, in one transaction;
-    a repeated call (same event key) changes nothing."""
-    with store.session() as session:
-        if session.get(JobRow, job_id) is None:
-            session.add(JobRow(id=job_id, name=name, status=JobStatus.PENDING, spec=spec or {}))
-            session.flush()
-        _apply_status(
-            session,
-            job_id=job_id,
-            status=status,
-            attempt=attempt,
-            reason=reason,
-            message=message,
-            fleet=fleet,
-            hosts=hosts,
-            gpus=gpus,
-            at=at,
-        )
-        job = session.get(JobRow, job_id)
-        if job is not None and not JobStatus(job.status).is_final:
-            job.waiting_for_capacity = waiting_for_capacity and status == JobStatus.PENDING
-            session.add(job)
-        exists = session.exec(
-            select(JobEventRow).where(JobEventRow.job_id == job_id, JobEventRow.key == event_key)
-        ).first()
-        if exists is None:
-            session.add(
-                JobEventRow(job_id=job_id, key=event_key, kind=status.value, message=message)
-            )
-        try:
-            session.commit()
-        except IntegrityError:  # a concurrent duplicate of this very call won the race
-            session.rollback()
+    """Create the job's row if needed, set its status and add the event, inside the caller's
+    transaction (which commits); a repeated call (same event key) changes nothing."""
+    if session.get(JobRow, job_id) is None:
+        session.add(JobRow(id=job_id, name=name, status=JobStatus.PENDING, spec=spec or {}))
+        session.flush()
+    _apply_status(
+        session,
+        job_id=job_id,
+        status=status,
+        attempt=attempt,
+        reason=reason,
+        message=message,
+        fleet=fleet,
+        hosts=hosts,
+        gpus=gpus,
+        at=at,
+    )
+    job = session.get(JobRow, job_id)
+    if job is not None and not JobStatus(job.status).is_final:
+        job.waiting_for_capacity = waiting_for_capacity and status == JobStatus.PENDING
+        session.add(job)
+    exists = session.exec(
+        select(JobEventRow).where(JobEventRow.job_id == job_id, JobEventRow.key == event_key)
+    ).first()
+    if exists is None:
+        session.add(JobEventRow(job_id=job_id, key=event_key, kind=status.value, message=message))
 
 
 def _apply_status(

@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import (
     RetryPolicy,
     SearchAttributeKey,
+    SearchAttributePair,
     SearchAttributeUpdate,
+    TypedSearchAttributes,
 )
 from temporalio.exceptions import ActivityError, ApplicationError
 
@@ -43,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         StartProcessInput,
         StopProcessInput,
         StopProcessResult,
+        placed_message,
     )
 
 SA_STATUS = SearchAttributeKey.for_keyword("GpuflowStatus")
@@ -55,6 +58,18 @@ SEARCH_ATTRIBUTES = {
     "GpuflowGpu": "Keyword",
     "GpuflowPriority": "Int",
 }
+
+
+def initial_search_attributes(spec: JobSpec) -> TypedSearchAttributes:
+    """What a job's workflow starts with (the client sets them, so the UI lists the job as
+    pending from its first moment, and the workflow needs no upsert of its own)."""
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(SA_STATUS, JobStatus.PENDING.value),
+            SearchAttributePair(SA_PRIORITY, spec.priority),
+        ]
+    )
+
 
 CAPACITY_BACKOFF_FIRST = timedelta(seconds=5)
 CAPACITY_BACKOFF_MAX = timedelta(minutes=5)
@@ -70,9 +85,9 @@ history stays small (a few thousand events) on any server."""
 STOP_GRACE_S = 10.0
 
 CONTROL_TIMEOUT = timedelta(seconds=20)
-"""Control activities are short database transactions; a worker that died mid-way is noticed
-and the activity retried after this long."""
+"""Control steps are short database transactions; one stuck this long is retried."""
 CONTROL_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=30))
+_R = TypeVar("_R")
 
 
 class _Ending(Exception):
@@ -99,9 +114,14 @@ class JobWorkflow:
         self._capacity_changed = False
         self._utilization = utilization.UtilizationState()
         self._search_attributes = True
+        self._unrecorded: JobStatusInput | None = None
+        """A record the next place step writes in its own transaction."""
         self._start_attempted = False
         """Whether any process may exist: before the run step, compensation has nothing to
         stop (and a host without an agent must not hold up the release of GPUs)."""
+        self._gone: set[int] = set()
+        """Ranks whose script exited and whose process group the agent saw empty: nothing
+        of theirs is left to stop."""
 
     # ---- handlers ---------------------------------------------------------------------------
 
@@ -157,8 +177,10 @@ class JobWorkflow:
             self._status = JobStatus.RUNNING
             self._start_attempted = True
         else:
-            self._upsert(status=JobStatus.PENDING, priority=spec.priority)
-            await self._record(JobStatus.PENDING, "submitted", spec=spec)
+            if workflow.info().typed_search_attributes.get(SA_STATUS) is None:
+                self._upsert(status=JobStatus.PENDING, priority=spec.priority)
+            # Written by the first place step, in its transaction.
+            self._unrecorded = self._status_input(JobStatus.PENDING, "submitted", spec=spec)
         try:
             while True:
                 try:
@@ -181,6 +203,7 @@ class JobWorkflow:
                     return self._result(ending, exit_codes)
                 self._attempt += 1
                 self._start_attempted = False
+                self._gone = set()
                 resume = None
                 self._placement = None
                 self._utilization = utilization.UtilizationState()
@@ -206,16 +229,31 @@ class JobWorkflow:
             reasons: list[str] = []
             for fleets in alternatives:
                 where = f"fleet {fleets[0]}" if fleets else "any fleet"
-                result: PlaceResult = await workflow.execute_activity(
+                before, self._unrecorded = self._unrecorded, None
+                result = await _control(
                     "place_job",
-                    PlaceInput(job_id=inp.job_id, attempt=self._attempt, spec=spec, fleets=fleets),
-                    result_type=PlaceResult,
-                    summary=f"place on {where}",
-                    start_to_close_timeout=CONTROL_TIMEOUT,
-                    retry_policy=CONTROL_RETRY,
+                    PlaceInput(
+                        job_id=inp.job_id,
+                        attempt=self._attempt,
+                        spec=spec,
+                        fleets=fleets,
+                        before=before,
+                        placed=JobStatusInput(
+                            job_id=self._job_id,
+                            name=self._name,
+                            status=JobStatus.PROVISIONING,
+                            attempt=self._attempt,
+                            event_key=self._event_key(JobStatus.PROVISIONING, ""),
+                            at=workflow.now(),
+                        ),
+                    ),
+                    PlaceResult,
+                    f"place on {where}",
                 )
                 if result.placement is not None:
                     self._waiting_reasons = []
+                    self._placement = result.placement
+                    self._set_status(JobStatus.PROVISIONING, placed_message(result.placement))
                     return result.placement
                 reasons.extend(result.reasons)
             self._waiting_reasons = reasons
@@ -240,9 +278,12 @@ class JobWorkflow:
             backoff = min(backoff * 2, CAPACITY_BACKOFF_MAX)
 
     async def _provision(self, placement: Placement) -> None:
-        self._placement = placement
-        hosts = ", ".join(n.host_name for n in placement.nodes)
-        await self._record(JobStatus.PROVISIONING, f"placed on {hosts} (fleet {placement.fleet})")
+        """Make sure every real host's agent is up (the place step recorded `provisioning`).
+        Simulated hosts are served inside control workers, which start their agents
+        themselves."""
+        real = {n.host_id: n for n in placement.nodes if not n.simulated}
+        if not real:
+            return
         self._upsert(status=JobStatus.PROVISIONING, placement=placement)
         results = await asyncio.gather(
             *(
@@ -254,10 +295,7 @@ class JobWorkflow:
                     start_to_close_timeout=timedelta(minutes=5),
                     retry_policy=RetryPolicy(maximum_attempts=3),
                 )
-                for node in {n.host_id: n for n in placement.nodes}.values()
-                # Simulated hosts are served inside control workers, which start their agents
-                # themselves; only real hosts (e.g. over SSH) need provisioning.
-                if not node.simulated
+                for node in real.values()
             ),
             return_exceptions=True,
         )
@@ -391,6 +429,8 @@ class JobWorkflow:
                     )
                 if probe.state in ("exited", "stopped"):
                     exited[node.rank] = probe.exit_code
+                    if not probe.leftovers:
+                        self._gone.add(node.rank)
             if exited:
                 exit_codes.update(exited)
                 failed = {r: c for r, c in exited.items() if c != 0}
@@ -449,17 +489,22 @@ class JobWorkflow:
                         retry_policy=RetryPolicy(maximum_attempts=3),
                     )
                     for node in placement.nodes
+                    if node.rank not in self._gone
                 ),
                 return_exceptions=True,  # a lost host must not keep its GPUs allocated
             )
-        released: ReleaseResult = await workflow.execute_activity(
+        self._reason = ending.reason
+        status = ending.reason.status
+        released = await _control(
             "release_job",
-            ReleaseInput(job_id=self._job_id),
-            result_type=ReleaseResult,
-            summary="release GPUs",
-            start_to_close_timeout=CONTROL_TIMEOUT,
-            retry_policy=CONTROL_RETRY,
+            ReleaseInput(
+                job_id=self._job_id,
+                record=self._status_input(status, ending.message, reason=ending.reason),
+            ),
+            ReleaseResult,
+            f"release GPUs, record {status.value}",
         )
+        self._upsert(status=status)
         others = [job for job in released.waiting_jobs if job != self._job_id]
         # Wake the jobs that wait for capacity, all at once; one that ended meanwhile is fine.
         await asyncio.gather(
@@ -469,10 +514,6 @@ class JobWorkflow:
             ),
             return_exceptions=True,
         )
-        self._reason = ending.reason
-        status = ending.reason.status
-        await self._record(status, ending.message, reason=ending.reason)
-        self._upsert(status=status)
 
     # ---- helpers ----------------------------------------------------------------------------
 
@@ -506,31 +547,50 @@ class JobWorkflow:
         *,
         reason: TerminationReason | None = None,
         placement: Placement | None = None,
-        spec: JobSpec | None = None,
         waiting_for_capacity: bool = False,
     ) -> None:
+        record = self._status_input(
+            status,
+            message,
+            reason=reason,
+            placement=placement,
+            waiting_for_capacity=waiting_for_capacity,
+        )
+        await _control("record_job_status", record, None, f"record {status.value}")
+
+    def _status_input(
+        self,
+        status: JobStatus,
+        message: str,
+        *,
+        reason: TerminationReason | None = None,
+        placement: Placement | None = None,
+        spec: JobSpec | None = None,
+        waiting_for_capacity: bool = False,
+    ) -> JobStatusInput:
+        """The job's new status, set here and shown in the UI, as a record for the store."""
+        self._set_status(status, message)
+        return JobStatusInput(
+            job_id=self._job_id,
+            name=self._name,
+            spec=spec,
+            waiting_for_capacity=waiting_for_capacity,
+            status=status,
+            attempt=self._attempt,
+            event_key=self._event_key(status, message),
+            message=message,
+            reason=reason,
+            placement=placement,
+            at=workflow.now(),
+        )
+
+    def _set_status(self, status: JobStatus, message: str) -> None:
         self._status = status
         self._message = message
         workflow.set_current_details(self._details())
-        await workflow.execute_activity(
-            "record_job_status",
-            JobStatusInput(
-                job_id=self._job_id,
-                name=self._name,
-                spec=spec,
-                waiting_for_capacity=waiting_for_capacity,
-                status=status,
-                attempt=self._attempt,
-                event_key=f"{self._attempt}:{status.value}:{workflow.info().run_id}:{message[:80]}",
-                message=message,
-                reason=reason,
-                placement=placement,
-                at=workflow.now(),
-            ),
-            summary=f"record {status.value}",
-            start_to_close_timeout=CONTROL_TIMEOUT,
-            retry_policy=CONTROL_RETRY,
-        )
+
+    def _event_key(self, status: JobStatus, message: str) -> str:
+        return f"{self._attempt}:{status.value}:{workflow.info().run_id}:{message[:80]}"
 
     def _details(self) -> str:
         lines = [f"**status** {self._status.value} (attempt {self._attempt})"]
@@ -569,6 +629,22 @@ class JobWorkflow:
         workflow.upsert_search_attributes(updates)
 
 
+async def _control(activity: str, arg: Any, result_type: type[_R] | None, summary: str) -> _R:
+    """A control step (place, release, record): a short idempotent database transaction, run
+    as a local activity by the control worker that runs this workflow. Its result is recorded
+    in the history as a marker, with no task queue round trip; a worker that dies in the middle
+    is replaced by one that replays the workflow and runs the step again."""
+    result: _R = await workflow.execute_local_activity(
+        activity,
+        arg,
+        result_type=result_type,
+        summary=summary,
+        start_to_close_timeout=CONTROL_TIMEOUT,
+        retry_policy=CONTROL_RETRY,
+    )
+    return result
+
+
 def _submitted(inp: JobInput) -> datetime:
     assert inp.submitted_at is not None  # filled in at the start of `run`
     return inp.submitted_at
@@ -601,4 +677,4 @@ def _failure_text(error: BaseException) -> str:
     return str(cause) or type(cause).__name__
 
 
-__all__ = ["SEARCH_ATTRIBUTES", "JobWorkflow"]
+__all__ = ["SEARCH_ATTRIBUTES", "JobWorkflow", "initial_search_attributes"]

@@ -69,28 +69,6 @@ class JobProgress(BaseModel):
 # ---- control activities -------------------------------------------------------------------
 
 
-class PlaceInput(BaseModel):
-    job_id: str
-    attempt: int
-    spec: JobSpec
-    fleets: list[str] | None = None
-
-
-class PlaceResult(BaseModel):
-    placement: Placement | None = None
-    reasons: list[str] = Field(default_factory=list)
-
-
-class ReleaseInput(BaseModel):
-    job_id: str
-
-
-class ReleaseResult(BaseModel):
-    released_nodes: int
-    waiting_jobs: list[str] = Field(default_factory=list)
-    """Pending jobs to tell that capacity changed."""
-
-
 class JobStatusInput(BaseModel):
     job_id: str
     name: str
@@ -106,6 +84,35 @@ class JobStatusInput(BaseModel):
     """Sent with the first record only, to create the job's row."""
     waiting_for_capacity: bool = False
     """Pending because nothing fits: freed capacity should wake this job."""
+
+
+class PlaceInput(BaseModel):
+    job_id: str
+    attempt: int
+    spec: JobSpec
+    fleets: list[str] | None = None
+    before: JobStatusInput | None = None
+    """Recorded in the placement's transaction, before placing (the job's first record)."""
+    placed: JobStatusInput | None = None
+    """Recorded in the same transaction once placed, with the placement and `placed_message`;
+    its event key gets the message appended."""
+
+
+class PlaceResult(BaseModel):
+    placement: Placement | None = None
+    reasons: list[str] = Field(default_factory=list)
+
+
+class ReleaseInput(BaseModel):
+    job_id: str
+    record: JobStatusInput | None = None
+    """The job's ending, recorded in the release's transaction."""
+
+
+class ReleaseResult(BaseModel):
+    released_nodes: int
+    waiting_jobs: list[str] = Field(default_factory=list)
+    """Pending jobs to tell that capacity changed."""
 
 
 class ProvisionInput(BaseModel):
@@ -195,6 +202,9 @@ class ProbeResult(BaseModel):
     state: str
     """running, exited, stopped or missing."""
     exit_code: int | None = None
+    leftovers: bool = True
+    """After an exit: whether processes of the job's group outlived its script (then they are
+    stopped at finalize). False only when the agent saw the group empty."""
     samples: list[GpuSample] = Field(default_factory=list)
     sample_error: str | None = None
 
@@ -225,3 +235,9 @@ class LogChunk(BaseModel):
     next_offset: int
     attempt: int | None = None
     eof: bool = True
+
+
+def placed_message(placement: Placement) -> str:
+    """What a job's `provisioning` record says."""
+    hosts = ", ".join(n.host_name for n in placement.nodes)
+    return f"placed on {hosts} (fleet {placement.fleet})"

@@ -133,3 +133,43 @@ def _alive(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and ") Z" not in stat.read_text()
+
+
+async def test_exit_reports_whether_processes_outlived_the_script(tmp_path: Path) -> None:
+    """A script that exits alone leaves nothing to stop; one that leaves a background child
+    behind says so, and stopping it at finalize kills that child."""
+    agent = _agent(tmp_path)
+    env = ActivityEnvironment()
+    await env.run(agent.start_process, _start(["true"], job_id="job-clean"))
+    clean = ProbeInput(job_id="job-clean", attempt=1, rank=0)
+    assert await _until_exited(agent, clean) == "exited:0"
+    assert not (await env.run(agent.probe_process, clean)).leftovers
+
+    pid_file = tmp_path / "child"
+    await env.run(agent.start_process, _start([f"(sleep 60 & echo $! > {pid_file})"],
+                                              job_id="job-leaky"))
+    leaky = ProbeInput(job_id="job-leaky", attempt=1, rank=0)
+    assert await _until_exited(agent, leaky) == "exited:0"
+    assert (await env.run(agent.probe_process, leaky)).leftovers
+    child = int(pid_file.read_text())
+    assert _alive(child)
+    stopped = await env.run(agent.stop_process,
+                            StopProcessInput(job_id="job-leaky", attempt=1, rank=0, grace_s=2))
+    assert stopped.was_running
+    await asyncio.sleep(0.2)
+    assert not _alive(child)
+
+
+async def test_jobs_never_inherit_the_agents_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUFLOW_TEMPORAL_API_KEY", "key-must-not-leak")
+    monkeypatch.setenv("GPUFLOW_DATABASE_URL", "postgresql://u:pw-must-not-leak@127.0.0.1/x")
+    monkeypatch.setenv("GPUFLOW_SOME_SETTING", "inherited")
+    agent = _agent(tmp_path)
+    env = ActivityEnvironment()
+    await env.run(agent.start_process, _start(["env"]))
+    assert await _until_exited(agent, ProbeInput(job_id="job-t-1", attempt=1, rank=0)) == "exited:0"
+    log = (await env.run(agent.read_logs, LogsInput(job_id="job-t-1"))).data
+    assert "GPUFLOW_SOME_SETTING=inherited" in log
+    assert "must-not-leak" not in log

@@ -51,8 +51,33 @@ async def test_job_runs_to_done_and_releases_its_gpus(
     assert allocations_of(sqlite_store, result.job_id) == []
     row = find_job(sqlite_store, result.job_id)
     assert row.status == "done" and row.started_at is not None and row.finished_at is not None
-    kinds = [event.kind for event in job_events(sqlite_store, result.job_id)]
-    assert kinds[0] == "pending" and "running" in kinds and kinds[-1] == "done"
+    events = job_events(sqlite_store, result.job_id)
+    assert [(e.kind, e.message) for e in events] == [
+        ("pending", "submitted"),
+        ("provisioning", f"placed on h1 (fleet {fleet.name})"),
+        ("running", "running on 1 node(s)"),
+        ("done", "all processes exited with code 0"),
+    ]
+
+
+async def test_only_processes_that_may_be_left_are_stopped(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    """A script that exited with its process group empty has nothing to stop; one whose group
+    outlived it is stopped at finalize like any other ending."""
+    fleet = sim_fleet(sqlite_store)
+    hosts = ScriptedHosts(
+        probe=lambda inp, n: ProbeResult(
+            state="exited", exit_code=0, leftovers=inp.job_id.startswith("job-leaky")
+        )
+    )
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        clean = await (await start_job(time_env.client, task_queue, job("clean"))).result()
+        leaky = await (await start_job(time_env.client, task_queue, job("leaky"))).result()
+    assert clean.status == leaky.status == JobStatus.DONE
+    assert [s.job_id for s in hosts.stopped] == [leaky.job_id]
+    assert allocations_of(sqlite_store, clean.job_id) == []
+    assert allocations_of(sqlite_store, leaky.job_id) == []
 
 
 async def test_no_capacity_without_retry_fails_with_per_host_reasons(
