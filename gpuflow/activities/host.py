@@ -60,6 +60,9 @@ def _proc_stat(pid: int) -> list[str] | None:
     return None if fields[0] in ("Z", "X") else fields
 
 
+PROBE_WAIT_MAX_S = 5.0
+"""Longest a probe waits for an exit: well inside the probe's timeout, no heartbeat needed."""
+
 _PRIVATE_ENV = ("GPUFLOW_TEMPORAL_API_KEY", "GPUFLOW_DATABASE_URL")
 """The agent's own credentials: never handed to the jobs it starts."""
 
@@ -221,6 +224,12 @@ class HostAgent:
         paths = self._paths(inp.job_id, inp.attempt, inp.rank)
         if not paths.state.exists():
             return ProbeResult(state="missing")
+        # The exit code is a file the job's wrapper writes (it survives an agent restart):
+        # look for it every 50 ms while asked to wait.
+        for _ in range(int(min(inp.wait_s, PROBE_WAIT_MAX_S) / 0.05)):
+            if paths.exit_code.exists():
+                break
+            await asyncio.sleep(0.05)
         if paths.exit_code.exists():
             # The job's script has ended; leftovers in its group are stopped at finalize.
             self.sampler.forget(str(paths.root))

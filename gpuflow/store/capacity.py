@@ -67,15 +67,26 @@ def read_snapshot(session: Session, *, fleets: list[str] | None = None) -> Snaps
     fleet_rows = session.exec(fleet_query).all()
     host_rows = session.execute(host_query).all()
     host_ids = [host.id for host in host_rows]
-    gpus_by_host: dict[str, list[Any]] = defaultdict(list)
+    slots_by_host: dict[str, dict[int, GpuSlot]] = defaultdict(dict)
     uses: dict[str, list[Any]] = defaultdict(list)
     if host_ids:
-        gpus = sa_select(*_GPU_COLUMNS).where(col(GpuRow.host_id).in_(host_ids))
-        for gpu in session.execute(gpus):
-            gpus_by_host[gpu.host_id].append(gpu)
+        gpus = (
+            sa_select(*_GPU_COLUMNS)
+            .where(col(GpuRow.host_id).in_(host_ids))
+            .order_by(col(GpuRow.host_id), col(GpuRow.index))
+        )
+        for host_id, index, name, vendor, memory_mib, cc, uuid in session.execute(gpus):
+            slots_by_host[host_id][index] = GpuSlot(
+                index=index,
+                name=name,
+                vendor=vendor,
+                memory_mib=memory_mib,
+                compute_capability=cc,
+                uuid=uuid,
+            )
         held = sa_select(*_USE_COLUMNS).where(col(AllocationRow.host_id).in_(host_ids))
         for use in session.execute(held):
-            uses[use.host_id].append(use)
+            uses[use[0]].append(use)
 
     by_fleet: dict[str, FleetSnapshot] = {
         row.name: FleetSnapshot(
@@ -89,17 +100,7 @@ def read_snapshot(session: Session, *, fleets: list[str] | None = None) -> Snaps
     for host in host_rows:
         if host.fleet not in by_fleet:
             continue
-        slots = {
-            gpu.index: GpuSlot(
-                index=gpu.index,
-                name=gpu.name,
-                vendor=gpu.vendor,
-                memory_mib=gpu.memory_mib,
-                compute_capability=gpu.compute_capability,
-                uuid=gpu.uuid,
-            )
-            for gpu in sorted(gpus_by_host[host.id], key=lambda g: g.index)
-        }
+        slots = slots_by_host[host.id]
         snap = HostSnapshot(
             id=host.id,
             name=host.name,
@@ -121,15 +122,15 @@ def read_snapshot(session: Session, *, fleets: list[str] | None = None) -> Snaps
             address=host.address,
             task_queue=host.task_queue,
         )
-        for use in uses[host.id]:
-            share = use.gpu_fraction if use.gpu_fraction is not None else 1.0
-            for index in use.gpu_indices:
+        for _, indices, fraction, blocks, cpus, memory_mib, disk_mib in uses[host.id]:
+            share = fraction if fraction is not None else 1.0
+            for index in indices:
                 if index in slots:
                     slots[index].used += share
-            snap.blocks_used.update(use.blocks)
-            snap.cpus_used += use.cpus
-            snap.memory_used_mib += use.memory_mib
-            snap.disk_used_mib += use.disk_mib
+            snap.blocks_used.update(blocks)
+            snap.cpus_used += cpus
+            snap.memory_used_mib += memory_mib
+            snap.disk_used_mib += disk_mib
         by_fleet[host.fleet].hosts.append(snap)
     return Snapshot(fleets=list(by_fleet.values()))
 

@@ -360,6 +360,7 @@ class JobWorkflow:
         ticks = resume.ticks
         while True:
             # Short first ticks notice quick jobs quickly; then the policy's check interval.
+            # The first look needs no timer: the probe itself waits a tick for an exit.
             tick = min(timedelta(seconds=2 ** min(ticks, 6)), check)
             if policy is not None and tick >= check and not any(failures.values()):
                 # While every GPU reads busy, no verdict can fire before the oldest newest
@@ -376,7 +377,9 @@ class JobWorkflow:
                         f"ran longer than max_duration {format_duration(spec.max_duration)}",
                     )
                 tick = min(tick, left)
-            await _wait(lambda: self._stop_requested, tick, "monitor tick")
+            wait_s = tick.total_seconds() if ticks == 0 else 0.0
+            if not wait_s:
+                await _wait(lambda: self._stop_requested, tick, "monitor tick")
             ticks += 1
             if self._stop_requested:
                 return _Ending(TerminationReason.STOPPED_BY_USER, "stopped by the user")
@@ -390,6 +393,7 @@ class JobWorkflow:
                             rank=node.rank,
                             gpu_indices=list(node.gpu_indices),
                             sample=bool(node.gpu_indices),
+                            wait_s=wait_s,
                         ),
                         result_type=ProbeResult,
                         task_queue=node.task_queue,

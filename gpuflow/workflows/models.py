@@ -196,6 +196,9 @@ class ProbeInput(BaseModel):
     rank: int
     gpu_indices: list[int] = Field(default_factory=list)
     sample: bool = True
+    wait_s: float = 0.0
+    """Wait up to this long for the script to exit before answering (the first look at a
+    job that was just started: a quick exit is seen at once, without a timer)."""
 
 
 class ProbeResult(BaseModel):

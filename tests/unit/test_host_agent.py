@@ -173,3 +173,24 @@ async def test_jobs_never_inherit_the_agents_credentials(
     log = (await env.run(agent.read_logs, LogsInput(job_id="job-t-1"))).data
     assert "GPUFLOW_SOME_SETTING=inherited" in log
     assert "must-not-leak" not in log
+
+
+async def test_probe_waits_for_a_quick_exit_but_not_past_its_wait(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    env = ActivityEnvironment()
+    loop = asyncio.get_running_loop()
+    await env.run(agent.start_process, _start(["sleep 0.3", "exit 3"], job_id="job-quick"))
+    t0 = loop.time()
+    quick = await env.run(agent.probe_process,
+                          ProbeInput(job_id="job-quick", attempt=1, rank=0, wait_s=3))
+    assert (quick.state, quick.exit_code) == ("exited", 3)
+    assert loop.time() - t0 < 2.5
+
+    await env.run(agent.start_process, _start(["sleep 30"], job_id="job-slow"))
+    t0 = loop.time()
+    slow = await env.run(agent.probe_process,
+                         ProbeInput(job_id="job-slow", attempt=1, rank=0, wait_s=0.5))
+    assert slow.state == "running"
+    assert 0.4 < loop.time() - t0 < 3
+    await env.run(agent.stop_process,
+                  StopProcessInput(job_id="job-slow", attempt=1, rank=0, grace_s=2))
