@@ -21,13 +21,7 @@ def contenders(hosts: list[HostView], ctx: Context, *, per_host: bool) -> list[H
     request, index = ctx.request, ctx.index
     if request.selected_hosts is not None or len(hosts) < 64:
         return hosts
-    pools = index.pools[ctx.fleet.name]
-    if request.fraction is not None:
-        groups = pools.with_share(request.fraction)
-    elif request.wants_gpu and request.gpu_min > 0:
-        groups = pools.with_whole(request.gpu_min)
-    else:
-        groups = pools.with_cpus(request.cpus)
+    groups = _groups(ctx)
     admitted = static_orders(index, ctx.fleet.name, hosts)
     members = index.members
     if admitted is None and not per_host:
@@ -40,6 +34,28 @@ def contenders(hosts: list[HostView], ctx: Context, *, per_host: bool) -> list[H
                 if not per_host:
                     break
     return chosen
+
+
+def contender_states(hosts: list[HostView], ctx: Context) -> list[set[int]] | None:
+    """The same shortlist as usage states (each stands for its first host), when every host of
+    the fleet passed the static filters; None when it must be built host by host."""
+    request, index = ctx.request, ctx.index
+    if request.selected_hosts is not None or len(hosts) < 64:
+        return None
+    if static_orders(index, ctx.fleet.name, hosts) is not None:
+        return None
+    return _groups(ctx)
+
+
+def _groups(ctx: Context) -> list[set[int]]:
+    """States that have room for this kind of request (a superset of those that fit)."""
+    request = ctx.request
+    pools = ctx.index.pools[ctx.fleet.name]
+    if request.fraction is not None:
+        return pools.with_share(request.fraction)
+    if request.wants_gpu and request.gpu_min > 0:
+        return pools.with_whole(request.gpu_min)
+    return pools.with_cpus(request.cpus)
 
 
 def static_orders(index: SnapshotIndex, fleet: str, hosts: list[HostView]) -> set[int] | None:

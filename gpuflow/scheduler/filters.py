@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuflow.scheduler.compat import compatibility
-from gpuflow.scheduler.fit import Fit, Option, fit
+from gpuflow.scheduler.fit import Fit, Option, fit, matching_gpus
 from gpuflow.scheduler.index import HostClass, HostView, SnapshotIndex, is_ready
 from gpuflow.scheduler.model import FleetSnapshot, HostSnapshot, Rejection
 from gpuflow.scheduler.request import Request
@@ -123,6 +123,8 @@ def state_reason(host: HostSnapshot) -> str | None:
 
 def by_state(hosts: list[HostView], ctx: Context) -> tuple[list[HostView], list[Rejection]]:
     """Only ready hosts, named or not."""
+    if all(view.host.state == HostState.READY for view in hosts):
+        return hosts, []
     survivors: list[HostView] = []
     rejections: list[Rejection] = []
     for view in hosts:
@@ -162,20 +164,19 @@ def _by_class(
     check: Callable[[HostSnapshot, Request], str | None],
 ) -> tuple[list[HostView], list[Rejection]]:
     """A static check, decided once per host class (alike hosts get the same verdict)."""
+    memo_key = (stage, ctx.request.key)
+    verdicts: dict[int, str | None] = {}
+    for cls in ctx.index.classes.values():
+        if memo_key in cls.memo:
+            verdicts[cls.id] = cls.memo[memo_key]
+        else:
+            verdicts[cls.id] = cls.memo[memo_key] = check(cls.sample, ctx.request)
+    if all(reason is None for reason in verdicts.values()):
+        return hosts, []
     survivors: list[HostView] = []
     rejections: list[Rejection] = []
-    verdicts: dict[int, str | None] = {}
     for view in hosts:
-        cls: HostClass = view.cls
-        if cls.id in verdicts:
-            reason = verdicts[cls.id]
-        else:
-            memo_key = (stage, ctx.request.key)
-            if memo_key in cls.memo:
-                reason = cls.memo[memo_key]
-            else:
-                reason = cls.memo[memo_key] = check(cls.sample, ctx.request)
-            verdicts[cls.id] = reason
+        reason = verdicts[view.cls.id]
         if reason is None:
             survivors.append(view)
         else:
@@ -206,10 +207,7 @@ def by_resources(hosts: list[HostView], ctx: Context) -> tuple[list[HostView], l
     request = ctx.request
     memo: dict[int, Fit] | None = None
     if not request.selected_gpus:
-        memo_key = (RESOURCES, request.key)
-        memo = ctx.index.fit_memo.get(memo_key)
-        if memo is None:
-            memo = ctx.index.fit_memo[memo_key] = {}
+        memo = fit_memo(ctx.index, request)
         if ctx.explain:
             known = _known_refusal(hosts, ctx, memo)
             if known is not None:
@@ -219,14 +217,17 @@ def by_resources(hosts: list[HostView], ctx: Context) -> tuple[list[HostView], l
     options: list[tuple[Option, ...]] = []
     rejections: list[Rejection] = []
     explain = ctx.explain
+    refused = _ClassRefusals(request)
     for view in hosts:
-        if memo is None:
+        result: Fit | None = refused[view.cls]
+        if result is not None:
+            pass
+        elif memo is None:
             result = fit(view, request, request.allowed_gpus(view.host.name))
         else:
-            found = memo.get(view.state_id)
-            if found is None:
-                found = memo[view.state_id] = fit(view, request, None)
-            result = found
+            result = memo.get(view.state_id)
+            if result is None:
+                result = memo[view.state_id] = fit(view, request, None)
         if isinstance(result, str):
             if explain:
                 rejections.append(_worded(view, result, ctx))
@@ -241,6 +242,15 @@ def by_resources(hosts: list[HostView], ctx: Context) -> tuple[list[HostView], l
     return survivors, rejections
 
 
+def fit_memo(index: SnapshotIndex, request: Request) -> dict[int, Fit]:
+    """Host state id -> resource fit, for this request (not for one naming exact GPUs)."""
+    key = (RESOURCES, request.key)
+    memo = index.fit_memo.get(key)
+    if memo is None:
+        memo = index.fit_memo[key] = {}
+    return memo
+
+
 def _worded(view: HostView, reason: str, ctx: Context) -> Rejection:
     worded = ctx.index.resource_rejections
     rejection = worded.get((view.host.name, reason))
@@ -248,6 +258,20 @@ def _worded(view: HostView, reason: str, ctx: Context) -> Rejection:
         stage = GANG if reason.startswith("busy, and") else RESOURCES
         rejection = worded[(view.host.name, reason)] = ctx.reject(view, stage, reason)
     return rejection
+
+
+class _ClassRefusals(dict[HostClass, str | None]):
+    """Per host class, the reason its GPUs can never serve the request whatever their usage
+    (model, memory, capability: what `fit` checks first), or None; looked up once per class."""
+
+    def __init__(self, request: Request) -> None:
+        super().__init__()
+        self.request = request
+
+    def __missing__(self, cls: HostClass) -> str | None:
+        matched = matching_gpus(cls, self.request)
+        found = self[cls] = matched if isinstance(matched, str) else None
+        return found
 
 
 @dataclass
@@ -276,10 +300,11 @@ def _known_refusal(
         refusal.positions = {view.order: i for i, view in enumerate(hosts)}
     rejections = refusal.rejections
     copied = False
+    refused = _ClassRefusals(ctx.request)
     for view in changed:
         position = refusal.positions.get(view.order)
-        if position is None:
-            continue
+        if position is None or refused[view.cls] is not None:
+            continue  # not a candidate, or refused whatever its usage: the same rejection
         result = memo.get(view.state_id)
         if result is None:
             result = memo[view.state_id] = fit(view, ctx.request, None)

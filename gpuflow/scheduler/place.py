@@ -10,16 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuflow.scheduler.contenders import contenders
+from gpuflow.scheduler.contenders import contender_states, contenders
 from gpuflow.scheduler.filters import (
     GANG,
     Context,
     by_resources,
+    fit_memo,
     select_fleets,
     static_filters,
     unknown_selected_hosts,
 )
-from gpuflow.scheduler.fit import Option
+from gpuflow.scheduler.fit import Option, fit
 from gpuflow.scheduler.gangs import choose_gang, gang_shortfall
 from gpuflow.scheduler.index import HostView, SnapshotIndex, index_of, is_ready
 from gpuflow.scheduler.model import (
@@ -109,9 +110,18 @@ def _decide_fleet(
     ctx = Context(request, index, fleet, explain)
     hosts, static_rejections = static_filters(index.fleet_hosts[fleet.name], ctx)
     keep_all = explain or request.nodes > 1
-    candidates = hosts if keep_all else contenders(hosts, ctx, per_host=scoring.per_host)
-    survivors, dropped = by_resources(candidates, ctx)
-    best, ranked = _score(survivors, ctx.options, scoring, request, index, keep_all=keep_all)
+    states = None
+    if not keep_all and not scoring.per_host and not request.selected_gpus:
+        states = contender_states(hosts, ctx)
+    survivors: list[HostView] = []
+    ranked: list[Scored] = []
+    dropped: list[Rejection] = []
+    if states is not None:  # the fast path: one pass over usage states
+        best = _best_state(states, request, index, scoring)
+    else:
+        candidates = hosts if keep_all else contenders(hosts, ctx, per_host=scoring.per_host)
+        survivors, dropped = by_resources(candidates, ctx)
+        best, ranked = _score(survivors, ctx.options, scoring, request, index, keep_all=keep_all)
     result = _Fleet(fits=ranked)
     if request.nodes > 1:
         result.chosen = choose_gang(ranked, request.nodes)
@@ -139,22 +149,13 @@ def _score(
 ) -> tuple[Scored | None, list[Scored]]:
     memo: dict[int, tuple[float, Option]] | None = None
     if not scoring.per_host and not request.selected_gpus:
-        weights = tuple(sorted(scoring.weights.items()))
-        key = ("score", scoring.name, weights, id(scoring.workload), request.key)
-        memo = index.fit_memo.get(key)
-        if memo is None:
-            memo = index.fit_memo[key] = {}
+        memo = _score_memo(index, scoring, request)
     best: Scored | None = None
     ranked: list[Scored] = []
     for view, choices in zip(survivors, options, strict=True):
         found = memo.get(view.state_id) if memo is not None else None
         if found is None:
-            top_score, top = -float("inf"), choices[0]
-            for option in choices:
-                value = scoring.score(view, option)
-                if value > top_score:
-                    top_score, top = value, option
-            found = (top_score, top)
+            found = _best_option(view, choices, scoring)
             if memo is not None:
                 memo[view.state_id] = found
         score, option = found
@@ -164,6 +165,61 @@ def _score(
             ranked.append((score, view.order, view, option))
     ranked.sort(key=lambda item: (-item[0], item[1]))
     return best, ranked
+
+
+def _best_state(
+    states: list[set[int]], request: Request, index: SnapshotIndex, scoring: Scoring
+) -> Scored | None:
+    """`_score`'s winner over the shortlist of usage states, decided in one pass: a state's fit
+    and score are memoized per request, and a state stands for its first host."""
+    fits = fit_memo(index, request)
+    scores = _score_memo(index, scoring, request)
+    members = index.members
+    best_score, best_order, best_state = -float("inf"), -1, -1
+    for group in states:
+        for state_id in group:
+            found = scores.get(state_id)
+            if found is None:
+                view = members[state_id][0]
+                choices = fits.get(state_id)
+                if choices is None:
+                    choices = fits[state_id] = fit(view, request, None)
+                if isinstance(choices, str):
+                    continue
+                found = scores[state_id] = _best_option(view, choices, scoring)
+            score = found[0]
+            if score > best_score or best_state < 0:
+                best_score, best_order, best_state = score, members[state_id][0].order, state_id
+            elif score == best_score:
+                order = members[state_id][0].order
+                if order < best_order:
+                    best_order, best_state = order, state_id
+    if best_state < 0:
+        return None
+    return best_score, best_order, members[best_state][0], scores[best_state][1]
+
+
+def _best_option(
+    view: HostView, choices: tuple[Option, ...], scoring: Scoring
+) -> tuple[float, Option]:
+    """The option the scorer likes best on this host (the first of equals)."""
+    top_score, top = -float("inf"), choices[0]
+    for option in choices:
+        value = scoring.score(view, option)
+        if value > top_score:
+            top_score, top = value, option
+    return top_score, top
+
+
+def _score_memo(
+    index: SnapshotIndex, scoring: Scoring, request: Request
+) -> dict[int, tuple[float, Option]]:
+    """Host state id -> (score, best option) for this scorer and request."""
+    key = ("score", scoring.name, scoring.weights_key, id(scoring.workload), request.key)
+    memo = index.fit_memo.get(key)
+    if memo is None:
+        memo = index.fit_memo[key] = {}
+    return memo
 
 
 def _placement(fleet: FleetSnapshot, chosen: list[Scored], scorer: str) -> Placement:

@@ -54,6 +54,8 @@ class Scoring:
     per_host: bool
     """True when a score depends on more than the host's state (so it is not memoized)."""
     _before: dict[int, float]
+    weights_key: tuple[tuple[str, float], ...] = ()
+    """The weights as a memo key."""
 
     def score(self, view: HostView, option: Option) -> float:
         if self.name == "binpack":
@@ -93,7 +95,8 @@ def scoring_for(
             workload = Workload(mix, capacity=capacity, whole_capacity=whole)
             cached = index.workloads[key] = (workload, {})
         workload, before = cached
-    return Scoring(name, weights, workload, job_name, name == "random", before)
+    weights_key = tuple(sorted(weights.items()))
+    return Scoring(name, weights, workload, job_name, name == "random", before, weights_key)
 
 
 def allocation_after(view: HostView, option: Option, weights: dict[str, float]) -> float:
