@@ -24,7 +24,7 @@ milli-GPUs (1000 = one GPU) and memoized per host state.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,18 +61,9 @@ _Demand = tuple[tuple[float, float, int], ...]
 """(weight, CPUs, MiB) of the kinds in one GPU group."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Group:
-    """Kinds with the same GPU need, and the bounds of their CPU and memory needs."""
-
-    size: int
-    """GPUs (whole kinds) or milli-GPUs (shares)."""
-    weight: float
-    most_cpus: float
-    most_memory: int
-    least_cpus: float
-    least_memory: int
-    demands: _Demand
+_Group = tuple[float, int, float, float, int, float, int, _Demand]
+"""Kinds with the same GPU need: (weight, milli-GPUs per request, blend, least CPUs, least
+memory, most CPUs, most memory, demands). A plain tuple: it is unpacked in the hot loop."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +73,12 @@ class _ClassKinds:
     lost: float
     """Weight of the kinds that can never use this class's GPUs (other models)."""
     cpu_only: _Demand
-    whole: tuple[_Group, ...]
-    """Kinds that take whole GPUs, by GPU count."""
-    shares: tuple[_Group, ...]
-    """Kinds that take a share of one GPU, by milli-GPUs."""
+    whole: tuple[int, ...]
+    """GPU counts of the groups of kinds that take whole GPUs."""
+    shares: tuple[int, ...]
+    """Milli-GPUs of the groups of kinds that take a share of one GPU."""
+    groups: tuple[_Group, ...]
+    """The whole-GPU groups, then the share groups, in the order above."""
 
 
 class Workload:
@@ -118,6 +111,7 @@ class Workload:
         ]
         self._per_class: dict[int, _ClassKinds] = {}
         self._memo: dict[tuple[Any, ...], float] = {}
+        self._slots: dict[tuple[int, tuple[int, ...]], tuple[tuple[int, int], ...]] = {}
 
     def _kinds_for(self, cls: HostClass) -> _ClassKinds:
         found = self._per_class.get(cls.id)
@@ -139,22 +133,29 @@ class Workload:
             else:
                 shares.setdefault(kind.need, []).append(demand)
 
-        def grouped(groups: dict[int, list[tuple[float, float, int]]]) -> tuple[_Group, ...]:
-            return tuple(
-                _Group(
-                    size,
+        def grouped(
+            groups: dict[int, list[tuple[float, float, int]]], milli: int, blend: float
+        ) -> list[_Group]:
+            return [
+                (
                     sum(d[0] for d in demands),
-                    max(d[1] for d in demands),
-                    max(d[2] for d in demands),
+                    size * milli,
+                    blend,
                     min(d[1] for d in demands),
                     min(d[2] for d in demands),
+                    max(d[1] for d in demands),
+                    max(d[2] for d in demands),
                     tuple(demands),
                 )
                 for size, demands in sorted(groups.items())
-            )
+            ]
 
         found = self._per_class[cls.id] = _ClassKinds(
-            lost, tuple(cpu_only), grouped(whole), grouped(shares)
+            lost,
+            tuple(cpu_only),
+            tuple(sorted(whole)),
+            tuple(sorted(shares)),
+            (*grouped(whole, 1000, self.whole_capacity), *grouped(shares, 1, self.capacity)),
         )
         return found
 
@@ -175,64 +176,59 @@ class Workload:
             for weight, need_cpus, need_memory in kinds.cpu_only:
                 if need_cpus > cpus or need_memory > memory:
                     result += weight * total
-            partial = bisect_left(free, 1000)  # GPUs with less than a whole GPU free
-            whole_free = len(free) - partial
-            small = sum(free[:partial])
-            for group in kinds.whole:
-                result += self._lost(
-                    group,
-                    whole_free // group.size,
-                    group.size * 1000,
-                    total,
-                    cpus,
-                    memory,
-                    small,
-                    self.whole_capacity,
+            slots_small = self._slots.get((cls.id, free))
+            if slots_small is None:
+                slots_small = self._slots_of(cls, kinds, free)
+            for (slots, small), group in zip(slots_small, kinds.groups, strict=True):
+                weight, size, blend, least_cpus, least_memory, most_cpus, most_memory, demands = (
+                    group
                 )
-            for group in kinds.shares:
-                need = group.size
-                slots = 0
-                for value in free:
-                    slots += value // need
-                small = 0 if self.capacity == 1 else sum(free[: bisect_left(free, need)])
-                result += self._lost(group, slots, need, total, cpus, memory, small, self.capacity)
+                if slots == 0 or least_cpus > cpus or least_memory > memory:
+                    result += weight * total
+                elif most_cpus * slots <= cpus and most_memory * slots <= memory:
+                    # The GPUs run out first for every kind of the group.
+                    result += weight * (blend * (total - slots * size) + (1 - blend) * small)
+                else:
+                    lost = 0.0
+                    for weight, need_cpus, need_memory in demands:
+                        count = slots
+                        if need_cpus > 0:
+                            by_cpu = int(cpus // need_cpus)
+                            if by_cpu < count:
+                                count = by_cpu
+                        if need_memory > 0:
+                            by_memory = memory // need_memory
+                            if by_memory < count:
+                                count = by_memory
+                        if count == 0:
+                            lost += weight * total
+                        else:
+                            lost += weight * (blend * (total - count * size) + (1 - blend) * small)
+                    result += lost
         if len(self._memo) > 500_000:
             self._memo.clear()
         self._memo[key] = result
         return result
 
-    def _lost(
-        self,
-        group: _Group,
-        slots: int,
-        size: int,
-        total: int,
-        cpus: float,
-        memory: int,
-        small: int,
-        blend: float,
-    ) -> float:
-        """Lost milli-GPUs for one group: at most `slots` requests of `size` milli-GPUs fit."""
-        if slots == 0 or group.least_cpus > cpus or group.least_memory > memory:
-            return group.weight * total
-        if group.most_cpus * slots <= cpus and group.most_memory * slots <= memory:
-            # The GPUs run out first for every kind of the group.
-            return group.weight * (blend * (total - slots * size) + (1 - blend) * small)
-        result = 0.0
-        for weight, need_cpus, need_memory in group.demands:
-            count = slots
-            if need_cpus > 0:
-                by_cpu = int(cpus // need_cpus)
-                if by_cpu < count:
-                    count = by_cpu
-            if need_memory > 0:
-                by_memory = memory // need_memory
-                if by_memory < count:
-                    count = by_memory
-            if count == 0:
-                result += weight * total
-            else:
-                result += weight * (blend * (total - count * size) + (1 - blend) * small)
+    def _slots_of(
+        self, cls: HostClass, kinds: _ClassKinds, free: tuple[int, ...]
+    ) -> tuple[tuple[int, int], ...]:
+        """Per group: how many requests the free GPUs alone could take, and the milli-GPUs
+        too small for one (FGD's loss)."""
+        partial = bisect_left(free, 1000)  # GPUs with less than a whole GPU free
+        whole_free = len(free) - partial
+        small = sum(free[:partial])
+        found: list[tuple[int, int]] = [(whole_free // gpus, small) for gpus in kinds.whole]
+        shared = free[bisect_right(free, 0) : partial]
+        for need in kinds.shares:
+            slots = whole_free * (1000 // need)
+            for value in shared:
+                slots += value // need
+            small = 0 if self.capacity == 1 else sum(free[: bisect_left(free, need)])
+            found.append((slots, small))
+        if len(self._slots) > 100_000:
+            self._slots.clear()
+        result = self._slots[(cls.id, free)] = tuple(found)
         return result
 
 
