@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from gpuflow.errors import NotFoundError
@@ -50,7 +51,9 @@ def record_status_in(
 ) -> None:
     """Create the job's row if needed, set its status and add the event, inside the caller's
     transaction (which commits); a repeated call (same event key) changes nothing."""
-    if session.get(JobRow, job_id) is None:
+    # The spec is written once and never read back here: leave it unloaded.
+    unloaded = [defer(JobRow.spec)]  # type: ignore[arg-type]
+    if session.get(JobRow, job_id, options=unloaded) is None:
         session.add(JobRow(id=job_id, name=name, status=JobStatus.PENDING, spec=spec or {}))
         session.flush()
     _apply_status(
