@@ -190,10 +190,12 @@ class Workload:
                     result += weight * (blend * (total - slots * size) + (1 - blend) * small)
                 else:
                     lost = 0.0
+                    kept = (1 - blend) * small
                     for weight, need_cpus, need_memory in demands:
-                        count = slots
+                        # A float count (from the CPUs) is a whole number: same arithmetic.
+                        count: float = slots
                         if need_cpus > 0:
-                            by_cpu = int(cpus // need_cpus)
+                            by_cpu = cpus // need_cpus
                             if by_cpu < count:
                                 count = by_cpu
                         if need_memory > 0:
@@ -203,7 +205,7 @@ class Workload:
                         if count == 0:
                             lost += weight * total
                         else:
-                            lost += weight * (blend * (total - count * size) + (1 - blend) * small)
+                            lost += weight * (blend * (total - count * size) + kept)
                     result += lost
         if len(self._memo) > 500_000:
             self._memo.clear()

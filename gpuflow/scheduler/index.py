@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from bisect import insort
+from operator import attrgetter
 from typing import Any
 
 from gpuflow.scheduler.model import FleetSnapshot, HostSnapshot, Rejection, Snapshot
@@ -237,7 +238,7 @@ class SnapshotIndex:
 
     def states_changed(self) -> bool:
         """Read every host's state; forget static verdicts if one changed since last read."""
-        states = [host.state for host in self.hosts]
+        states = list(map(_STATE, self.hosts))
         if states == self.states:
             return False
         self.states = states
@@ -337,6 +338,9 @@ class SnapshotIndex:
                 self.rejections.clear()
             found = self.rejections[key] = Rejection(host=host, filter=stage, reason=reason)
         return found
+
+
+_STATE = attrgetter("state")
 
 
 def _order(view: HostView) -> int:

@@ -51,7 +51,9 @@ def place(
     placement, rejections, _ = _decide(job, snapshot, fleets, explain=False)
     if placement is not None:
         return placement
-    return Unschedulable(rejections=rejections)
+    # Built without validation: the rejections are Rejection values already (a full
+    # explanation names every host, and placement passes that fail are frequent).
+    return Unschedulable.model_construct(rejections=rejections)
 
 
 def explain(job: JobSpec, snapshot: Snapshot, *, fleets: list[str] | None = None) -> Offers:
