@@ -301,7 +301,7 @@ def _known_refusal(
     rejections = refusal.rejections
     copied = False
     refused = _ClassRefusals(ctx.request)
-    for view in changed:
+    for view in dict.fromkeys(changed):  # a host's current usage is what counts: look once
         position = refusal.positions.get(view.order)
         if position is None or refused[view.cls] is not None:
             continue  # not a candidate, or refused whatever its usage: the same rejection
