@@ -18,7 +18,7 @@ import re
 import shlex
 import socket
 import textwrap
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ __all__ = [
     "ensure_ssh_agent",
     "gpuflow_known_hosts",
     "push_ssh_file",
+    "push_ssh_files",
     "ssh_host_facts",
     "ssh_target_for",
     "stop_ssh_agent",
@@ -62,6 +63,17 @@ AGENT_COMMAND: tuple[str, ...] = (
 """The host agent's argv; each item is formatted with the fields above (`{{` for a brace)."""
 
 _AGENT_FIELDS = ("python", "host_id", "task_queue", "temporal_address", "namespace", "state_dir")
+_AGENT_TLS_FLAGS = {
+    "tls_ca": "--tls-ca",
+    "tls_cert": "--tls-cert",
+    "tls_key": "--tls-key",
+    "api_key_file": "--api-key-file",
+    "tls_server_name": "--tls-server-name",
+}
+"""Optional agent flags, by the `ensure_ssh_agent` argument that sets them; appended to the
+command only when set, so an agent without TLS keeps the command line it always had."""
+_AGENT_FILE_FIELDS = ("tls_ca", "tls_cert", "tls_key", "api_key_file")
+"""Those that name a file on the host, which the agent reads when it connects."""
 _STOP_TIMEOUT_S = 10.0
 _STARTUP_GRACE_S = 1.0
 
@@ -220,26 +232,53 @@ async def ensure_ssh_agent(
     namespace: str,
     task_queue: str,
     state_dir: str,
+    tls: bool | None = None,
+    tls_ca: str | None = None,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    tls_server_name: str | None = None,
+    api_key_file: str | None = None,
     agent_command: Sequence[str] = AGENT_COMMAND,
 ) -> AgentStatus:
     """Make sure exactly one agent for this host runs on it, with this command line.
 
     An agent already running with the same command is left alone; one with another command
-    (say, a new Temporal address) is stopped and replaced. Concurrent calls are serialized by a
-    lock file in `state_dir`, which belongs to this host's agent alone."""
+    (say, a new Temporal address) is stopped and replaced, and so is one whose TLS or API key
+    files changed on the host since it started (it reads them only when connecting). Concurrent
+    calls are serialized by a lock file in `state_dir`, which belongs to this host's agent alone.
+
+    `tls` and the rest map onto the agent's `--tls`/`--no-tls`, `--tls-ca`... flags and are
+    passed only when set; the files are paths on the host (`~/` is the login user's home),
+    already there: see `push_ssh_file`. The API key goes only as a file: the command line is
+    visible in `ps` on the host and kept in the agent's pidfile."""
     _check_template(agent_command)
+    options = {
+        "tls_ca": tls_ca,
+        "tls_cert": tls_cert,
+        "tls_key": tls_key,
+        "api_key_file": api_key_file,
+        "tls_server_name": tls_server_name,
+    }
+    flags = [] if tls is None else ["--tls" if tls else "--no-tls"]
+    values = {
+        "python": target.python,
+        "host_id": target.host_id,
+        "task_queue": task_queue,
+        "temporal_address": temporal_address,
+        "namespace": namespace,
+    }
+    for name, value in options.items():
+        if value is not None:
+            # the value goes through `values`, so a brace in a path is not read as a template
+            flags += [_AGENT_TLS_FLAGS[name], "{" + name + "}"]
+            values[name] = value
     request = {
         "op": "ensure",
         "host_id": target.host_id,
         "state_dir": state_dir,
-        "argv_template": list(agent_command),
-        "values": {
-            "python": target.python,
-            "host_id": target.host_id,
-            "task_queue": task_queue,
-            "temporal_address": temporal_address,
-            "namespace": namespace,
-        },
+        "argv_template": [*agent_command, *flags],
+        "values": values,
+        "files": [name for name in _AGENT_FILE_FIELDS if options[name] is not None],
         "stop_timeout": _STOP_TIMEOUT_S,
         "startup_grace": _STARTUP_GRACE_S,
     }
@@ -278,30 +317,50 @@ async def push_ssh_file(
 ) -> None:
     """Write a file on the host through the SSH session's standard input (no SFTP needed),
     created with `mode` before any byte is written and moved into place atomically. For the
-    agent's secrets: they reach a host over SSH only, never through Temporal. A leading `~/`
-    is the login user's home."""
-    path = remote_path.removeprefix("~/")
-    quoted = shlex.quote(path)
-    script = (
-        f'umask {0o777 & ~mode:03o} && mkdir -p "$(dirname {quoted})" && '
-        f"cat > {quoted}.tmp && chmod {mode:o} {quoted}.tmp && mv -f {quoted}.tmp {quoted}"
-    )
+    agent's secrets, Temporal TLS files and API key: they reach a host over SSH only, never
+    through Temporal. A file that already holds `content` is left as it is, so that its
+    identity (inode, mtime) changes only with its content. A leading `~/` is the login user's
+    home."""
+    await push_ssh_files(target, files={remote_path: content}, mode=mode)
+
+
+async def push_ssh_files(
+    target: SshTarget, *, files: Mapping[str, bytes], mode: int = 0o600
+) -> None:
+    """`push_ssh_file` for several files (remote path: content) over one SSH connection: a
+    login costs far more than a file."""
+    if not files:
+        return
     async with _connect(target) as conn:
-        try:
-            result = await conn.run(
-                script, input=content, encoding=None, check=False, timeout=target.command_timeout
+        for remote_path, content in files.items():
+            path = remote_path.removeprefix("~/")
+            quoted = shlex.quote(path)
+            script = (
+                f'umask {0o777 & ~mode:03o} && mkdir -p "$(dirname {quoted})" && '
+                f"cat > {quoted}.tmp && chmod {mode:o} {quoted}.tmp && "
+                f"if cmp -s {quoted}.tmp {quoted}; "
+                f"then rm -f {quoted}.tmp && chmod {mode:o} {quoted}; "
+                f"else mv -f {quoted}.tmp {quoted}; fi"
             )
-        except (asyncssh.Error, OSError):
-            raise target.error(
-                ProvisioningProblem.UNREACHABLE,
-                "the SSH connection broke while writing a file; check the host",
-            ) from None
-    if result.exit_status != 0:
-        raise target.error(
-            ProvisioningProblem.REMOTE_COMMAND_FAILED,
-            f"could not write {remote_path} on the host (exit {result.exit_status}); "
-            "check the login user's permissions there",
-        )
+            try:
+                result = await conn.run(
+                    script,
+                    input=content,
+                    encoding=None,
+                    check=False,
+                    timeout=target.command_timeout,
+                )
+            except (asyncssh.Error, OSError):
+                raise target.error(
+                    ProvisioningProblem.UNREACHABLE,
+                    "the SSH connection broke while writing a file; check the host",
+                ) from None
+            if result.exit_status != 0:
+                raise target.error(
+                    ProvisioningProblem.REMOTE_COMMAND_FAILED,
+                    f"could not write {remote_path} on the host (exit {result.exit_status}); "
+                    "check the login user's permissions there",
+                )
 
 
 # --- connecting -------------------------------------------------------------------------------
@@ -595,7 +654,9 @@ def _agent_control(request_json: str) -> int:
     Self-contained on purpose (standard library only, imported inside) so that the host needs
     nothing but Python to run it. The pidfile records the agent's argv, and a pid counts as the
     agent only while its command line still ends with those arguments: a reused pid or a zombie
-    does not."""
+    does not. The pidfile also records the identity of the files the agent reads when it
+    connects (TLS, API key): a changed file means a restart, or the agent would go on with an
+    old certificate or key."""
     import fcntl
     import importlib.util
     import json
@@ -609,6 +670,23 @@ def _agent_control(request_json: str) -> int:
     state_dir = os.path.abspath(os.path.expanduser(request["state_dir"]))
     pid_path = os.path.join(state_dir, "agent.pid")
     log_path = os.path.join(state_dir, "agent.log")
+    values = dict(request.get("values", {}), state_dir=state_dir)
+    values["python"] = os.path.expanduser(values.get("python", ""))
+    # the agent is started without a shell, so `~` is expanded here; relative to the login
+    # directory, like `push_ssh_file`
+    file_fields = request.get("files", [])
+    for name in file_fields:
+        values[name] = os.path.abspath(os.path.expanduser(values[name]))
+
+    def file_identities() -> dict[str, list[int]]:
+        identities: dict[str, list[int]] = {}
+        for name in file_fields:
+            try:
+                stat = os.stat(values[name])
+            except OSError:
+                continue  # the agent says which file it cannot read
+            identities[values[name]] = [stat.st_ino, stat.st_mtime_ns, stat.st_size]
+        return identities
 
     def reply(**fields: object) -> int:
         print(json.dumps(fields))
@@ -694,11 +772,10 @@ def _agent_control(request_json: str) -> int:
             os.unlink(pid_path)
             return reply(stopped=True, pid=record["pid"])
 
-        values = dict(request["values"], state_dir=state_dir)
-        values["python"] = os.path.expanduser(values["python"])
         argv = [item.format(**values) for item in request["argv_template"]]
+        identities = file_identities()
         if record is not None and is_running:
-            if record.get("argv") == argv:
+            if record.get("argv") == argv and record.get("files", {}) == identities:
                 return reply(started=False, pid=record["pid"], log_path=log_path)
             stop(record)
         replaced_pid = record["pid"] if record is not None and is_running else None
@@ -731,7 +808,9 @@ def _agent_control(request_json: str) -> int:
                 )
         temporary = pid_path + ".tmp"
         with open(temporary, "w") as file:
-            json.dump({"pid": process.pid, "host_id": host_id, "argv": argv}, file)
+            json.dump(
+                {"pid": process.pid, "host_id": host_id, "argv": argv, "files": identities}, file
+            )
         os.replace(temporary, pid_path)
 
         deadline = time.monotonic() + request["startup_grace"]

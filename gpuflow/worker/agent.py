@@ -1,7 +1,12 @@
 """The host agent: a Temporal worker on the host's own task queue.
 
 python -m gpuflow.worker.agent --host-id FLEET/HOST --temporal-address ADDR --state-dir DIR
+    [--tls] [--tls-ca PEM] [--tls-cert PEM --tls-key PEM] [--tls-server-name NAME]
+    [--api-key-file FILE]
 python -m gpuflow.worker.agent --facts      # print this machine's HostFacts as JSON
+
+There is no flag for the API key itself: a command line is visible to every user of the host
+(`ps`) and is kept in the agent's pidfile. Give it as a file.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import signal
 import sys
 from pathlib import Path
@@ -18,7 +24,7 @@ from temporalio.worker import Worker
 
 from gpuflow.activities.host import HostAgent
 from gpuflow.config import TemporalConfig, connect_temporal
-from gpuflow.errors import GpuflowError
+from gpuflow.errors import GpuflowError, SpecError
 from gpuflow.naming import host_task_queue
 from gpuflow.worker.facts import collect_host_facts
 from gpuflow.worker.samplers import NvmlGpuSampler, sampler_for_host
@@ -61,13 +67,55 @@ async def run_agent(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("agent for %s polling %s at %s", host_id, task_queue, config.address)
+    via = " over TLS" if config.uses_tls else ""
+    log.info("agent for %s polling %s at %s%s", host_id, task_queue, config.address, via)
     async with worker:
         await stop.wait()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gpuflow-agent", description=__doc__)
+# TemporalConfig speaks of the variables the CLI and the control worker read; the agent's user
+# wrote flags, so its errors name those instead.
+_FLAG_WORDING = (
+    ("the GPUFLOW_TEMPORAL_TLS_* variables", "the --tls* flags"),
+    ("GPUFLOW_TEMPORAL_TLS=true", "--tls"),
+    ("GPUFLOW_TEMPORAL_TLS is false", "--no-tls is given"),
+)
+_VARIABLE = re.compile(
+    r"GPUFLOW_TEMPORAL_(ADDRESS|NAMESPACE|TLS_CERT|TLS_KEY|TLS_CA|TLS_SERVER_NAME|API_KEY_FILE)\b"
+)
+_VARIABLE_FLAGS = {"ADDRESS": "--temporal-address", "NAMESPACE": "--namespace"}
+
+
+def _in_flags(message: str) -> str:
+    """A config or connection error reworded with the agent's flags for the variables."""
+    for variable_words, flag_words in _FLAG_WORDING:
+        message = message.replace(variable_words, flag_words)
+
+    def flag(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return _VARIABLE_FLAGS.get(name, "--" + name.lower().replace("_", "-"))
+
+    return _VARIABLE.sub(flag, message)
+
+
+def _path(value: str) -> Path:
+    return Path(value).expanduser()
+
+
+class _RefuseApiKey(argparse.Action):
+    """`--api-key VALUE` is refused without echoing VALUE, which argparse would otherwise print
+    as an unrecognized argument into the agent's log."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        parser.error(
+            "--api-key is not taken: command lines show in `ps` and in the agent's pidfile; "
+            "write the key to a file only the agent's user reads and give --api-key-file"
+        )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    # no abbreviations: `--api-key KEY` must not pass for `--api-key-file KEY`
+    parser = argparse.ArgumentParser(prog="gpuflow-agent", description=__doc__, allow_abbrev=False)
     parser.add_argument("--facts", action="store_true", help="print HostFacts as JSON and exit")
     parser.add_argument("--host-id")
     parser.add_argument("--task-queue")
@@ -77,15 +125,56 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--secrets-file", help="secrets this host resolves (default: STATE_DIR/secrets.json)"
     )
+    tls = parser.add_argument_group("Temporal over TLS (files are read when connecting)")
+    tls.add_argument(
+        "--tls",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="use TLS (default: only when one of the options below is given)",
+    )
+    tls.add_argument("--tls-ca", type=_path, metavar="PEM", help="CA of the server's certificate")
+    tls.add_argument("--tls-cert", type=_path, metavar="PEM", help="client certificate (mTLS)")
+    tls.add_argument("--tls-key", type=_path, metavar="PEM", help="private key of --tls-cert")
+    tls.add_argument(
+        "--tls-server-name", metavar="NAME", help="name to check the server's certificate against"
+    )
+    tls.add_argument(
+        "--api-key-file", type=_path, metavar="FILE", help="file that holds the API key"
+    )
+    tls.add_argument("--api-key", nargs="?", action=_RefuseApiKey, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if not args.facts and not (args.host_id and args.temporal_address and args.state_dir):
+        parser.error("--host-id, --temporal-address and --state-dir are required")
+    return args
+
+
+def temporal_config(args: argparse.Namespace) -> TemporalConfig:
+    """How the agent reaches Temporal, from its flags; a contradiction is a SpecError in the
+    words of the flags."""
+    try:
+        return TemporalConfig(
+            address=args.temporal_address,
+            namespace=args.namespace,
+            embedded=False,
+            tls=args.tls,
+            tls_ca=args.tls_ca,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_server_name=args.tls_server_name or None,
+            api_key_file=args.api_key_file,
+        )
+    except SpecError as exc:
+        raise SpecError(_in_flags(str(exc))) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.facts:
         print(collect_host_facts().model_dump_json())
         return 0
-    if not (args.host_id and args.temporal_address and args.state_dir):
-        parser.error("--host-id, --temporal-address and --state-dir are required")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    config = TemporalConfig(address=args.temporal_address, namespace=args.namespace, embedded=False)
     try:
+        config = temporal_config(args)
         asyncio.run(
             run_agent(
                 host_id=args.host_id,
@@ -96,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     except GpuflowError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {_in_flags(str(exc))}", file=sys.stderr)
         return 1
     return 0
 

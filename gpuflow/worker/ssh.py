@@ -14,7 +14,7 @@ from gpuflow.activities.provisioning import (
     ProvisioningError,
     SshTarget,
     ensure_ssh_agent,
-    push_ssh_file,
+    push_ssh_files,
     ssh_host_facts,
     ssh_target_for,
 )
@@ -25,6 +25,20 @@ from gpuflow.specs.fleet import FleetSpec
 from gpuflow.worker.facts import HostFacts
 
 REMOTE_STATE_DIR = "~/.gpuflow/agent"
+
+# Where the agent's copies of the control worker's Temporal files go, inside its directory.
+_REMOTE_TEMPORAL_FILES = {
+    "tls_ca": "temporal/ca.pem",
+    "tls_cert": "temporal/client.pem",
+    "tls_key": "temporal/client.key",
+    "api_key_file": "temporal/api-key",
+}
+_VARIABLES = {
+    "tls_ca": "GPUFLOW_TEMPORAL_TLS_CA",
+    "tls_cert": "GPUFLOW_TEMPORAL_TLS_CERT",
+    "tls_key": "GPUFLOW_TEMPORAL_TLS_KEY",
+    "api_key_file": "GPUFLOW_TEMPORAL_API_KEY_FILE",
+}
 
 
 async def collect_ssh_facts(spec: FleetSpec) -> dict[str, HostFacts]:
@@ -46,28 +60,83 @@ async def collect_ssh_facts(spec: FleetSpec) -> dict[str, HostFacts]:
     return facts
 
 
+def agent_temporal_files(config: TemporalConfig) -> dict[str, bytes]:
+    """What an agent needs on its host to reach Temporal the way the control worker does, by
+    the `ensure_ssh_agent` argument that names it: the contents of the CA, client certificate
+    and key, and the API key (from GPUFLOW_TEMPORAL_API_KEY or its file); those that are set.
+    A file that cannot be read is a GpuflowError naming the variable and the path only."""
+    if config.embedded:
+        return {}
+    files: dict[str, bytes] = {}
+    for name in ("tls_ca", "tls_cert", "tls_key", "api_key_file"):
+        path: Path | None = getattr(config, name)
+        if path is None:
+            continue
+        try:
+            files[name] = path.read_bytes()
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise GpuflowError(f"{_VARIABLES[name]}: cannot read {path} ({reason})") from None
+    if "api_key_file" in files:
+        key = files["api_key_file"].decode(errors="replace").strip()
+        if not key:
+            raise GpuflowError(f"GPUFLOW_TEMPORAL_API_KEY_FILE: {config.api_key_file} is empty")
+        files["api_key_file"] = key.encode()
+    elif config.api_key is not None:
+        files["api_key_file"] = config.api_key.strip().encode()
+    return files
+
+
+def agent_tls_server_name(config: TemporalConfig) -> str | None:
+    """The name the agent checks the frontend's certificate against: the control worker's,
+    unless GPUFLOW_AGENT_TEMPORAL_TLS_SERVER_NAME says otherwise (agents that dial another
+    address, such as an IP, through GPUFLOW_AGENT_TEMPORAL_ADDRESS)."""
+    override = os.environ.get("GPUFLOW_AGENT_TEMPORAL_TLS_SERVER_NAME", "").strip() or None
+    if override is not None and not config.uses_tls:
+        raise GpuflowError(
+            "GPUFLOW_AGENT_TEMPORAL_TLS_SERVER_NAME is set but the control worker reaches "
+            "Temporal without TLS, and agents connect the same way; unset it or configure "
+            "GPUFLOW_TEMPORAL_TLS*"
+        )
+    return override or config.tls_server_name
+
+
 async def ensure_host_agent(host: Any, *, home: Path, client: Any) -> str | None:
-    """Start the host's agent if it does not run; an error message, or None when it runs."""
+    """Start the host's agent if it does not run; an error message, or None when it runs.
+
+    The agent connects to Temporal as the control worker does: its TLS files and API key are
+    copied into the agent's directory over SSH (mode 0600) and named on its command line by
+    path; their contents never go through Temporal, a command line or a message."""
     ssh = dict(host.ssh)
     state_dir = ssh.pop("state_dir", None) or REMOTE_STATE_DIR
     target = SshTarget(host_id=host.id, **{k: v for k, v in ssh.items() if v is not None})
-    config = TemporalConfig.from_env()
-    address = os.environ.get("GPUFLOW_AGENT_TEMPORAL_ADDRESS", config.address)
     agent_dir = f"{state_dir}/{host.id.replace('/', '_')}"
+    try:
+        config = TemporalConfig.from_env()
+        address = os.environ.get("GPUFLOW_AGENT_TEMPORAL_ADDRESS", config.address)
+        server_name = agent_tls_server_name(config)
+        temporal_files = agent_temporal_files(config)
+    except GpuflowError as exc:
+        return f"host {host.id}: the agent's Temporal connection: {exc}"
+    remote_paths = {name: f"{agent_dir}/{_REMOTE_TEMPORAL_FILES[name]}" for name in temporal_files}
+    files = {remote_paths[name]: content for name, content in temporal_files.items()}
     try:
         values = secrets.load()
         if values:
-            await push_ssh_file(
-                target,
-                remote_path=f"{agent_dir}/secrets.json",
-                content=json.dumps(values).encode(),
-            )
+            files[f"{agent_dir}/secrets.json"] = json.dumps(values).encode()
+        await push_ssh_files(target, files=files, mode=0o600)
         await ensure_ssh_agent(
             target,
             temporal_address=address,
             namespace=config.namespace,
             task_queue=host_task_queue(host.id),
             state_dir=agent_dir,
+            tls=config.tls,
+            tls_ca=remote_paths.get("tls_ca"),
+            tls_cert=remote_paths.get("tls_cert"),
+            tls_key=remote_paths.get("tls_key"),
+            tls_server_name=server_name,
+            api_key_file=remote_paths.get("api_key_file"),
         )
     except ProvisioningError as exc:
         return str(exc)

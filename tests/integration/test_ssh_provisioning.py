@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import pickle
@@ -17,6 +18,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from pydantic import ValidationError
@@ -31,6 +33,7 @@ from gpuflow.activities.provisioning import (
     ssh_host_facts,
     stop_ssh_agent,
 )
+from gpuflow.worker import ssh
 from tests.sshd.fixture import SshServer, generate_key
 
 pytestmark = pytest.mark.integration
@@ -199,6 +202,74 @@ async def test_state_dir_of_another_host_is_refused(target: SshTarget, state_dir
     assert caught.value.problem is ProvisioningProblem.STATE_DIR_IN_USE
     assert len(processes_with(target.host_id)) == 1
     await stop_ssh_agent(target, state_dir=state_dir)
+
+
+async def test_tls_files_reach_the_host_and_the_agent_names_them(
+    target: SshTarget, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control worker's CA, client certificate and key and API key are copied to the host
+    (mode 0600) and the agent's command names those copies; the key is in no command line. A
+    rotated file restarts the agent, an unchanged one does not."""
+    api_key = f"key-{uuid.uuid4().hex}"
+    local = tmp_path / "control-tls"
+    local.mkdir()
+    for name in ("ca.pem", "client.pem", "client.key"):
+        (local / name).write_text(f"-----BEGIN {name}-----\n")
+    for variable in ("TLS", "TLS_SERVER_NAME", "API_KEY_FILE"):
+        monkeypatch.delenv(f"GPUFLOW_TEMPORAL_{variable}", raising=False)
+    monkeypatch.delenv("GPUFLOW_AGENT_TEMPORAL_ADDRESS", raising=False)
+    monkeypatch.delenv("GPUFLOW_AGENT_TEMPORAL_TLS_SERVER_NAME", raising=False)
+    monkeypatch.setenv("GPUFLOW_TEMPORAL_ADDRESS", "127.0.0.1:7233")
+    monkeypatch.setenv("GPUFLOW_TEMPORAL_TLS_CA", str(local / "ca.pem"))
+    monkeypatch.setenv("GPUFLOW_TEMPORAL_TLS_CERT", str(local / "client.pem"))
+    monkeypatch.setenv("GPUFLOW_TEMPORAL_TLS_KEY", str(local / "client.key"))
+    monkeypatch.setenv("GPUFLOW_TEMPORAL_API_KEY", api_key)
+    # the sleeper stands in for the agent; the TLS flags are appended to any command
+    monkeypatch.setattr(
+        ssh, "ensure_ssh_agent", functools.partial(ensure_ssh_agent, agent_command=SLEEPER)
+    )
+    state_dir = tmp_path / "remote"
+    host = SimpleNamespace(
+        id=target.host_id,
+        ssh={
+            "hostname": target.hostname,
+            "port": target.port,
+            "user": target.user,
+            "identity_file": target.identity_file,
+            "python": target.python,
+            "state_dir": str(state_dir),
+        },
+    )
+    agent_dir = state_dir / target.host_id.replace("/", "_")
+    pidfile = agent_dir / "agent.pid"
+    try:
+        assert await ssh.ensure_host_agent(host, home=tmp_path, client=None) is None
+        first = json.loads(pidfile.read_text())
+        copies = {path.name: path for path in (agent_dir / "temporal").iterdir()}
+        assert sorted(copies) == ["api-key", "ca.pem", "client.key", "client.pem"]
+        for name, path in copies.items():
+            assert path.stat().st_mode & 0o777 == 0o600, name
+        assert copies["api-key"].read_text() == api_key
+        assert copies["client.key"].read_bytes() == (local / "client.key").read_bytes()
+        argv = first["argv"]
+        flags = {"--tls-ca": "ca.pem", "--tls-cert": "client.pem", "--tls-key": "client.key"}
+        for flag, name in {**flags, "--api-key-file": "api-key"}.items():
+            assert argv[argv.index(flag) + 1] == str(copies[name])
+        assert api_key not in pidfile.read_text()
+        cmdline = Path(f"/proc/{first['pid']}/cmdline").read_bytes()
+        assert b"--api-key-file" in cmdline and api_key.encode() not in cmdline
+
+        assert await ssh.ensure_host_agent(host, home=tmp_path, client=None) is None
+        assert json.loads(pidfile.read_text())["pid"] == first["pid"]  # nothing changed
+
+        (local / "ca.pem").write_text("-----BEGIN rotated ca.pem-----\n")
+        assert await ssh.ensure_host_agent(host, home=tmp_path, client=None) is None
+        rotated = json.loads(pidfile.read_text())
+        assert rotated["pid"] != first["pid"] and rotated["argv"] == argv
+        assert copies["ca.pem"].read_text() == "-----BEGIN rotated ca.pem-----\n"
+        assert processes_with(target.host_id) == [rotated["pid"]]
+    finally:
+        await stop_ssh_agent(target, state_dir=str(agent_dir))
 
 
 # --- what the user must fix -------------------------------------------------------------------
