@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import attrgetter, eq
 
 from gpuflow.scheduler.compat import compatibility
 from gpuflow.scheduler.fit import Fit, Option, fit, matching_gpus
@@ -121,9 +123,12 @@ def state_reason(host: HostSnapshot) -> str | None:
     return f"{text} ({host.state_detail})" if host.state_detail else text
 
 
+_HOST_STATE = attrgetter("host.state")
+
+
 def by_state(hosts: list[HostView], ctx: Context) -> tuple[list[HostView], list[Rejection]]:
     """Only ready hosts, named or not."""
-    if all(view.host.state == HostState.READY for view in hosts):
+    if all(map(eq, map(_HOST_STATE, hosts), repeat(HostState.READY))):
         return hosts, []
     survivors: list[HostView] = []
     rejections: list[Rejection] = []
