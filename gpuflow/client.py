@@ -95,6 +95,15 @@ class JobInfo(BaseModel):
         )
 
 
+class OptionOffers(BaseModel):
+    """The dry run of one resource option of a job."""
+
+    option: int
+    """1 for `resources`, 2 for the first of `alternatives`, ..."""
+    gpu: str
+    offers: Offers
+
+
 class FleetInfo(BaseModel):
     name: str
     kind: str
@@ -122,6 +131,7 @@ def _search_attributes_enabled() -> bool:
 JobInfoList = list[JobInfo]
 FleetInfoList = list[FleetInfo]
 ScheduleList = list[dict[str, Any]]
+OptionOffersList = list[OptionOffers]
 
 
 class Client:
@@ -455,11 +465,28 @@ class Client:
         return await asyncio.to_thread(read)
 
     async def offers(self, spec: JobSpec) -> Offers:
-        """The dry run: what fits (with scores) and why every other host does not."""
+        """The dry run: what fits (with scores) and why every other host does not, for the
+        resource option the job would take now (the first that fits anywhere; the first
+        option when none does). `offers_per_option` has them all."""
+        per_option = await self.offers_per_option(spec)
+        chosen = next((o for o in per_option if o.offers.placement is not None), per_option[0])
+        return chosen.offers
 
-        def read() -> Offers:
+    async def offers_per_option(self, spec: JobSpec) -> OptionOffersList:
+        """The dry run of each resource option (`resources`, then `alternatives`), in the
+        order a job tries them, all on one snapshot."""
+
+        def read() -> OptionOffersList:
             with self.store.read() as session:
-                return explain(spec, read_snapshot(session))
+                snapshot = read_snapshot(session)
+            return [
+                OptionOffers(
+                    option=k + 1,
+                    gpu=str(option.resources.gpu) if option.resources.gpu else "no GPU",
+                    offers=explain(option, snapshot),
+                )
+                for k, option in enumerate(spec.resource_options())
+            ]
 
         return await asyncio.to_thread(read)
 

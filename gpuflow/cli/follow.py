@@ -16,25 +16,29 @@ from gpuflow.status import JobStatus
 
 
 async def show_plan(console: Console, client: Any, spec: Any) -> None:
-    offers = await client.offers(spec)
-    gpu = str(spec.resources.gpu) if spec.resources.gpu else "none"
+    per_option = await client.offers_per_option(spec)
+    gpus = " or ".join(o.gpu for o in per_option)
     console.print(
-        f"[bold]{spec.name}[/]: {spec.nodes} node(s), GPU {gpu}, "
+        f"[bold]{spec.name}[/]: {spec.nodes} node(s), GPU {gpus}, "
         f"fleets {', '.join(spec.fleets) or 'any'}"
     )
-    if offers.fits:
-        best = offers.fits[0]
+    chosen = next((o for o in per_option if o.offers.fits), None)
+    if chosen is not None:
+        best = chosen.offers.fits[0]
+        which = f"option {chosen.option} ({chosen.gpu}): " if len(per_option) > 1 else ""
         console.print(
-            f"  best fit: {best.host} (fleet {best.fleet}, GPUs {best.gpus or '-'}, "
-            f"score {best.score:.3f}); {len(offers.fits)} host(s) fit"
+            f"  best fit: {which}{best.host} (fleet {best.fleet}, GPUs {best.gpus or '-'}, "
+            f"score {best.score:.3f}); {len(chosen.offers.fits)} host(s) fit"
         )
-    else:
-        console.print(
-            "  [yellow]nothing fits now[/]; the job waits for capacity if its retry "
-            "policy allows, else it fails:"
-        )
-        for rejection in offers.rejections[:10]:
-            console.print(f"    {rejection}", highlight=False)
+        return
+    console.print(
+        "  [yellow]nothing fits now[/]; the job waits for capacity if its retry "
+        "policy allows, else it fails:"
+    )
+    for option in per_option:
+        prefix = f"option {option.option} ({option.gpu}): " if len(per_option) > 1 else ""
+        for rejection in option.offers.rejections[:10]:
+            console.print(f"    {prefix}{rejection}", highlight=False)
 
 
 def _table(rows: dict[str, dict[str, Any]]) -> Table:

@@ -254,20 +254,28 @@ async def offers(
     spec = load_job(file, profile=profile)
     client = await _client()
     try:
-        result = await client.offers(spec)
+        per_option = await client.offers_per_option(spec)
     finally:
         await client.close()
     if as_json:
-        print_json(result.model_dump(mode="json"))
+        # A job with resource alternatives gets one entry per option, in the order tried.
+        if len(per_option) == 1:
+            print_json(per_option[0].offers.model_dump(mode="json"))
+        else:
+            print_json({"options": [o.model_dump(mode="json") for o in per_option]})
         return
-    if result.fits:
-        console.print(offers_table(result))
-    else:
-        console.print("[bold red]nothing fits[/]")
-    if result.rejections:
-        console.print("[bold]does not fit[/]")
-        for rejection in result.rejections:
-            console.print(f"  {rejection}", highlight=False)
+    for option in per_option:
+        result = option.offers
+        if len(per_option) > 1:
+            console.print(f"[bold]option {option.option}[/]: GPU {option.gpu}")
+        if result.fits:
+            console.print(offers_table(result))
+        else:
+            console.print("[bold red]nothing fits[/]")
+        if result.rejections:
+            console.print("[bold]does not fit[/]")
+            for rejection in result.rejections:
+                console.print(f"  {rejection}", highlight=False)
 
 
 # ---- schedules ------------------------------------------------------------------------------

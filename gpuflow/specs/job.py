@@ -101,6 +101,9 @@ class JobSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     working_dir: str | None = None
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    alternatives: list[ResourcesSpec] = Field(default_factory=list, max_length=16)
+    """Resources to fall back to, in order, when `resources` fits nowhere: each option is
+    tried on every fleet (in `fleets` order) before the next one."""
     nodes: int = Field(default=1, ge=1, le=1024)
     priority: int = Field(default=0, ge=0, le=100)
     retry: RetrySpec | None = None
@@ -179,9 +182,27 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
-        gpu = self.resources.gpu
-        if self.nodes > 1 and gpu is not None and gpu.fraction is not None:
-            raise ValueError("a multi-node job cannot ask for a fraction of a GPU")
-        if self.utilization_policy is not None and not self.resources.wants_gpu:
-            raise ValueError("utilization_policy needs a job that asks for GPUs (resources.gpu)")
+        for where, resources in self._named_options():
+            gpu = resources.gpu
+            if self.nodes > 1 and gpu is not None and gpu.fraction is not None:
+                raise ValueError(f"{where}: a multi-node job cannot ask for a fraction of a GPU")
+            if self.utilization_policy is not None and not resources.wants_gpu:
+                raise ValueError(
+                    f"{where}: utilization_policy needs a job that asks for GPUs ({where}.gpu)"
+                )
         return self
+
+    def _named_options(self) -> list[tuple[str, ResourcesSpec]]:
+        named = [("resources", self.resources)]
+        named += [(f"alternatives[{i}]", alt) for i, alt in enumerate(self.alternatives)]
+        return named
+
+    def resource_options(self) -> list[JobSpec]:
+        """The job once per resource option, in the order they are tried: `resources`, then
+        each of `alternatives` (as the job's `resources`)."""
+        if not self.alternatives:
+            return [self]
+        return [self.model_copy(update={"alternatives": []})] + [
+            self.model_copy(update={"resources": alt, "alternatives": []})
+            for alt in self.alternatives
+        ]

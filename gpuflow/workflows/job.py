@@ -222,12 +222,19 @@ class JobWorkflow:
     async def _place(self, inp: JobInput) -> Placement:
         spec = inp.spec
         retry = spec.retry
-        alternatives: list[list[str] | None] = [[fleet] for fleet in spec.fleets] or [None]
+        fleet_order: list[list[str] | None] = [[fleet] for fleet in spec.fleets] or [None]
+        options = spec.resource_options()
+        # Every resource option on every fleet, in that order (see JobSpec.alternatives).
+        tries = [
+            (option, _option_label(k, option, len(options)), fleets)
+            for k, option in enumerate(options)
+            for fleets in fleet_order
+        ]
         deadline = _submitted(inp) + timedelta(seconds=retry.duration if retry else 0)
         backoff = CAPACITY_BACKOFF_FIRST
         while True:
             reasons: list[str] = []
-            for fleets in alternatives:
+            for option, label, fleets in tries:
                 where = f"fleet {fleets[0]}" if fleets else "any fleet"
                 before, self._unrecorded = self._unrecorded, None
                 result = await _control(
@@ -235,7 +242,7 @@ class JobWorkflow:
                     PlaceInput(
                         job_id=inp.job_id,
                         attempt=self._attempt,
-                        spec=spec,
+                        spec=option,
                         fleets=fleets,
                         before=before,
                         placed=JobStatusInput(
@@ -248,14 +255,14 @@ class JobWorkflow:
                         ),
                     ),
                     PlaceResult,
-                    f"place on {where}",
+                    f"place {label + ' ' if label else ''}on {where}",
                 )
                 if result.placement is not None:
                     self._waiting_reasons = []
                     self._placement = result.placement
                     self._set_status(JobStatus.PROVISIONING, placed_message(result.placement))
                     return result.placement
-                reasons.extend(result.reasons)
+                reasons.extend(f"{label}: {r}" if label else r for r in result.reasons)
             self._waiting_reasons = reasons
             message = "no capacity: " + "; ".join(reasons) if reasons else "no capacity"
             may_wait = retry is not None and RetryEvent.NO_CAPACITY in retry.on_events
@@ -631,6 +638,14 @@ class JobWorkflow:
         if priority is not None:
             updates.append(SA_PRIORITY.value_set(priority))
         workflow.upsert_search_attributes(updates)
+
+
+def _option_label(k: int, option: JobSpec, count: int) -> str:
+    """How failure reasons name a resource option; empty when the job has only one."""
+    if count == 1:
+        return ""
+    gpu = option.resources.gpu
+    return f"option {k + 1} ({gpu if gpu is not None else 'no GPU'})"
 
 
 async def _control(activity: str, arg: Any, result_type: type[_R] | None, summary: str) -> _R:

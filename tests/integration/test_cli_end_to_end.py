@@ -68,6 +68,17 @@ async def test_cli_round_trip(dev_env: WorkflowEnvironment, tmp_path: Path) -> N
         assert any(r.startswith("box: ") for r in reasons)
         assert any(r.startswith("mac: ") for r in reasons)
 
+        (tmp_path / "either.yaml").write_text(
+            (tmp_path / "big.yaml").read_text() + "alternatives: [{gpu: A100:1}]\n")
+        either = json.loads(await _gpuflow(env, "offers", "-f", str(tmp_path / "either.yaml"),
+                                           "--json"))
+        assert [(o["option"], o["gpu"]) for o in either["options"]] == [(1, "A100:4"),
+                                                                          (2, "A100:1")]
+        assert either["options"][0]["offers"]["fits"] == []
+        assert [f["host"] for f in either["options"][1]["offers"]["fits"]] == ["box"]
+        plan = await _gpuflow(env, "offers", "-f", str(tmp_path / "either.yaml"))
+        assert "option 2" in plan and "box" in plan
+
         text = await _gpuflow(env, "apply", "-y", "-d", "-f", str(tmp_path / "busy.yaml"))
         assert "submitted spin" in text
         job_id = text.split(" as ")[-1].split()[0]

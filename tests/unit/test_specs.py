@@ -123,3 +123,34 @@ def test_examples_are_valid() -> None:
             load_fleet(path)
         elif "type: task" in text:
             load_job(path)
+
+
+def test_resource_alternatives_in_the_order_tried(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "name: train\ncommands: [python train.py]\nresources: {gpu: H100:8}\n"
+        "alternatives:\n  - {gpu: A100:80GB:8}\n  - {gpu: A100:16, cpu: 64..}\n"
+    )
+    spec = load_job(path)
+    options = spec.resource_options()
+    assert [str(o.resources.gpu) for o in options] == ["H100:8", "A100:80GB:8", "A100:16"]
+    assert all(o.alternatives == [] for o in options)
+    assert options[2].resources.cpu.min == 64 and options[2].commands == spec.commands
+    assert JobSpec(name="one", commands=["x"]).resource_options()[0].name == "one"
+
+
+def test_each_alternative_is_checked_like_resources(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "name: train\ncommands: [python train.py]\nresources: {gpu: A100:1}\n"
+        "utilization_policy: {min_gpu_utilization: 10, time_window: 10m}\n"
+        "alternatives:\n  - {cpu: 4}\n"
+    )
+    with pytest.raises(SpecError, match=r"alternatives\[0\]: utilization_policy needs"):
+        load_job(path)
+    path.write_text(
+        "name: train\ncommands: [x]\nresources: {gpu: A100:1}\n"
+        "alternatives:\n  - {gpu: 'A100:4..2'}\n"
+    )
+    with pytest.raises(SpecError, match="alternatives"):
+        load_job(path)

@@ -391,3 +391,38 @@ async def test_failed_provisioning_releases_without_waiting_for_an_agent(
     assert "connection refused" in result.message
     assert hosts.started == [] and hosts.stopped == []
     assert allocations_of(sqlite_store, result.job_id) == []
+
+
+async def test_resource_alternatives_are_tried_on_every_fleet_before_the_next(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    """The first option (H100) is tried on both fleets before the A100 alternative, so the job
+    lands on the second fleet's H100 although the first fleet has a free A100."""
+    a100 = sim_fleet(sqlite_store)
+    h100 = sim_fleet(
+        sqlite_store, hosts=[{"name": "h9", "gpus": [{"name": "H100", "memory": "80GB"}]}]
+    )
+    spec = job(
+        resources={"gpu": "H100:1"},
+        alternatives=[{"gpu": "A100:1"}],
+        fleets=[a100.name, h100.name],
+    )
+    async with workers(time_env.client, sqlite_store, task_queue, ScriptedHosts(), [a100, h100]):
+        result = await (await start_job(time_env.client, task_queue, spec)).result()
+        assert result.status == JobStatus.DONE
+        assert find_job(sqlite_store, result.job_id).hosts == ["h9"]
+
+        fallback = job("fallback", resources={"gpu": "A100:8"}, alternatives=[{"gpu": "A100:2"}])
+        placed = await (await start_job(time_env.client, task_queue, fallback)).result()
+        assert placed.status == JobStatus.DONE
+        row = find_job(sqlite_store, placed.job_id)
+        assert row.hosts == ["h1"] and row.gpus == "2xA100"
+
+        nothing = job("nothing", resources={"gpu": "A100:8"}, alternatives=[{"gpu": "H100:4"}],
+                      fleets=[a100.name])
+        failed = await (await start_job(time_env.client, task_queue, nothing)).result()
+    assert failed.reason == TerminationReason.NO_CAPACITY
+    assert failed.message == (
+        "no capacity: option 1 (A100:8): h1: has 2 GPUs, job needs 8 GPUs; "
+        "option 2 (H100:4): h1: has A100 GPUs, job needs H100"
+    )
