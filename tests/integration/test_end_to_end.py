@@ -295,3 +295,35 @@ async def test_secret_value_reaches_the_process_but_never_temporal(
     assert missing_result.reason == TerminationReason.START_FAILED
     assert "has no secret absent" in missing_result.message
     assert missing_result.attempts == 1
+
+
+async def test_logs_and_metrics_of_an_unreachable_job_are_one_line_errors(
+    dev_env: WorkflowEnvironment, sqlite_store: Store, tmp_path: Path
+) -> None:
+    """A job whose host agent is gone and whose workflow Temporal no longer has: `logs` and
+    `metrics` say so in one line (the CLI prints it), they do not hang or raise a traceback."""
+    from sqlmodel import Session
+
+    from gpuflow.errors import GpuflowError
+    from gpuflow.store.tables import FleetRow, HostRow, JobRow
+
+    fleet = f"ghost{uuid.uuid4().hex[:6]}"
+    with Session(sqlite_store.engine) as session:
+        session.add(FleetRow(name=fleet, kind="ssh"))
+        session.add(HostRow(id=f"{fleet}/gh1", fleet=fleet, name=f"{fleet}-gh1", state="ready",
+                            task_queue=f"gpuflow-host-{fleet}/gh1"))
+        session.add(JobRow(id=f"job-{fleet}-abc123", name=fleet, status="done",
+                           hosts=[f"{fleet}-gh1"]))
+        session.commit()
+    client = Client(temporal=dev_env.client, store=sqlite_store)
+    async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
+        with pytest.raises(GpuflowError) as metrics:
+            await client.metrics(fleet)
+        with pytest.raises(GpuflowError) as logs:
+            async for _ in client.logs(fleet):
+                pass
+    for error in (metrics.value, logs.value):
+        assert "\n" not in str(error)
+    assert str(metrics.value).startswith(f"job {fleet}: cannot read its GPU metrics")
+    assert str(logs.value).startswith(f"job {fleet}: cannot read the log of node 0 from its host")
+    assert str(logs.value).endswith("is the host's agent running?")
