@@ -14,10 +14,10 @@ default), so all N jobs fit at once and none waits for capacity.
    with `commands: [true]` asking for 1 GPU each are submitted concurrently (at most
    `--concurrency` `Client.submit` calls in flight) and awaited with `Client.wait`:
    jobs_per_s = N / (first submit .. last job done).
-   Submit-to-running of a job is its jobs row's `started_at` (written by the record activity
-   with `workflow.now()` of the workflow task that saw the process started) minus the client's
-   UTC clock just before `Client.submit`: nothing is polled, so there is no polling bias. The
-   dev server and this process share the machine's clock.
+   Submit-to-running of a job is its jobs row's `started_at` (when the agent started the
+   process, by the host's clock, kept between the workflow's times of asking and hearing back)
+   minus the client's UTC clock just before `Client.submit`: nothing is polled, so there is no
+   polling bias. The dev server, the agents and this process share the machine's clock.
 
 3. Latency at a steady load: `--paced` more jobs (and as many baseline workflows, each side on
    its own phase) started `1 / --rate` seconds apart whatever happens to the earlier ones (an

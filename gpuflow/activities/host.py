@@ -15,6 +15,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -65,6 +66,10 @@ PROBE_WAIT_MAX_S = 5.0
 
 _PRIVATE_ENV = ("GPUFLOW_TEMPORAL_API_KEY", "GPUFLOW_DATABASE_URL")
 """The agent's own credentials: never handed to the jobs it starts."""
+
+
+def _utc(timestamp: float | None) -> datetime | None:
+    return None if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
 
 
 def _inherited_env() -> dict[str, str]:
@@ -170,6 +175,8 @@ class HostAgent:
                     pid=int(state["pid"]),
                     log_path=str(paths.log),
                     already_running=True,
+                    started_at=_utc(state.get("started_at")),
+                    exited=self._exit(paths),
                 )
             paths.root.mkdir(parents=True, exist_ok=True)
             paths.script.write_text("set -e\n" + "\n".join(inp.commands) + "\n")
@@ -211,34 +218,24 @@ class HostAgent:
                 node.rank,
                 child.pid,
             )
-            return ProcessHandle(
-                job_id=inp.job_id,
-                attempt=inp.attempt,
-                rank=node.rank,
-                pid=child.pid,
-                log_path=str(paths.log),
-            )
+        return ProcessHandle(
+            job_id=inp.job_id,
+            attempt=inp.attempt,
+            rank=node.rank,
+            pid=child.pid,
+            log_path=str(paths.log),
+            started_at=_utc(state["started_at"]),
+            exited=await self._exit_within(paths, inp.wait_s),
+        )
 
     @activity.defn(name="probe_process")
     async def probe_process(self, inp: ProbeInput) -> ProbeResult:
         paths = self._paths(inp.job_id, inp.attempt, inp.rank)
         if not paths.state.exists():
             return ProbeResult(state="missing")
-        # The exit code is a file the job's wrapper writes (it survives an agent restart):
-        # look for it every 50 ms while asked to wait.
-        for _ in range(int(min(inp.wait_s, PROBE_WAIT_MAX_S) / 0.05)):
-            if paths.exit_code.exists():
-                break
-            await asyncio.sleep(0.05)
-        if paths.exit_code.exists():
-            # The job's script has ended; leftovers in its group are stopped at finalize.
-            self.sampler.forget(str(paths.root))
-            try:
-                code = int(paths.exit_code.read_text().strip())
-            except (OSError, ValueError):
-                code = None
-            leftovers = self._group(paths) is not None
-            return ProbeResult(state="exited", exit_code=code, leftovers=leftovers)
+        exited = await self._exit_within(paths, inp.wait_s)
+        if exited is not None:
+            return exited
         pgid = self._group(paths)
         if pgid is None:
             self.sampler.forget(str(paths.root))
@@ -254,6 +251,27 @@ class HostAgent:
         except Exception as exc:  # a sampler fault is reported, never fatal
             return ProbeResult(state="running", sample_error=str(exc))
         return ProbeResult(state="running", samples=samples)
+
+    async def _exit_within(self, paths: _Paths, wait_s: float) -> ProbeResult | None:
+        """The script's exit, waiting up to `wait_s` for it. The exit code is a file the job's
+        wrapper writes (it survives an agent restart): looked for every 50 ms."""
+        for _ in range(int(min(wait_s, PROBE_WAIT_MAX_S) / 0.05)):
+            if paths.exit_code.exists():
+                break
+            await asyncio.sleep(0.05)
+        return self._exit(paths)
+
+    def _exit(self, paths: _Paths) -> ProbeResult | None:
+        if not paths.exit_code.exists():
+            return None
+        # The job's script has ended; leftovers in its group are stopped at finalize.
+        self.sampler.forget(str(paths.root))
+        try:
+            code = int(paths.exit_code.read_text().strip())
+        except (OSError, ValueError):
+            code = None
+        leftovers = self._group(paths) is not None
+        return ProbeResult(state="exited", exit_code=code, leftovers=leftovers)
 
     @activity.defn(name="stop_process")
     async def stop_process(self, inp: StopProcessInput) -> StopProcessResult:

@@ -83,6 +83,9 @@ TICKS_PER_RUN = 300
 """Monitor ticks after which a run continues as new even if Temporal has not suggested it, so
 history stays small (a few thousand events) on any server."""
 STOP_GRACE_S = 10.0
+START_WAIT_S = 0.25
+"""How long a start waits for the script to exit: a command that fails at once, or a job that
+is done at once, is seen without a probe."""
 
 CONTROL_TIMEOUT = timedelta(seconds=20)
 """Control steps are short database transactions; one stuck this long is retried."""
@@ -170,6 +173,7 @@ class JobWorkflow:
         spec = inp.spec
         resume = inp.resume
         exit_codes: dict[int, int | None] = {}
+        first_look: list[ProbeResult] | None = None
         if resume is not None:
             self._attempt = resume.attempt
             self._placement = resume.placement
@@ -187,7 +191,7 @@ class JobWorkflow:
                     if resume is None:
                         self._placement = await self._place(inp)
                         await self._provision(self._placement)
-                        await self._start(inp, self._placement)
+                        first_look = await self._start(inp, self._placement)
                         self._utilization.nodes = len(self._placement.nodes)
                         resume = JobResume(
                             attempt=self._attempt,
@@ -195,7 +199,8 @@ class JobWorkflow:
                             running_since=workflow.now(),
                             utilization=self._utilization,
                         )
-                    ending = await self._monitor(inp, resume, exit_codes)
+                    ending = await self._monitor(inp, resume, exit_codes, first_look)
+                    first_look = None
                 except _Ending as caught:
                     ending = caught
                 await self._finalize(ending)
@@ -312,10 +317,13 @@ class JobWorkflow:
             if not result.ready:
                 raise _Ending(TerminationReason.PROVISIONING_FAILED, result.message)
 
-    async def _start(self, inp: JobInput, placement: Placement) -> None:
+    async def _start(self, inp: JobInput, placement: Placement) -> list[ProbeResult] | None:
+        """Start the job on every node; the nodes' exits when all of them ended within the
+        start's short wait (then the monitor needs no probe to see them)."""
         self._start_attempted = True
         spec = inp.spec
         master = placement.nodes[0].address
+        asked = workflow.now()
         handles = await asyncio.gather(
             *(
                 workflow.execute_activity(
@@ -329,6 +337,7 @@ class JobWorkflow:
                         commands=list(spec.commands),
                         env=dict(spec.env),
                         working_dir=spec.working_dir,
+                        wait_s=START_WAIT_S,
                     ),
                     result_type=ProcessHandle,
                     task_queue=node.task_queue,
@@ -351,13 +360,26 @@ class JobWorkflow:
                     else TerminationReason.HOST_LOST
                 )
                 raise _Ending(reason, "could not start the job: " + _failure_text(handle))
+        # Running since the first process started, by its host's clock (the start waited a
+        # moment after it), kept between the ask and the answer against clock skew.
+        started = [h.started_at for h in handles if isinstance(h, ProcessHandle) and h.started_at]
+        since = min(max(min(started, default=asked), asked), workflow.now())
         await self._record(
-            JobStatus.RUNNING, f"running on {len(placement.nodes)} node(s)", placement=placement
+            JobStatus.RUNNING,
+            f"running on {len(placement.nodes)} node(s)",
+            placement=placement,
+            at=since,
         )
         self._upsert(status=JobStatus.RUNNING, placement=placement)
+        exits = [h.exited for h in handles if isinstance(h, ProcessHandle)]
+        return [e for e in exits if e is not None] if all(exits) else None
 
     async def _monitor(
-        self, inp: JobInput, resume: JobResume, exit_codes: dict[int, int | None]
+        self,
+        inp: JobInput,
+        resume: JobResume,
+        exit_codes: dict[int, int | None],
+        first_look: list[ProbeResult] | None = None,
     ) -> _Ending:
         spec = inp.spec
         placement = resume.placement
@@ -367,7 +389,6 @@ class JobWorkflow:
         ticks = resume.ticks
         while True:
             # Short first ticks notice quick jobs quickly; then the policy's check interval.
-            # The first look needs no timer: the probe itself waits a tick for an exit.
             tick = min(timedelta(seconds=2 ** min(ticks, 6)), check)
             if policy is not None and tick >= check and not any(failures.values()):
                 # While every GPU reads busy, no verdict can fire before the oldest newest
@@ -384,34 +405,14 @@ class JobWorkflow:
                         f"ran longer than max_duration {format_duration(spec.max_duration)}",
                     )
                 tick = min(tick, left)
-            wait_s = tick.total_seconds() if ticks == 0 else 0.0
-            if not wait_s:
-                await _wait(lambda: self._stop_requested, tick, "monitor tick")
-            ticks += 1
+            probes: list[ProbeResult | BaseException]
+            if first_look is not None:  # every node had exited when its start returned
+                probes, first_look = list(first_look), None
+            else:
+                probes = await self._probe(inp, placement, tick, first=ticks == 0)
+                ticks += 1
             if self._stop_requested:
                 return _Ending(TerminationReason.STOPPED_BY_USER, "stopped by the user")
-            probes = await asyncio.gather(
-                *(
-                    workflow.execute_activity(
-                        "probe_process",
-                        ProbeInput(
-                            job_id=inp.job_id,
-                            attempt=self._attempt,
-                            rank=node.rank,
-                            gpu_indices=list(node.gpu_indices),
-                            sample=bool(node.gpu_indices),
-                            wait_s=wait_s,
-                        ),
-                        result_type=ProbeResult,
-                        task_queue=node.task_queue,
-                        summary=f"probe {node.host_name}",
-                        schedule_to_close_timeout=timedelta(seconds=20),
-                        retry_policy=RetryPolicy(maximum_attempts=2),
-                    )
-                    for node in placement.nodes
-                ),
-                return_exceptions=True,
-            )
             exited: dict[int, int | None] = {}
             for node, probe in zip(placement.nodes, probes, strict=True):
                 if isinstance(probe, BaseException):
@@ -477,6 +478,39 @@ class JobWorkflow:
                         ),
                     )
                 )
+
+    async def _probe(
+        self, inp: JobInput, placement: Placement, tick: timedelta, *, first: bool
+    ) -> list[ProbeResult | BaseException]:
+        """One look at every node, a tick after the last. The first look needs no timer: the
+        probe itself waits up to a tick for an exit."""
+        if not first:
+            await _wait(lambda: self._stop_requested, tick, "monitor tick")
+            if self._stop_requested:
+                return []
+        probes: list[ProbeResult | BaseException] = await asyncio.gather(
+            *(
+                workflow.execute_activity(
+                    "probe_process",
+                    ProbeInput(
+                        job_id=inp.job_id,
+                        attempt=self._attempt,
+                        rank=node.rank,
+                        gpu_indices=list(node.gpu_indices),
+                        sample=bool(node.gpu_indices),
+                        wait_s=tick.total_seconds() if first else 0.0,
+                    ),
+                    result_type=ProbeResult,
+                    task_queue=node.task_queue,
+                    summary=f"probe {node.host_name}",
+                    schedule_to_close_timeout=timedelta(seconds=20),
+                    retry_policy=RetryPolicy(maximum_attempts=2),
+                )
+                for node in placement.nodes
+            ),
+            return_exceptions=True,
+        )
+        return probes
 
     async def _finalize(self, ending: _Ending) -> None:
         """The one compensation for every ending: stop processes, release GPUs, record status."""
@@ -559,6 +593,7 @@ class JobWorkflow:
         reason: TerminationReason | None = None,
         placement: Placement | None = None,
         waiting_for_capacity: bool = False,
+        at: datetime | None = None,
     ) -> None:
         record = self._status_input(
             status,
@@ -566,6 +601,7 @@ class JobWorkflow:
             reason=reason,
             placement=placement,
             waiting_for_capacity=waiting_for_capacity,
+            at=at,
         )
         await _control("record_job_status", record, None, f"record {status.value}")
 
@@ -578,6 +614,7 @@ class JobWorkflow:
         placement: Placement | None = None,
         spec: JobSpec | None = None,
         waiting_for_capacity: bool = False,
+        at: datetime | None = None,
     ) -> JobStatusInput:
         """The job's new status, set here and shown in the UI, as a record for the store."""
         self._set_status(status, message)
@@ -592,7 +629,7 @@ class JobWorkflow:
             message=message,
             reason=reason,
             placement=placement,
-            at=workflow.now(),
+            at=at or workflow.now(),
         )
 
     def _set_status(self, status: JobStatus, message: str) -> None:

@@ -170,26 +170,6 @@ class HostHealthResult(BaseModel):
 # ---- host activities ----------------------------------------------------------------------
 
 
-class StartProcessInput(BaseModel):
-    job_id: str
-    attempt: int
-    node: NodePlacement
-    nodes: int
-    master_address: str
-    commands: list[str]
-    env: dict[str, str] = Field(default_factory=dict)
-    working_dir: str | None = None
-
-
-class ProcessHandle(BaseModel):
-    job_id: str
-    attempt: int
-    rank: int
-    pid: int
-    log_path: str
-    already_running: bool = False
-
-
 class ProbeInput(BaseModel):
     job_id: str
     attempt: int
@@ -210,6 +190,33 @@ class ProbeResult(BaseModel):
     stopped at finalize). False only when the agent saw the group empty."""
     samples: list[GpuSample] = Field(default_factory=list)
     sample_error: str | None = None
+
+
+class StartProcessInput(BaseModel):
+    job_id: str
+    attempt: int
+    node: NodePlacement
+    nodes: int
+    master_address: str
+    commands: list[str]
+    env: dict[str, str] = Field(default_factory=dict)
+    working_dir: str | None = None
+    wait_s: float = 0.0
+    """After starting, wait up to this long for the script to exit (see `ProcessHandle`)."""
+
+
+class ProcessHandle(BaseModel):
+    job_id: str
+    attempt: int
+    rank: int
+    pid: int
+    log_path: str
+    already_running: bool = False
+    started_at: datetime | None = None
+    """When the agent started the process, by the host's clock."""
+    exited: ProbeResult | None = None
+    """The script's exit, when it ended within the start's `wait_s`: a command that fails at
+    once (or a job that is done at once) is seen in the same step that started it."""
 
 
 class StopProcessInput(BaseModel):

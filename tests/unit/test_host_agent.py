@@ -194,3 +194,21 @@ async def test_probe_waits_for_a_quick_exit_but_not_past_its_wait(tmp_path: Path
     assert 0.4 < loop.time() - t0 < 3
     await env.run(agent.stop_process,
                   StopProcessInput(job_id="job-slow", attempt=1, rank=0, grace_s=2))
+
+
+async def test_start_reports_an_exit_within_its_wait(tmp_path: Path) -> None:
+    agent = _agent(tmp_path)
+    env = ActivityEnvironment()
+    quick = _start(["exit 5"], job_id="job-at-once").model_copy(update={"wait_s": 3.0})
+    handle = await env.run(agent.start_process, quick)
+    assert handle.exited is not None
+    assert (handle.exited.state, handle.exited.exit_code) == ("exited", 5)
+    again = await env.run(agent.start_process, quick)  # a retried start: same process, same exit
+    assert again.already_running and again.pid == handle.pid and again.exited == handle.exited
+
+    slow = _start(["sleep 30"], job_id="job-slow-start").model_copy(update={"wait_s": 0.3})
+    t0 = asyncio.get_running_loop().time()
+    running = await env.run(agent.start_process, slow)
+    assert running.exited is None and asyncio.get_running_loop().time() - t0 >= 0.25
+    await env.run(agent.stop_process,
+                  StopProcessInput(job_id="job-slow-start", attempt=1, rank=0, grace_s=2))

@@ -64,6 +64,10 @@ class ScriptedHosts:
             ProbeResult(state="exited", exit_code=0) if n >= 2 else ProbeResult(state="running")
         )
     )
+    at_start: Callable[[StartProcessInput], ProbeResult | None] = field(
+        default=lambda inp: None
+    )
+    """The exit a start reports (a script that ended within the start's wait), or None."""
     started: list[StartProcessInput] = field(default_factory=list)
     stopped: list[StopProcessInput] = field(default_factory=list)
     probes: dict[tuple[str, int, int], int] = field(default_factory=dict)
@@ -84,6 +88,7 @@ class ScriptedHosts:
                 pid=4242,
                 log_path="/dev/null",
                 already_running=again,
+                exited=self.at_start(inp),
             )
 
         @activity.defn(name="probe_process")

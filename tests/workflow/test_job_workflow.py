@@ -426,3 +426,30 @@ async def test_resource_alternatives_are_tried_on_every_fleet_before_the_next(
         "no capacity: option 1 (A100:8): h1: has 2 GPUs, job needs 8 GPUs; "
         "option 2 (H100:4): h1: has A100 GPUs, job needs H100"
     )
+
+
+async def test_a_job_that_ends_within_its_start_needs_no_probe(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    """The start waits briefly for the script: an exit seen there ends the job at once (no
+    probe, no timer), with the same verdicts as a probe's: 0 is done, anything else failed."""
+    fleet = sim_fleet(sqlite_store)
+    hosts = ScriptedHosts(
+        at_start=lambda inp: ProbeResult(
+            state="exited", exit_code=3 if "broken" in inp.job_id else 0, leftovers=False
+        )
+    )
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        quick = await start_job(time_env.client, task_queue, job("quick"))
+        done = await quick.result()
+        broken = await (await start_job(time_env.client, task_queue, job("broken"))).result()
+    assert (done.status, done.exit_codes) == (JobStatus.DONE, {0: 0})
+    assert (broken.status, broken.reason) == (JobStatus.FAILED, TerminationReason.PROCESS_FAILED)
+    assert broken.message == "node 0 exited with code 3"
+    assert hosts.probes == {} and hosts.stopped == []
+    assert all(s.wait_s > 0 for s in hosts.started)
+    history = await quick.fetch_history()
+    assert not any(e.HasField("timer_started_event_attributes") for e in history.events)
+    row = find_job(sqlite_store, done.job_id)
+    assert row.started_at is not None and row.status == "done"
+    assert allocations_of(sqlite_store, done.job_id) == []
