@@ -370,9 +370,11 @@ class JobWorkflow:
             placement=placement,
             at=since,
         )
-        self._upsert(status=JobStatus.RUNNING, placement=placement)
         exits = [h.exited for h in handles if isinstance(h, ProcessHandle)]
-        return [e for e in exits if e is not None] if all(exits) else None
+        if not all(exits):
+            self._upsert(status=JobStatus.RUNNING, placement=placement)
+            return None
+        return [e for e in exits if e is not None]  # ended already: the final upsert says so
 
     async def _monitor(
         self,
@@ -549,7 +551,7 @@ class JobWorkflow:
             ReleaseResult,
             f"release GPUs, record {status.value}",
         )
-        self._upsert(status=status)
+        self._upsert(status=status, placement=self._placement)
         others = [job for job in released.waiting_jobs if job != self._job_id]
         # Wake the jobs that wait for capacity, all at once; one that ended meanwhile is fine.
         await asyncio.gather(
