@@ -213,17 +213,20 @@ async def test_fleet_health_marks_a_silent_agent_not_ready_and_back(
     """An ssh-less, non-simulated host whose agent does not poll is marked not_ready by the
     FleetWorkflow; when its agent starts, it is ready again and a waiting job runs there."""
     from gpuflow.activities.host import HostAgent
+    from gpuflow.client import watch_fleet
     from gpuflow.naming import host_task_queue
-    from gpuflow.store.fleets import get_host
+    from gpuflow.store.fleets import apply_fleet, get_host
     from gpuflow.worker.agent import make_agent_worker
     from gpuflow.worker.samplers import sampler_for_host
 
     fleet = f"f{uuid.uuid4().hex[:6]}"
     client = Client(temporal=dev_env.client, store=sqlite_store)
     async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
-        await client.apply_fleet(_fleet(fleet))
+        # The fleet's rows first, its host made one with an agent of its own, and only then
+        # its health checks: started earlier, they would serve it a simulated agent.
+        apply_fleet(sqlite_store, _fleet(fleet))
         hid = f"{fleet}/h1"
-        with sqlite_store.session() as session:  # make it a host with an agent of its own
+        with sqlite_store.session() as session:
             from gpuflow.store.tables import HostRow
 
             row = session.get(HostRow, hid)
@@ -231,7 +234,7 @@ async def test_fleet_health_marks_a_silent_agent_not_ready_and_back(
             row.simulated = False
             session.add(row)
             session.commit()
-        await dev_env.client.get_workflow_handle(f"fleet-{fleet}").signal("refresh")
+        await watch_fleet(dev_env.client, fleet)
         for _ in range(150):
             host = get_host(sqlite_store, hid)
             if host is not None and host.state == "not_ready":
