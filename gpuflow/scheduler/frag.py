@@ -11,9 +11,15 @@ before the GPUs do. For a typical request t (k GPUs of `need` milli-GPUs each, c
     n       = min(slots, free CPUs // c, free memory // m)
     lost(t) = free milli-GPUs - n * k * need     (all of it when n = 0, as in FGD)
 
-A CPU-only t loses the free GPUs only when it does not fit (it never uses them). The host's
-expected fragmentation is the mix-weighted sum of lost(t); the fragmentation scorer places a job
-where this grows the least.
+A CPU-only t loses the free GPUs only when it does not fit (it never uses them); a t limited to
+other GPU models loses all of them. The host's expected fragmentation is the mix-weighted sum of
+lost(t); the fragmentation scorer places a job where this grows the least.
+
+A kind limited to some GPU models weighs its share of the requests times the fleet's GPUs over
+the GPUs of its models (to the power `scarcity`: 1 by default, 0 weighs by the share alone, as
+FGD does): its demand is spread over those GPUs only, so per GPU it presses harder on them than
+a kind that may run anywhere. Without this, a job that may run anywhere takes the few GPUs of a
+model that pinned jobs wait for as readily as the many GPUs of another model.
 
 `capacity` blends this measure (1) with FGD's one-more-request measure (0): lost(t) = blend *
 gpuflow's + (1 - blend) * FGD's. On the openb trace the counting pays off for shared-GPU kinds
@@ -25,6 +31,7 @@ milli-GPUs (1000 = one GPU) and memoized per host state.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,6 +88,15 @@ class _ClassKinds:
     """The whole-GPU groups, then the share groups, in the order above."""
 
 
+def alike_merged(demands: list[tuple[float, float, int]]) -> _Demand:
+    """One demand per (CPUs, MiB): kinds that differ only in the GPU models they accept are
+    alike on a host that all of them may use, and the hot loop walks each demand."""
+    weights: dict[tuple[float, int], float] = {}
+    for weight, cpus, memory in demands:
+        weights[cpus, memory] = weights.get((cpus, memory), 0.0) + weight
+    return tuple((weight, cpus, memory) for (cpus, memory), weight in weights.items())
+
+
 class Workload:
     """A request mix, prepared for fast evaluation; one per fleet mix."""
 
@@ -90,10 +106,16 @@ class Workload:
         *,
         capacity: float = 1.0,
         whole_capacity: float | None = None,
+        supply: Mapping[str, int] | None = None,
+        scarcity: float = 1.0,
     ) -> None:
+        """`supply`: the fleet's GPUs per model; a kind limited to some models weighs its share
+        of the requests times (fleet's GPUs / its models' GPUs) ** `scarcity` (0: FGD's weights)."""
         self.capacity = min(1.0, max(0.0, capacity))
         """1: gpuflow's measure; 0: FGD's; in between, that blend of the two."""
         self.whole_capacity = self.capacity if whole_capacity is None else whole_capacity
+        supply = supply or {}
+        fleet_gpus = sum(supply.values())
         merged: dict[tuple[Any, ...], float] = {}
         for item in mix:
             if item.weight <= 0:
@@ -102,8 +124,13 @@ class Workload:
                 gpus, need = 1, round(item.gpu_fraction * 1000)
             else:
                 gpus, need = item.gpus, 1000 if item.gpus else 0
+            weight = item.weight
+            if gpus and item.gpu_names:
+                eligible = sum(supply.get(name, 0) for name in item.gpu_names)
+                if eligible:
+                    weight *= (fleet_gpus / eligible) ** scarcity
             key = (gpus, need, float(item.cpus), int(item.memory_mib), item.gpu_names)
-            merged[key] = merged.get(key, 0.0) + item.weight
+            merged[key] = merged.get(key, 0.0) + weight
         total = sum(merged.values()) or 1.0
         self.kinds = [
             _Kind(weight / total, gpus, need, cpus, memory, names)
@@ -145,7 +172,7 @@ class Workload:
                     min(d[2] for d in demands),
                     max(d[1] for d in demands),
                     max(d[2] for d in demands),
-                    tuple(demands),
+                    alike_merged(demands),
                 )
                 for size, demands in sorted(groups.items())
             ]

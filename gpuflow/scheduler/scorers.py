@@ -12,7 +12,10 @@ Weights come from the fleet's `scorer_weights` (configuration, not code):
 `gpu`, `cpu`, `memory` weight the resources in binpack's and spread's allocation ratio
 (defaults 1, 0.25, 0.25); `fragmentation` and `binpack` weight the terms of the fragmentation
 scorer (defaults 1, 0.05: growth of expected fragmentation in GPUs, then GPU allocation of the
-host as a tie-breaker). `capacity` and `capacity_whole` blend gpuflow's fragmentation measure (1)
+host as a tie-breaker); request kinds limited to some GPU models weigh more in the fleet's mix
+the fewer of its GPUs they may use (`scarcity`, default 1: their share of the requests times
+(fleet's GPUs / their models' GPUs) ** scarcity; 0 weighs by the share alone, as FGD does; see
+frag.py). `capacity` and `capacity_whole` blend gpuflow's fragmentation measure (1)
 with FGD's (0) for shared-GPU and whole-GPU request kinds (defaults 1 and 0.1, tuned on the
 openb trace: see benchmarks/README.md).
 """
@@ -37,6 +40,7 @@ DEFAULT_WEIGHTS = {
     "binpack": 0.05,
     "capacity": 1.0,
     "capacity_whole": 0.1,
+    "scarcity": 1.0,
 }
 
 
@@ -89,14 +93,30 @@ def scoring_for(
         mix = fleet.workload or DEFAULT_MIX
         capacity = weights["capacity"]
         whole = weights["capacity_whole"]
-        key = (fleet.name, id(fleet.workload), len(fleet.workload), capacity, whole)
+        scarcity = weights["scarcity"]
+        key = (fleet.name, id(fleet.workload), len(fleet.workload), capacity, whole, scarcity)
         cached = index.workloads.get(key)
         if cached is None:
-            workload = Workload(mix, capacity=capacity, whole_capacity=whole)
+            workload = Workload(
+                mix,
+                capacity=capacity,
+                whole_capacity=whole,
+                supply=gpu_supply(fleet),
+                scarcity=scarcity,
+            )
             cached = index.workloads[key] = (workload, {})
         workload, before = cached
     weights_key = tuple(sorted(weights.items()))
     return Scoring(name, weights, workload, job_name, name == "random", before, weights_key)
+
+
+def gpu_supply(fleet: FleetSnapshot) -> dict[str, int]:
+    """The fleet's GPUs per model."""
+    supply: dict[str, int] = {}
+    for host in fleet.hosts:
+        for gpu in host.gpus:
+            supply[gpu.name] = supply.get(gpu.name, 0) + 1
+    return supply
 
 
 def allocation_after(view: HostView, option: Option, weights: dict[str, float]) -> float:

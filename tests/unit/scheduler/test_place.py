@@ -8,6 +8,7 @@ from gpuflow.scheduler import (
     FleetSnapshot,
     Placement,
     Snapshot,
+    TypicalRequest,
     Unschedulable,
     apply_placement,
     blocks_busy,
@@ -256,3 +257,28 @@ def test_hosts_added_to_a_fleet_are_seen(
     assert isinstance(place(job({"gpu": 1}), snap), Unschedulable)
     snap.fleets[0].hosts.append(host("h100x8"))
     assert placed(place(job({"gpu": 1}), snap)).nodes[0].host_name == "gpu-1"
+
+
+@pytest.mark.parametrize(("scarcity", "expected"), [(1.0, "h100-1"), (0.0, "a100")])
+def test_unpinned_job_leaves_the_scarce_model_to_jobs_pinned_to_it(
+    host: HostLoader, snapshot: SnapshotBuilder, job: JobBuilder, scarcity: float, expected: str
+) -> None:
+    # As many jobs are pinned to the one A100 host as to the three H100 hosts: per GPU, the
+    # A100s are wanted three times as much. Weighing by request counts alone (FGD's, scarcity 0)
+    # sees a tie, which goes to the host listed first.
+    a100 = [{"name": "A100", "memory": "80GB", "count": 8}]
+    snap = snapshot(
+        host("h100x8", name="a100", gpus=a100),
+        *(host("h100x8", name=f"h100-{i}") for i in (1, 2, 3)),
+        weights={"scarcity": scarcity},
+    )
+    snap.fleets[0].workload = [
+        TypicalRequest(weight=weight, gpus=1, cpus=8, memory_mib=32 * 1024, gpu_names=names)
+        for weight, names in (
+            (0.4, frozenset[str]()),
+            (0.3, frozenset({"A100"})),
+            (0.3, frozenset({"H100"})),
+        )
+    ]
+    result = placed(place(job({"gpu": 1, "cpu": 8, "memory": "32GB"}), snap))
+    assert result.nodes[0].host_name == expected
