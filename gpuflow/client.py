@@ -162,7 +162,7 @@ class Client:
                 f"(known: {', '.join(sorted(known)) or 'none; apply one with gpuflow fleet apply'})"
             )
         job_id = job_workflow_id(spec.name, secrets.token_hex(3))
-        gpu = str(spec.resources.gpu) if spec.resources.gpu else "no GPU"
+        gpu = spec.resources.gpu_label
         await self.temporal.start_workflow(
             "JobWorkflow",
             JobInput(job_id=job_id, spec=spec, search_attributes=_search_attributes_enabled()),
@@ -482,7 +482,7 @@ class Client:
             return [
                 OptionOffers(
                     option=k + 1,
-                    gpu=str(option.resources.gpu) if option.resources.gpu else "no GPU",
+                    gpu=option.resources.gpu_label,
                     offers=explain(option, snapshot),
                 )
                 for k, option in enumerate(spec.resource_options())

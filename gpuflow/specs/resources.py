@@ -149,6 +149,11 @@ class ResourcesSpec(BaseModel):
     min_driver: str | None = None
     """Minimum GPU driver version, e.g. `535.0`."""
 
+    @property
+    def gpu_label(self) -> str:
+        """How messages name the GPU ask, e.g. `A100:80GB:2`, or `no GPU`."""
+        return str(self.gpu) if self.gpu is not None else "no GPU"
+
     @field_validator("gpu", mode="before")
     @classmethod
     def _gpu(cls, value: Any) -> Any:

@@ -683,8 +683,7 @@ def _option_label(k: int, option: JobSpec, count: int) -> str:
     """How failure reasons name a resource option; empty when the job has only one."""
     if count == 1:
         return ""
-    gpu = option.resources.gpu
-    return f"option {k + 1} ({gpu if gpu is not None else 'no GPU'})"
+    return f"option {k + 1} ({option.resources.gpu_label})"
 
 
 async def _control(activity: str, arg: Any, result_type: type[_R] | None, summary: str) -> _R:
