@@ -104,6 +104,12 @@ class OptionOffers(BaseModel):
     offers: Offers
 
 
+def taken_option(per_option: list[OptionOffers]) -> OptionOffers | None:
+    """The resource option a job submitted now would run with: the first one that places
+    (hosts that fit one by one are not enough for a gang); None when none does."""
+    return next((o for o in per_option if o.offers.placement is not None), None)
+
+
 class FleetInfo(BaseModel):
     name: str
     kind: str
@@ -469,8 +475,7 @@ class Client:
         resource option the job would take now (the first that fits anywhere; the first
         option when none does). `offers_per_option` has them all."""
         per_option = await self.offers_per_option(spec)
-        chosen = next((o for o in per_option if o.offers.placement is not None), per_option[0])
-        return chosen.offers
+        return (taken_option(per_option) or per_option[0]).offers
 
     async def offers_per_option(self, spec: JobSpec) -> OptionOffersList:
         """The dry run of each resource option (`resources`, then `alternatives`), in the

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuflow.cli.render import status_text
+from gpuflow.client import taken_option
 from gpuflow.errors import GpuflowError
 from gpuflow.status import JobStatus
 
@@ -22,8 +23,8 @@ async def show_plan(console: Console, client: Any, spec: Any) -> None:
         f"[bold]{spec.name}[/]: {spec.nodes} node(s), GPU {gpus}, "
         f"fleets {', '.join(spec.fleets) or 'any'}"
     )
-    chosen = next((o for o in per_option if o.offers.fits), None)
-    if chosen is not None:
+    chosen = taken_option(per_option)
+    if chosen is not None and chosen.offers.fits:
         best = chosen.offers.fits[0]
         which = f"option {chosen.option} ({chosen.gpu}): " if len(per_option) > 1 else ""
         console.print(
