@@ -89,6 +89,33 @@ class TemporalConfig:
     def has_api_key(self) -> bool:
         return self.api_key is not None or self.api_key_file is not None
 
+    def read_file(self, name: str) -> bytes | None:
+        """The content of the file a setting names (`tls_ca`, `tls_cert`, `tls_key`,
+        `api_key_file`), read now; None when unset. An unreadable file is a one-line
+        ConnectionFailed naming the variable and the path, never the content."""
+        path: Path | None = getattr(self, name)
+        if path is None:
+            return None
+        try:
+            return path.read_bytes()
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            raise ConnectionFailed(
+                f"{_FILE_VARIABLES[name]}: cannot read {path} ({reason})"
+            ) from None
+
+    def read_api_key(self) -> str | None:
+        """The API key, given directly or read from its file now; None without one."""
+        if self.api_key is not None:
+            return self.api_key.strip()
+        content = self.read_file("api_key_file")
+        if content is None:
+            return None
+        key = content.decode(errors="replace").strip()
+        if not key:
+            raise ConnectionFailed(f"GPUFLOW_TEMPORAL_API_KEY_FILE: {self.api_key_file} is empty")
+        return key
+
     @property
     def uses_tls(self) -> bool:
         """Whether connections are encrypted: the one place that decides it."""
@@ -140,44 +167,21 @@ def _env_path(variable: str) -> Path | None:
     return Path(raw).expanduser() if raw and raw.strip() else None
 
 
-def _read(config: TemporalConfig, name: str) -> bytes | None:
-    path: Path | None = getattr(config, name)
-    if path is None:
-        return None
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise ConnectionFailed(f"{_FILE_VARIABLES[name]}: cannot read {path} ({reason})") from None
-
-
-def _api_key(config: TemporalConfig) -> str | None:
-    if config.api_key is not None:
-        return config.api_key.strip()
-    content = _read(config, "api_key_file")
-    if content is None:
-        return None
-    key = content.decode(errors="replace").strip()
-    if not key:
-        raise ConnectionFailed(f"GPUFLOW_TEMPORAL_API_KEY_FILE: {config.api_key_file} is empty")
-    return key
-
-
 def _tls(config: TemporalConfig) -> TLSConfig | bool:
     if not config.uses_tls:
         return False
     return TLSConfig(
-        server_root_ca_cert=_read(config, "tls_ca"),
+        server_root_ca_cert=config.read_file("tls_ca"),
         domain=config.tls_server_name,
-        client_cert=_read(config, "tls_cert"),
-        client_private_key=_read(config, "tls_key"),
+        client_cert=config.read_file("tls_cert"),
+        client_private_key=config.read_file("tls_key"),
     )
 
 
 async def connect_temporal(config: TemporalConfig | None = None) -> Client:
     config = config or TemporalConfig.from_env()
     tls = _tls(config)
-    api_key = _api_key(config)
+    api_key = config.read_api_key()
     try:
         return await Client.connect(
             config.address,

@@ -33,12 +33,6 @@ _REMOTE_TEMPORAL_FILES = {
     "tls_key": "temporal/client.key",
     "api_key_file": "temporal/api-key",
 }
-_VARIABLES = {
-    "tls_ca": "GPUFLOW_TEMPORAL_TLS_CA",
-    "tls_cert": "GPUFLOW_TEMPORAL_TLS_CERT",
-    "tls_key": "GPUFLOW_TEMPORAL_TLS_KEY",
-    "api_key_file": "GPUFLOW_TEMPORAL_API_KEY_FILE",
-}
 
 
 async def collect_ssh_facts(spec: FleetSpec) -> dict[str, HostFacts]:
@@ -68,22 +62,13 @@ def agent_temporal_files(config: TemporalConfig) -> dict[str, bytes]:
     if config.embedded:
         return {}
     files: dict[str, bytes] = {}
-    for name in ("tls_ca", "tls_cert", "tls_key", "api_key_file"):
-        path: Path | None = getattr(config, name)
-        if path is None:
-            continue
-        try:
-            files[name] = path.read_bytes()
-        except OSError as exc:
-            reason = exc.strerror or type(exc).__name__
-            raise GpuflowError(f"{_VARIABLES[name]}: cannot read {path} ({reason})") from None
-    if "api_key_file" in files:
-        key = files["api_key_file"].decode(errors="replace").strip()
-        if not key:
-            raise GpuflowError(f"GPUFLOW_TEMPORAL_API_KEY_FILE: {config.api_key_file} is empty")
+    for name in ("tls_ca", "tls_cert", "tls_key"):
+        content = config.read_file(name)
+        if content is not None:
+            files[name] = content
+    key = config.read_api_key()
+    if key is not None:
         files["api_key_file"] = key.encode()
-    elif config.api_key is not None:
-        files["api_key_file"] = config.api_key.strip().encode()
     return files
 
 
