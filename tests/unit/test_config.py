@@ -361,8 +361,9 @@ async def test_tls_with_the_ca_gets_past_the_handshake(pki: Pki, tls_server: Tls
     message = _one_line(caught.value)
     # The handshake completed (the server verified nothing but saw SNI), and the failure came
     # afterwards, from a server that does not speak Temporal's API.
-    assert tls_server.peers == [""]
-    assert tls_server.sni == [SERVER_NAME]
+    # (The SDK may dial more than once; every handshake counts the same.)
+    assert tls_server.peers and set(tls_server.peers) == {""}
+    assert set(tls_server.sni) == {SERVER_NAME}
     assert message.startswith(f"cannot reach Temporal at {tls_server.address} over TLS (")
     assert "get_system_info" in message
     assert API_KEY not in message
@@ -379,7 +380,7 @@ async def test_mtls_presents_the_client_certificate(pki: Pki, tls_server: TlsSer
     )
     with pytest.raises(ConnectionFailed):
         await connect_temporal(config)
-    assert tls_server.peers == ["gpuflow-agent"]
+    assert tls_server.peers and set(tls_server.peers) == {"gpuflow-agent"}
 
 
 async def test_tls_without_the_ca_fails_the_handshake(tls_server: TlsServer) -> None:
