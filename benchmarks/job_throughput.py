@@ -548,6 +548,15 @@ def main(argv: list[str] | None = None) -> Figures:
     )
     parser.add_argument("--json", type=Path, help="write the headline figures here")
     args = parser.parse_args(argv)
+    if args.rate <= 0:
+        parser.error(f"--rate {args.rate:g}: starts per second must be above 0")
+    for flag, value, least in (
+        ("-n", args.n, 1),
+        ("--paced", args.paced, 1),
+        ("--solo", args.solo, 0),
+    ):
+        if value < least:
+            parser.error(f"{flag} {value}: must be at least {least}")
     # SIGTERM (`timeout`, a CI runner) unwinds like Ctrl-C: asyncio cancels `run`, whose
     # finally blocks stop the workers and the dev server and remove the temporary home.
     signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
