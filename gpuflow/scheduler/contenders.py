@@ -8,7 +8,8 @@ among the states that might take it, instead of at every host.
 from __future__ import annotations
 
 from gpuflow.scheduler.filters import Context
-from gpuflow.scheduler.index import HostView, SnapshotIndex
+from gpuflow.scheduler.index import HostView, SnapshotIndex, StatePools
+from gpuflow.scheduler.request import Request
 
 
 def contenders(hosts: list[HostView], ctx: Context, *, per_host: bool) -> list[HostView]:
@@ -49,13 +50,13 @@ def contender_states(hosts: list[HostView], ctx: Context) -> list[set[int]] | No
 
 def _groups(ctx: Context) -> list[set[int]]:
     """States that have room for this kind of request (a superset of those that fit)."""
-    request = ctx.request
-    pools = ctx.index.pools[ctx.fleet.name]
-    if request.fraction is not None:
-        return pools.with_share(request.fraction)
-    if request.wants_gpu and request.gpu_min > 0:
-        return pools.with_whole(request.gpu_min)
-    return pools.with_cpus(request.cpus)
+    return ctx.index.pools[ctx.fleet.name].with_room(room_of(ctx.request))
+
+
+def room_of(request: Request) -> tuple[int, int]:
+    """The room a state must have to be worth a look (see StatePools.room_for)."""
+    gpus = request.gpu_min if request.wants_gpu else 0
+    return StatePools.room_for(request.fraction, gpus, request.cpus)
 
 
 def static_orders(index: SnapshotIndex, fleet: str, hosts: list[HostView]) -> set[int] | None:

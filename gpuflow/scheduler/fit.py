@@ -8,7 +8,7 @@ Per-GPU memory is compared in whole GB (GPUs report a little less than their nom
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpuflow.scheduler.compat import gpu_meets_capability
 from gpuflow.scheduler.index import EPSILON, HostClass, HostView, ceil_div
@@ -16,9 +16,8 @@ from gpuflow.scheduler.request import Request
 from gpuflow.specs.units import format_size_mib
 
 
-@dataclass(frozen=True, slots=True)
-class Option:
-    """One way to seat a node on a host."""
+class Option(NamedTuple):
+    """One way to seat a node on a host (a named tuple: placement passes build many)."""
 
     gpus: tuple[int, ...]
     fraction: float | None
@@ -120,7 +119,7 @@ def _fit_whole_host(
         if not seen:
             most = max(1 - used[i] for i in candidates)
             return f"no GPU has {share:g} free (most free: {max(most, 0):.2g})"
-        chosen = tuple((i,) for i in seen.values())
+        chosen = tuple([(i,) for i in seen.values()])
     elif request.wants_gpu:
         free = [i for i in candidates if used[i] <= EPSILON]
         if len(free) < request.gpu_min:
@@ -137,10 +136,13 @@ def _fit_whole_host(
         shortfall = _host_shortfall(view, request.cpus, request.memory_mib, request.disk_mib)
         if shortfall:
             return shortfall
-    return tuple(
-        Option(gpus, request.fraction, (), request.cpus, request.memory_mib, request.disk_mib)
-        for gpus in chosen
+    fraction, cpus, memory, disk = (
+        request.fraction,
+        request.cpus,
+        request.memory_mib,
+        request.disk_mib,
     )
+    return tuple([Option(gpus, fraction, (), cpus, memory, disk) for gpus in chosen])
 
 
 def _host_shortfall(view: HostView, cpus: float, memory: int, disk: int) -> str | None:

@@ -166,16 +166,27 @@ class StatePools:
         self.by_whole[whole].discard(state_id)
         self.by_cpus[cpu_level].discard(state_id)
 
-    def with_share(self, share: float) -> list[set[int]]:
-        """States with a GPU that may have `share` free (a superset)."""
-        return self.by_share[max(0, int((share - EPSILON) * _SHARE_STEPS)) :]
+    @staticmethod
+    def room_for(fraction: float | None, gpus: int, cpus: float) -> tuple[int, int]:
+        """What a request needs of a state's room: (0: share, 1: whole GPUs, 2: CPUs; level)."""
+        if fraction is not None:
+            return 0, max(0, int((fraction - EPSILON) * _SHARE_STEPS))
+        if gpus > 0:
+            return 1, gpus
+        return 2, max(0, int(cpus)).bit_length()
 
-    def with_whole(self, count: int) -> list[set[int]]:
-        return [states for whole, states in self.by_whole.items() if whole >= count]
+    def with_room(self, room: tuple[int, int]) -> list[set[int]]:
+        """States that may have the room (a superset of those where the request fits)."""
+        axis, level = room
+        if axis == 0:
+            return self.by_share[level:]
+        found = self.by_whole if axis == 1 else self.by_cpus
+        return [states for have, states in found.items() if have >= level]
 
-    def with_cpus(self, cpus: float) -> list[set[int]]:
-        level = max(0, int(cpus)).bit_length()
-        return [states for cpu_level, states in self.by_cpus.items() if cpu_level >= level]
+    def has_room(self, state_id: int, room: tuple[int, int]) -> bool:
+        """Whether the state is among `with_room(room)`."""
+        where = self._where.get(state_id)
+        return where is not None and where[room[0]] >= room[1]
 
 
 class SnapshotIndex:
@@ -189,6 +200,8 @@ class SnapshotIndex:
         self.static_memo: dict[Any, tuple[list[HostView], list[Rejection]]] = {}
         self.fit_memo: dict[Any, dict[int, Any]] = {}
         """Per request (and scorer): host state id -> fit, or -> (score, option)."""
+        self.rankings: dict[Any, Any] = {}
+        """Per fleet, scorer and request: the fast path's ranking of states (ranking.py)."""
         self.workloads: dict[Any, Any] = {}
         """Per fleet mix: the prepared Workload and fragmentation per host state id."""
         self.rejections: dict[tuple[str, str, str], Rejection] = {}
@@ -318,6 +331,7 @@ class SnapshotIndex:
         """Start the memo tables afresh (they only grow); every host is read again."""
         self.state_ids.clear()
         self.fit_memo.clear()
+        self.rankings.clear()
         self.workloads.clear()
         self.resource_rejections.clear()
         self.refusals.clear()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuflow.scheduler.contenders import contender_states, contenders
+from gpuflow.scheduler.contenders import contender_states, contenders, room_of
 from gpuflow.scheduler.filters import (
     GANG,
     Context,
@@ -20,7 +20,7 @@ from gpuflow.scheduler.filters import (
     static_filters,
     unknown_selected_hosts,
 )
-from gpuflow.scheduler.fit import Option, fit
+from gpuflow.scheduler.fit import Option, fit, matching_gpus
 from gpuflow.scheduler.gangs import choose_gang, gang_shortfall
 from gpuflow.scheduler.index import HostView, SnapshotIndex, index_of, is_ready
 from gpuflow.scheduler.model import (
@@ -32,6 +32,7 @@ from gpuflow.scheduler.model import (
     Unschedulable,
 )
 from gpuflow.scheduler.offers import Offer, Offers, Scored, offer_of
+from gpuflow.scheduler.ranking import Ranking
 from gpuflow.scheduler.request import Request, resolve
 from gpuflow.scheduler.scorers import Scoring, scoring_for
 from gpuflow.specs import JobSpec
@@ -119,7 +120,7 @@ def _decide_fleet(
     ranked: list[Scored] = []
     dropped: list[Rejection] = []
     if states is not None:  # the fast path: one pass over usage states
-        best = _best_state(states, request, index, scoring)
+        best = _best_state(states, request, index, scoring, fleet.name)
     else:
         candidates = hosts if keep_all else contenders(hosts, ctx, per_host=scoring.per_host)
         survivors, dropped = by_resources(candidates, ctx)
@@ -170,35 +171,47 @@ def _score(
 
 
 def _best_state(
-    states: list[set[int]], request: Request, index: SnapshotIndex, scoring: Scoring
+    states: list[set[int]], request: Request, index: SnapshotIndex, scoring: Scoring, fleet: str
 ) -> Scored | None:
-    """`_score`'s winner over the shortlist of usage states, decided in one pass: a state's fit
-    and score are memoized per request, and a state stands for its first host."""
+    """`_score`'s winner over the shortlist of usage states (each stands for its first host):
+    a state's fit and score are memoized per request, and the ranking of the states that fit
+    is kept between placements (ranking.py), so only states new since the last look are scored."""
     fits = fit_memo(index, request)
     scores = _score_memo(index, scoring, request)
     members = index.members
-    best_score, best_order, best_state = -float("inf"), -1, -1
-    for group in states:
-        for state_id in group:
-            found = scores.get(state_id)
-            if found is None:
-                view = members[state_id][0]
-                choices = fits.get(state_id)
-                if choices is None:
-                    choices = fits[state_id] = fit(view, request, None)
-                if isinstance(choices, str):
-                    continue
-                found = scores[state_id] = _best_option(view, choices, scoring)
-            score = found[0]
-            if score > best_score or best_state < 0:
-                best_score, best_order, best_state = score, members[state_id][0].order, state_id
-            elif score == best_score:
-                order = members[state_id][0].order
-                if order < best_order:
-                    best_order, best_state = order, state_id
-    if best_state < 0:
+    usable = _usable_classes(index, request)
+    pools, room = index.pools[fleet], room_of(request)
+
+    def score(state_id: int) -> tuple[float, Option] | None:
+        found = scores.get(state_id)
+        if found is None:
+            if not pools.has_room(state_id, room):
+                return None
+            view = members[state_id][0]
+            cls = view.cls
+            admits = usable.get(cls.id)
+            if admits is None:
+                admits = usable[cls.id] = not isinstance(matching_gpus(cls, request), str)
+            if not admits:  # the host's GPU models can never serve it: no need to look
+                return None
+            choices = fits.get(state_id)
+            if choices is None:
+                choices = fits[state_id] = fit(view, request, None)
+            if isinstance(choices, str):
+                return None
+            found = scores[state_id] = _best_option(view, choices, scoring)
+        return found
+
+    key = (fleet, scoring.name, scoring.weights_key, id(scoring.workload), request.key)
+    ranking: Ranking | None = index.rankings.get(key)
+    if ranking is None or not ranking.catch_up(index, score):
+        shortlist = (state_id for group in states for state_id in group)
+        ranking = index.rankings[key] = Ranking(index, shortlist, score)
+    best = ranking.best(index)
+    if best is None:
         return None
-    return best_score, best_order, members[best_state][0], scores[best_state][1]
+    best_score, order, state_id = best
+    return best_score, order, members[state_id][0], scores[state_id][1]
 
 
 def _best_option(
@@ -211,6 +224,15 @@ def _best_option(
         if value > top_score:
             top_score, top = value, option
     return top_score, top
+
+
+def _usable_classes(index: SnapshotIndex, request: Request) -> dict[int, bool]:
+    """Host class id -> whether its GPUs can serve the request at all."""
+    key = ("classes", request.key)
+    found = index.fit_memo.get(key)
+    if found is None:
+        found = index.fit_memo[key] = {}
+    return found
 
 
 def _score_memo(

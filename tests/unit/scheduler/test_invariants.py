@@ -229,3 +229,69 @@ def test_naming_a_host_gives_the_verdict_of_a_snapshot_with_only_that_host(
         else:
             assert isinstance(by_gpus, Unschedulable)
             assert [r.filter for r in by_gpus.rejections] == [r.filter for r in by_name.rejections]
+
+
+@st.composite
+def large_fleets(draw: st.DrawFn) -> Snapshot:
+    """One fleet of ready hosts, large enough for the fast path (64+ hosts, few shapes)."""
+    shapes = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from([0, 1, 2, 4, 8]),
+                st.sampled_from([8, 16, 32, 64]),
+                st.sampled_from(["A100", "T4"]),
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    members = []
+    for number in range(draw(st.integers(64, 90))):
+        count, cpus, model = shapes[number % len(shapes)]
+        members.append(
+            HostSnapshot(
+                id=f"big/h{number}",
+                name=f"h{number}",
+                fleet="big",
+                state=HostState.READY,
+                os="linux",
+                arch="x86_64",
+                cpus=cpus,
+                memory_mib=cpus * 4096,
+                disk_mib=500 * 1024,
+                gpus=[
+                    GpuSlot(index=i, name=model, vendor="nvidia", memory_mib=24576)
+                    for i in range(count)
+                ],
+                task_queue=f"q-{number}",
+            )
+        )
+    scorer = draw(st.sampled_from(["fragmentation", "binpack", "spread"]))
+    return Snapshot(fleets=[FleetSnapshot(name="big", kind="sim", scorer=scorer, hosts=members)])
+
+
+@SETTINGS
+@given(
+    large_fleets(),
+    st.lists(st.tuples(st.integers(0, 30), st.integers(0, 3)), min_size=10, max_size=60),
+    st.data(),
+)
+def test_the_kept_ranking_picks_what_a_full_pass_picks(
+    snapshot: Snapshot, stream: list[tuple[int, int]], data: st.DataObject
+) -> None:
+    # Placing remembers, per kind of request, the usage states ranked by score and catches up
+    # on the hosts that changed; releases make states vanish and come back, and change which
+    # host comes first in a state. The dry run scores every host afresh.
+    held: list[Placement] = []
+    for number, action in stream:
+        if action == 0 and held:
+            release_placement(snapshot, held.pop(number % len(held)))
+            continue
+        job = data.draw(jobs(number))
+        result = place(job, snapshot)
+        assert result == explain(job, snapshot).verdict()
+        assert result == place(job, fresh(snapshot))
+        if isinstance(result, Placement):
+            apply_placement(snapshot, result)
+            held.append(result)
+        check_capacity(snapshot)
