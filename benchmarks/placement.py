@@ -47,7 +47,10 @@ from gpuflow.status import HostState  # noqa: E402
 TRACES = ("default", "gpushare100", "multigpu50", "gpuspec33")
 SCORERS = ("fragmentation", "fgd", "binpack", "spread", "random")
 VARIANTS = {
-    "fgd": ("fragmentation", {"capacity": 0.0, "capacity_whole": 0.0, "scarcity": 0.0}),
+    "fgd": (
+        "fragmentation",
+        {"capacity": 0.0, "capacity_whole": 0.0, "scarcity": 0.0, "idle": 0.0},
+    ),
 }
 """Benchmark labels for scorer configurations: `fgd` is gpuflow's fragmentation scorer set to
 FGD's own fragmentation measure (weights are configuration), the reference it improves on."""

@@ -9,23 +9,36 @@ before the GPUs do. For a typical request t (k GPUs of `need` milli-GPUs each, c
     slots   = whole free GPUs // k               (k whole GPUs)
             = sum over GPUs of free // need      (a share of one GPU)
     n       = min(slots, free CPUs // c, free memory // m)
-    lost(t) = free milli-GPUs - n * k * need     (all of it when n = 0, as in FGD)
+    lost(t) = max(0, free milli-GPUs - n * k * need - idle(t))
+              (all of the free milli-GPUs when n = 0, as in FGD)
+    idle(t) = what the same count gives on an idle host of the class (0 when t never fits it)
+
+Leaving out `idle(t)` charges a host only for the capacity that using it has made unusable,
+not for what t could never take on a host of that size (a 60-CPU 4-GPU request fits once on a
+96-CPU 8-GPU host, whatever else runs there; 0.47-GPU shares leave 0.06 of every GPU). Without
+it, a job that breaks an idle host shrinks that charge and so looks cheaper than it is, and
+small jobs break the few hosts that large jobs need (benchmarks/README.md, Placement).
 
 A CPU-only t loses the free GPUs only when it does not fit (it never uses them); a t limited to
 other GPU models loses all of them. The host's expected fragmentation is the mix-weighted sum of
 lost(t); the fragmentation scorer places a job where this grows the least.
 
-A kind limited to some GPU models weighs its share of the requests times the fleet's GPUs over
-the GPUs of its models (to the power `scarcity`: 1 by default, 0 weighs by the share alone, as
-FGD does): its demand is spread over those GPUs only, so per GPU it presses harder on them than
-a kind that may run anywhere. Without this, a job that may run anywhere takes the few GPUs of a
-model that pinned jobs wait for as readily as the many GPUs of another model.
+A kind limited to some GPU models weighs more than its share of the requests: its demand falls
+on those GPUs only. Its share is multiplied by its demand per GPU of those models relative to the
+fleet's average, counted only for the part of them its own demand can fill: with e the models'
+share of the fleet's GPUs and d the share of the GPU demand pinned to exactly those models,
+(min(1, d / e) / e) ** `scarcity` (at least 1; `scarcity` 0 weighs by the share alone, as FGD
+does). Without it, a job that may run anywhere takes the few GPUs of a model that pinned jobs
+wait for as readily as the many GPUs of another; without the cap, a model that pinned jobs
+cannot fill is kept from the jobs that could fill the rest.
 
 `capacity` blends this measure (1) with FGD's one-more-request measure (0): lost(t) = blend *
 gpuflow's + (1 - blend) * FGD's. On the openb trace the counting pays off for shared-GPU kinds
 and mostly hurts for whole-GPU kinds when multi-GPU jobs are common (they then protect idle hosts
 better with FGD's view), hence separate blends (`capacity`, `whole_capacity`). Everything is in
-milli-GPUs (1000 = one GPU) and memoized per host state.
+milli-GPUs (1000 = one GPU) and memoized per host state; free CPUs and memory enter the memo
+keys only as the last step they passed at which some count changes, so hosts that differ below
+that share one entry.
 """
 
 from __future__ import annotations
@@ -67,10 +80,31 @@ class _Kind:
 _Demand = tuple[tuple[float, float, int], ...]
 """(weight, CPUs, MiB) of the kinds in one GPU group."""
 
+_Needs = tuple[tuple[float, float, int, float], ...]
+"""(weight, CPUs, MiB, idle loss) of the kinds in one GPU group on one host class."""
 
-_Group = tuple[float, int, float, float, int, float, int, _Demand]
+
+_Idle = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]
+"""A group's idle losses, ascending, with the running sums of weight and weight x loss up to
+each (one more entry, 0 first)."""
+
+_Group = tuple[float, int, float, float, int, float, int, _Needs, _Idle | None]
 """Kinds with the same GPU need: (weight, milli-GPUs per request, blend, least CPUs, least
-memory, most CPUs, most memory, demands). A plain tuple: it is unpacked in the hot loop."""
+memory, most CPUs, most memory, demands, idle losses or None when all are 0). A plain tuple:
+it is unpacked in the hot loop."""
+
+
+_Rest = tuple[int, int, float, float, _Needs]
+"""(slots, milli-GPUs per request, blend, FGD's part of the loss, demands) of a group."""
+
+_Step = tuple[float, int, float, int, float, float, _Rest]
+"""A group with free GPU slots, as the measure walks it: (least CPUs, least memory, CPUs and
+memory its hungriest kind needs for all slots, its loss when no kind fits, its loss when the
+GPUs run out first, the rest for counting kind by kind)."""
+
+_Plan = tuple[int, float, float, int, float, tuple[_Step, ...]]
+"""(free milli-GPUs, loss that does not depend on CPUs or memory, CPUs and memory from which
+the GPUs run out first for every group, the groups' loss then, groups with slots)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +118,15 @@ class _ClassKinds:
     """GPU counts of the groups of kinds that take whole GPUs."""
     shares: tuple[int, ...]
     """Milli-GPUs of the groups of kinds that take a share of one GPU."""
+    per_gpu: tuple[int, ...]
+    """How many of each share one whole GPU holds."""
     groups: tuple[_Group, ...]
     """The whole-GPU groups, then the share groups, in the order above."""
+    cpu_steps: list[float]
+    memory_steps: list[int]
+    """Every amount of free CPUs / memory at which some count below changes (j x a kind's
+    need, for j up to the requests of the kind the class's GPUs could hold), ascending: two
+    hosts whose free CPUs (memory) lie between the same two steps lose the same."""
 
 
 def alike_merged(demands: list[tuple[float, float, int]]) -> _Demand:
@@ -108,14 +149,19 @@ class Workload:
         whole_capacity: float | None = None,
         supply: Mapping[str, int] | None = None,
         scarcity: float = 1.0,
+        idle: float = 1.0,
     ) -> None:
-        """`supply`: the fleet's GPUs per model; a kind limited to some models weighs its share
-        of the requests times (fleet's GPUs / its models' GPUs) ** `scarcity` (0: FGD's weights)."""
+        """`supply`: the fleet's GPUs per model, for the weight of kinds limited to some models
+        (`scarcity`, see the module docstring; 0: FGD's weights). `idle` 1 leaves out what a kind
+        would lose on an idle host of the class, 0 does not (FGD)."""
         self.capacity = min(1.0, max(0.0, capacity))
         """1: gpuflow's measure; 0: FGD's; in between, that blend of the two."""
         self.whole_capacity = self.capacity if whole_capacity is None else whole_capacity
+        self.idle = min(1.0, max(0.0, idle))
+        """How much of what a kind would lose on an idle host of the class is left out."""
         supply = supply or {}
         fleet_gpus = sum(supply.values())
+        pinned = _pinned_demand(mix)
         merged: dict[tuple[Any, ...], float] = {}
         for item in mix:
             if item.weight <= 0:
@@ -126,9 +172,11 @@ class Workload:
                 gpus, need = item.gpus, 1000 if item.gpus else 0
             weight = item.weight
             if gpus and item.gpu_names:
-                eligible = sum(supply.get(name, 0) for name in item.gpu_names)
+                eligible = sum(supply.get(name, 0) for name in item.gpu_names) / (fleet_gpus or 1)
                 if eligible:
-                    weight *= (fleet_gpus / eligible) ** scarcity
+                    # Demand per GPU of its models, in the part of them its pinned demand fills.
+                    pressure = min(1.0, pinned[item.gpu_names] / eligible) / eligible
+                    weight *= max(1.0, pressure) ** scarcity
             key = (gpus, need, float(item.cpus), int(item.memory_mib), item.gpu_names)
             merged[key] = merged.get(key, 0.0) + weight
         total = sum(merged.values()) or 1.0
@@ -138,7 +186,9 @@ class Workload:
         ]
         self._per_class: dict[int, _ClassKinds] = {}
         self._memo: dict[tuple[Any, ...], float] = {}
-        self._slots: dict[tuple[int, tuple[int, ...]], tuple[tuple[int, int], ...]] = {}
+        self._plans: dict[tuple[int, tuple[int, ...]], _Plan] = {}
+        self._cpu_unfit: dict[tuple[int, float, int], float] = {}
+        self._per_free: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
 
     def _kinds_for(self, cls: HostClass) -> _ClassKinds:
         found = self._per_class.get(cls.id)
@@ -160,29 +210,68 @@ class Workload:
             else:
                 shares.setdefault(kind.need, []).append(demand)
 
+        sample = cls.sample
+        idle_total = cls.n_gpus * 1000
+        idle_cpus = float(sample.cpus) + _SLACK
+        idle_memory = sample.memory_mib
+
+        def idle_loss(slots: int, size: int, cpus: float, memory: int) -> float:
+            """What one kind loses on an idle host of the class (the measure below)."""
+            count: float = slots
+            if cpus > 0:
+                count = min(count, idle_cpus // cpus)
+            if memory > 0:
+                count = min(count, idle_memory // memory)
+            if count == 0:
+                return 0.0  # never fits: all of a host's free GPUs are lost to it, as in FGD
+            return self.idle * (idle_total - count * size)
+
         def grouped(
             groups: dict[int, list[tuple[float, float, int]]], milli: int, blend: float
         ) -> list[_Group]:
-            return [
-                (
-                    sum(d[0] for d in demands),
-                    size * milli,
-                    blend,
-                    min(d[1] for d in demands),
-                    min(d[2] for d in demands),
-                    max(d[1] for d in demands),
-                    max(d[2] for d in demands),
-                    alike_merged(demands),
+            found: list[_Group] = []
+            for size, demands in sorted(groups.items()):
+                per = size * milli
+                slots = cls.n_gpus // size if milli == 1000 else cls.n_gpus * (1000 // size)
+                needs = tuple(
+                    (weight, cpus, memory, idle_loss(slots, per, cpus, memory))
+                    for weight, cpus, memory in alike_merged(demands)
                 )
-                for size, demands in sorted(groups.items())
-            ]
+                found.append(
+                    (
+                        sum(d[0] for d in demands),
+                        per,
+                        blend,
+                        min(d[1] for d in demands),
+                        min(d[2] for d in demands),
+                        max(d[1] for d in demands),
+                        max(d[2] for d in demands),
+                        needs,
+                        _idle_sums(needs),
+                    )
+                )
+            return found
 
+        groups = (*grouped(whole, 1000, self.whole_capacity), *grouped(shares, 1, self.capacity))
+        cpu_steps: set[float] = set()
+        memory_steps: set[int] = set()
+        for _, need_cpus, need_memory in cpu_only:
+            cpu_steps.add(need_cpus)
+            memory_steps.add(need_memory)
+        for group, gpus in zip(groups, (*sorted(whole), *sorted(shares)), strict=True):
+            most = cls.n_gpus // gpus if group[1] >= 1000 else cls.n_gpus * (1000 // gpus)
+            for _, need_cpus, need_memory, _ in group[7]:
+                cpu_steps.update(j * need_cpus for j in range(1, most + 1))
+                memory_steps.update(j * need_memory for j in range(1, most + 1))
         found = self._per_class[cls.id] = _ClassKinds(
             lost,
             tuple(cpu_only),
             tuple(sorted(whole)),
             tuple(sorted(shares)),
-            (*grouped(whole, 1000, self.whole_capacity), *grouped(shares, 1, self.capacity)),
+            tuple(1000 // need for need in sorted(shares)),
+            groups,
+            sorted(cpu_steps),
+            sorted(memory_steps),
         )
         return found
 
@@ -190,75 +279,193 @@ class Workload:
         self, cls: HostClass, free: tuple[int, ...], cpus: float, memory: int
     ) -> float:
         """Expected lost milli-GPUs of a host with `free` (ascending) milli-GPUs per GPU."""
-        key = (cls.id, free, round(cpus, 6), memory)
+        kinds = self._per_class.get(cls.id) or self._kinds_for(cls)
+        # Free CPUs and memory matter only through the steps they have passed.
+        steps = kinds.cpu_steps
+        passed = bisect_right(steps, cpus + _SLACK)
+        cpus = steps[passed - 1] + _SLACK / 2 if passed else 0.0
+        steps_memory = kinds.memory_steps
+        passed = bisect_right(steps_memory, memory)
+        memory = steps_memory[passed - 1] if passed else 0
+        key = (cls.id, free, cpus, memory)
         found = self._memo.get(key)
         if found is not None:
             return found
-        total = sum(free)
-        result = 0.0
+        plan = self._plans.get((cls.id, free))
+        if plan is None:
+            plan = self._plan(cls, kinds, free)
+        total, result, roomy_cpus, roomy_memory, roomy, active = plan
         if total:
-            kinds = self._kinds_for(cls)
-            cpus += _SLACK
-            result = total * kinds.lost
-            for weight, need_cpus, need_memory in kinds.cpu_only:
-                if need_cpus > cpus or need_memory > memory:
-                    result += weight * total
-            slots_small = self._slots.get((cls.id, free))
-            if slots_small is None:
-                slots_small = self._slots_of(cls, kinds, free)
-            for (slots, small), group in zip(slots_small, kinds.groups, strict=True):
-                weight, size, blend, least_cpus, least_memory, most_cpus, most_memory, demands = (
-                    group
-                )
-                if slots == 0 or least_cpus > cpus or least_memory > memory:
-                    result += weight * total
-                elif most_cpus * slots <= cpus and most_memory * slots <= memory:
-                    # The GPUs run out first for every kind of the group.
-                    result += weight * (blend * (total - slots * size) + (1 - blend) * small)
-                else:
-                    lost = 0.0
-                    kept = (1 - blend) * small
-                    for weight, need_cpus, need_memory in demands:
-                        # A float count (from the CPUs) is a whole number: same arithmetic.
-                        count: float = slots
-                        if need_cpus > 0:
-                            by_cpu = cpus // need_cpus
-                            if by_cpu < count:
-                                count = by_cpu
-                        if need_memory > 0:
-                            by_memory = memory // need_memory
-                            if by_memory < count:
-                                count = by_memory
-                        if count == 0:
-                            lost += weight * total
-                        else:
-                            lost += weight * (blend * (total - count * size) + kept)
-                    result += lost
+            if kinds.cpu_only:
+                unfit = self._cpu_unfit.get((cls.id, cpus, memory))
+                if unfit is None:
+                    unfit = sum(w for w, c, m in kinds.cpu_only if c > cpus or m > memory)
+                    if len(self._cpu_unfit) > 100_000:
+                        self._cpu_unfit.clear()
+                    self._cpu_unfit[cls.id, cpus, memory] = unfit
+                # CPU-only kinds lose the GPUs only when they do not fit.
+                result += unfit * total
+            if cpus >= roomy_cpus and memory >= roomy_memory:
+                # The GPUs run out first for every kind of every group.
+                result += roomy
+            else:
+                for (
+                    least_cpus,
+                    least_memory,
+                    most_cpus,
+                    most_memory,
+                    all_lost,
+                    gpu_bound,
+                    rest,
+                ) in active:
+                    if least_cpus > cpus or least_memory > memory:
+                        result += all_lost
+                    elif most_cpus <= cpus and most_memory <= memory:
+                        # The GPUs run out first for every kind of the group.
+                        result += gpu_bound
+                    else:
+                        result += _counted(rest, total, cpus, memory)
         if len(self._memo) > 500_000:
             self._memo.clear()
         self._memo[key] = result
         return result
 
-    def _slots_of(
-        self, cls: HostClass, kinds: _ClassKinds, free: tuple[int, ...]
-    ) -> tuple[tuple[int, int], ...]:
+    def _plan(self, cls: HostClass, kinds: _ClassKinds, free: tuple[int, ...]) -> _Plan:
+        """What of the measure depends on the free GPUs alone: the total, the loss of the kinds
+        that cannot use them whatever the CPUs and memory, and per group that can: its
+        thresholds and its loss when the GPUs run out first (see `_Plan`)."""
+        total = sum(free)
+        base = 0.0
+        active: list[_Step] = []
+        if total:
+            base = total * kinds.lost
+            for (slots, small), group in zip(
+                self._slots_of(kinds, free), kinds.groups, strict=True
+            ):
+                (
+                    weight,
+                    size,
+                    blend,
+                    least_cpus,
+                    least_memory,
+                    most_cpus,
+                    most_memory,
+                    needs,
+                    idle,
+                ) = group
+                if slots == 0:
+                    base += weight * total
+                    continue
+                counted = total - slots * size
+                if idle is None:
+                    gpu_bound = weight * (blend * counted + (1 - blend) * small)
+                else:
+                    # Each kind counts what exceeds its idle loss: those below `counted`.
+                    losses, weights, weighted = idle
+                    below = bisect_left(losses, counted)
+                    gpu_bound = blend * (counted * weights[below] - weighted[below])
+                    gpu_bound += weight * (1 - blend) * small
+                active.append(
+                    (
+                        least_cpus,
+                        least_memory,
+                        most_cpus * slots,
+                        most_memory * slots,
+                        weight * total,
+                        gpu_bound,
+                        (slots, size, blend, (1 - blend) * small, needs),
+                    )
+                )
+        if len(self._plans) > 100_000:
+            self._plans.clear()
+        roomy_cpus = max((step[2] for step in active), default=0.0)
+        roomy_memory = max((step[3] for step in active), default=0)
+        roomy = sum(step[5] for step in active)
+        plan = (total, base, roomy_cpus, roomy_memory, roomy, tuple(active))
+        self._plans[cls.id, free] = plan
+        return plan
+
+    def _slots_of(self, kinds: _ClassKinds, free: tuple[int, ...]) -> list[tuple[int, int]]:
         """Per group: how many requests the free GPUs alone could take, and the milli-GPUs
         too small for one (FGD's loss)."""
         partial = bisect_left(free, 1000)  # GPUs with less than a whole GPU free
         whole_free = len(free) - partial
         small = sum(free[:partial])
         found: list[tuple[int, int]] = [(whole_free // gpus, small) for gpus in kinds.whole]
-        shared = free[bisect_right(free, 0) : partial]
-        for need in kinds.shares:
-            slots = whole_free * (1000 // need)
-            for value in shared:
-                slots += value // need
-            small = 0 if self.capacity == 1 else sum(free[: bisect_left(free, need)])
-            found.append((slots, small))
-        if len(self._slots) > 100_000:
-            self._slots.clear()
-        result = self._slots[(cls.id, free)] = tuple(found)
-        return result
+        shares = kinds.shares
+        if shares:
+            table = self._per_free.get(shares)
+            if table is None:
+                # Per milli-GPUs left on a GPU: how many of each share it holds.
+                table = self._per_free[shares] = [
+                    tuple(value // need for need in shares) for value in range(1000)
+                ]
+            shared = free[bisect_right(free, 0) : partial]
+            if not shared:
+                by_share: tuple[int, ...] | map[int] = table[0]
+            elif len(shared) == 1:
+                by_share = table[shared[0]]
+            else:
+                by_share = map(sum, zip(*[table[value] for value in shared], strict=True))
+            for need, per_gpu, extra in zip(shares, kinds.per_gpu, by_share, strict=True):
+                small = 0 if self.capacity == 1 else sum(free[: bisect_left(free, need)])
+                found.append((whole_free * per_gpu + extra, small))
+        return found
+
+
+def _counted(rest: _Rest, total: int, cpus: float, memory: int) -> float:
+    """A group's loss when CPUs or memory may run out before its GPU slots, kind by kind."""
+    slots, size, blend, kept, needs = rest
+    result = 0.0
+    for weight, need_cpus, need_memory, floor in needs:
+        # A float count (from the CPUs) is a whole number: same arithmetic.
+        count: float = slots
+        if need_cpus > 0:
+            by_cpu = cpus // need_cpus
+            if by_cpu < count:
+                count = by_cpu
+        if need_memory > 0:
+            by_memory = memory // need_memory
+            if by_memory < count:
+                count = by_memory
+        if count == 0:
+            result += weight * total
+        else:
+            counted = total - count * size - floor
+            if counted > 0:
+                result += weight * (blend * counted + kept)
+            else:
+                result += weight * kept
+    return result
+
+
+def _idle_sums(needs: _Needs) -> _Idle | None:
+    if all(need[3] == 0 for need in needs):
+        return None
+    ordered = sorted((idle, weight) for weight, _, _, idle in needs)
+    weights = [0.0]
+    weighted = [0.0]
+    for idle, weight in ordered:
+        weights.append(weights[-1] + weight)
+        weighted.append(weighted[-1] + weight * idle)
+    return tuple(idle for idle, _ in ordered), tuple(weights), tuple(weighted)
+
+
+def _pinned_demand(
+    mix: list[TypicalRequest] | tuple[TypicalRequest, ...],
+) -> dict[frozenset[str], float]:
+    """Per set of GPU models: the share of the mix's GPU demand that may run on those only."""
+    amounts: dict[frozenset[str], float] = {}
+    total = 0.0
+    for item in mix:
+        if item.weight <= 0:
+            continue
+        share = item.gpu_fraction if item.gpu_fraction is not None and item.gpu_fraction < 1 else 0
+        amount = item.weight * (share or item.gpus)
+        total += amount
+        if item.gpu_names and amount:
+            amounts[item.gpu_names] = amounts.get(item.gpu_names, 0.0) + amount
+    return {names: amount / (total or 1.0) for names, amount in amounts.items()}
 
 
 def host_free(view: HostView) -> tuple[float, int]:

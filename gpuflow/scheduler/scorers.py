@@ -13,9 +13,10 @@ Weights come from the fleet's `scorer_weights` (configuration, not code):
 (defaults 1, 0.25, 0.25); `fragmentation` and `binpack` weight the terms of the fragmentation
 scorer (defaults 1, 0.05: growth of expected fragmentation in GPUs, then GPU allocation of the
 host as a tie-breaker); request kinds limited to some GPU models weigh more in the fleet's mix
-the fewer of its GPUs they may use (`scarcity`, default 1: their share of the requests times
-(fleet's GPUs / their models' GPUs) ** scarcity; 0 weighs by the share alone, as FGD does; see
-frag.py). `capacity` and `capacity_whole` blend gpuflow's fragmentation measure (1)
+the fewer of its GPUs they may use, as far as their own demand can fill them (`scarcity`,
+default 1; 0 weighs by the share alone, as FGD does; see frag.py); `idle` (default 1) leaves out
+of a host's count what a kind could never use on an idle host of that size (0: counted, as FGD
+does). `capacity` and `capacity_whole` blend gpuflow's fragmentation measure (1)
 with FGD's (0) for shared-GPU and whole-GPU request kinds (defaults 1 and 0.1, tuned on the
 openb trace: see benchmarks/README.md).
 """
@@ -41,6 +42,7 @@ DEFAULT_WEIGHTS = {
     "capacity": 1.0,
     "capacity_whole": 0.1,
     "scarcity": 1.0,
+    "idle": 1.0,
 }
 
 
@@ -94,7 +96,8 @@ def scoring_for(
         capacity = weights["capacity"]
         whole = weights["capacity_whole"]
         scarcity = weights["scarcity"]
-        key = (fleet.name, id(fleet.workload), len(fleet.workload), capacity, whole, scarcity)
+        idle = weights["idle"]
+        key = (fleet.name, id(fleet.workload), len(fleet.workload), capacity, whole, scarcity, idle)
         cached = index.workloads.get(key)
         if cached is None:
             workload = Workload(
@@ -103,6 +106,7 @@ def scoring_for(
                 whole_capacity=whole,
                 supply=gpu_supply(fleet),
                 scarcity=scarcity,
+                idle=idle,
             )
             cached = index.workloads[key] = (workload, {})
         workload, before = cached
