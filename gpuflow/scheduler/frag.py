@@ -88,10 +88,13 @@ _Idle = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]
 """A group's idle losses, ascending, with the running sums of weight and weight x loss up to
 each (one more entry, 0 first)."""
 
-_Group = tuple[float, int, float, float, int, float, int, _Needs, _Idle | None]
-"""Kinds with the same GPU need: (weight, milli-GPUs per request, blend, least CPUs, least
-memory, most CPUs, most memory, demands, idle losses or None when all are 0). A plain tuple:
-it is unpacked in the hot loop."""
+_Group = tuple[float, int, float, float, int, float, int, _Needs, _Idle | None, int]
+"""Kinds with the same GPU need (a run of them): (weight, milli-GPUs per request, blend, least
+CPUs, least memory, most CPUs, most memory, demands, idle losses or None when all are 0, the
+position of its GPU need in `whole` + `shares`)."""
+
+_RUN = 8
+"""Kinds per run of a GPU group (sorted by CPUs, then memory)."""
 
 
 _Rest = tuple[int, int, float, float, _Needs]
@@ -121,7 +124,7 @@ class _ClassKinds:
     per_gpu: tuple[int, ...]
     """How many of each share one whole GPU holds."""
     groups: tuple[_Group, ...]
-    """The whole-GPU groups, then the share groups, in the order above."""
+    """The whole-GPU groups, then the share groups, in the order above (each in runs)."""
     cpu_steps: list[float]
     memory_steps: list[int]
     """Every amount of free CPUs / memory at which some count below changes (j x a kind's
@@ -227,38 +230,48 @@ class Workload:
             return self.idle * (idle_total - count * size)
 
         def grouped(
-            groups: dict[int, list[tuple[float, float, int]]], milli: int, blend: float
+            groups: dict[int, list[tuple[float, float, int]]], milli: int, blend: float, first: int
         ) -> list[_Group]:
+            """Per GPU need, its kinds in runs of alike CPU and memory needs (`_RUN`): a run
+            whose every kind has CPUs and memory for all the GPU slots is counted at once."""
             found: list[_Group] = []
-            for size, demands in sorted(groups.items()):
+            for position, (size, demands) in enumerate(sorted(groups.items()), start=first):
                 per = size * milli
                 slots = cls.n_gpus // size if milli == 1000 else cls.n_gpus * (1000 // size)
-                needs = tuple(
-                    (weight, cpus, memory, idle_loss(slots, per, cpus, memory))
+                needs = sorted(
+                    (cpus, memory, weight, idle_loss(slots, per, cpus, memory))
                     for weight, cpus, memory in alike_merged(demands)
                 )
-                found.append(
-                    (
-                        sum(d[0] for d in demands),
-                        per,
-                        blend,
-                        min(d[1] for d in demands),
-                        min(d[2] for d in demands),
-                        max(d[1] for d in demands),
-                        max(d[2] for d in demands),
-                        needs,
-                        _idle_sums(needs),
+                for start in range(0, len(needs), _RUN):
+                    run = tuple((w, c, m, floor) for c, m, w, floor in needs[start : start + _RUN])
+                    found.append(
+                        (
+                            sum(need[0] for need in run),
+                            per,
+                            blend,
+                            min(need[1] for need in run),
+                            min(need[2] for need in run),
+                            max(need[1] for need in run),
+                            max(need[2] for need in run),
+                            run,
+                            _idle_sums(run),
+                            position,
+                        )
                     )
-                )
             return found
 
-        groups = (*grouped(whole, 1000, self.whole_capacity), *grouped(shares, 1, self.capacity))
+        groups = (
+            *grouped(whole, 1000, self.whole_capacity, 0),
+            *grouped(shares, 1, self.capacity, len(whole)),
+        )
         cpu_steps: set[float] = set()
         memory_steps: set[int] = set()
         for _, need_cpus, need_memory in cpu_only:
             cpu_steps.add(need_cpus)
             memory_steps.add(need_memory)
-        for group, gpus in zip(groups, (*sorted(whole), *sorted(shares)), strict=True):
+        sizes = (*sorted(whole), *sorted(shares))
+        for group in groups:
+            gpus = sizes[group[9]]
             most = cls.n_gpus // gpus if group[1] >= 1000 else cls.n_gpus * (1000 // gpus)
             for _, need_cpus, need_memory, _ in group[7]:
                 cpu_steps.update(j * need_cpus for j in range(1, most + 1))
@@ -339,9 +352,8 @@ class Workload:
         active: list[_Step] = []
         if total:
             base = total * kinds.lost
-            for (slots, small), group in zip(
-                self._slots_of(kinds, free), kinds.groups, strict=True
-            ):
+            slots_small = self._slots_of(kinds, free)
+            for group in kinds.groups:
                 (
                     weight,
                     size,
@@ -352,7 +364,9 @@ class Workload:
                     most_memory,
                     needs,
                     idle,
+                    position,
                 ) = group
+                slots, small = slots_small[position]
                 if slots == 0:
                     base += weight * total
                     continue

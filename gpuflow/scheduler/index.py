@@ -213,6 +213,8 @@ class SnapshotIndex:
         self.journal: list[HostView] = []
         """Hosts whose usage changed, in order; `journal_start` is the position of the first."""
         self.journal_start = 0
+        self.entered: list[int] = []
+        """Beside the journal: the usage state each of those hosts entered."""
         self.refusals: dict[Any, Any] = {}
         """Per request refused by every host: the explanation and the journal end it saw."""
         """Hosts in each usage state, in snapshot order (alike hosts in alike states)."""
@@ -287,8 +289,10 @@ class SnapshotIndex:
             view.state_id = state_id
             self._join(view)
             self.journal.append(view)
+            self.entered.append(state_id)
             if len(self.journal) > 2 * _JOURNAL:
                 del self.journal[:_JOURNAL]
+                del self.entered[:_JOURNAL]
                 self.journal_start += _JOURNAL
 
     @property
@@ -350,7 +354,10 @@ class SnapshotIndex:
         if found is None:
             if len(self.rejections) > _MAX_MEMO:
                 self.rejections.clear()
-            found = self.rejections[key] = Rejection(host=host, filter=stage, reason=reason)
+            # Built without validation: three strings the scheduler wrote (explanations of
+            # refused requests build many).
+            found = Rejection.model_construct(host=host, filter=stage, reason=reason)
+            self.rejections[key] = found
         return found
 
 

@@ -2,7 +2,7 @@
 
 A usage state's score for a request never changes (the state is a value), so once every state
 of a fleet has been scored for a kind of request, only states that appeared since need scoring:
-the hosts whose usage changed are in the index's journal. A heap per (fleet, scorer, request)
+the states that hosts entered are in the index's journal. A heap per (fleet, scorer, request)
 holds (-score, order of the state's first host, state); an entry is believed only while its
 state still has hosts and that first host is the one it names, so states that vanished or whose
 first host changed are dropped or re-entered when they reach the top. The winner is the one the
@@ -13,14 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from heapq import heapify, heappop, heappush
-from itertools import islice
-from operator import attrgetter
 from typing import Any
 
 from gpuflow.scheduler.fit import Option
 from gpuflow.scheduler.index import SnapshotIndex
-
-_STATE_ID = attrgetter("state_id")
 
 Scorer = Callable[[int], tuple[float, Option] | None]
 """A state's (score, best option) for the request, or None when the request does not fit."""
@@ -50,11 +46,13 @@ class Ranking:
         journal no longer reaches back that far (build a new ranking)."""
         if self.position < index.journal_start:
             return False
-        changed = islice(index.journal, self.position - index.journal_start, None)
+        # States that hosts entered since: the new ones, and those that may have a new first
+        # host (a host's current state is the last it entered).
+        changed = set(index.entered[self.position - index.journal_start :])
         members = index.members
         heap = self.heap
         entered = self.entered
-        for state_id in set(map(_STATE_ID, changed)):
+        for state_id in changed:
             hosts = members.get(state_id)
             if hosts is None:
                 continue
