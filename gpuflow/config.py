@@ -21,6 +21,20 @@ DEFAULT_TEMPORAL_PORT = 7233
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
+TEMPORAL_VARIABLES = (
+    "GPUFLOW_TEMPORAL_ADDRESS",
+    "GPUFLOW_TEMPORAL_NAMESPACE",
+    "GPUFLOW_TEMPORAL_PORT",
+    "GPUFLOW_TEMPORAL_TLS",
+    "GPUFLOW_TEMPORAL_TLS_CERT",
+    "GPUFLOW_TEMPORAL_TLS_KEY",
+    "GPUFLOW_TEMPORAL_TLS_CA",
+    "GPUFLOW_TEMPORAL_TLS_SERVER_NAME",
+    "GPUFLOW_TEMPORAL_API_KEY",
+    "GPUFLOW_TEMPORAL_API_KEY_FILE",
+)
+"""Every variable `TemporalConfig.from_env` reads."""
+
 # Which variable sets which file, so errors name what the user wrote.
 _FILE_VARIABLES = {
     "tls_cert": "GPUFLOW_TEMPORAL_TLS_CERT",

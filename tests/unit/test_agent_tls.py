@@ -15,6 +15,7 @@ import pytest
 
 from gpuflow.activities import provisioning
 from gpuflow.activities.provisioning import AGENT_COMMAND, SshTarget, ensure_ssh_agent
+from gpuflow.config import TEMPORAL_VARIABLES
 from gpuflow.worker import agent, ssh
 from gpuflow.worker.agent import parse_args, temporal_config
 
@@ -22,15 +23,7 @@ API_KEY = "gpuflow-agent-test-key-5d2e81"
 REQUIRED = ["--host-id", "gpu-a/node-1", "--temporal-address", "127.0.0.1:7233"]
 REQUIRED += ["--state-dir", "/tmp/gpuflow-unused"]
 VARIABLES = (
-    "GPUFLOW_TEMPORAL_ADDRESS",
-    "GPUFLOW_TEMPORAL_NAMESPACE",
-    "GPUFLOW_TEMPORAL_TLS",
-    "GPUFLOW_TEMPORAL_TLS_CERT",
-    "GPUFLOW_TEMPORAL_TLS_KEY",
-    "GPUFLOW_TEMPORAL_TLS_CA",
-    "GPUFLOW_TEMPORAL_TLS_SERVER_NAME",
-    "GPUFLOW_TEMPORAL_API_KEY",
-    "GPUFLOW_TEMPORAL_API_KEY_FILE",
+    *TEMPORAL_VARIABLES,
     "GPUFLOW_AGENT_TEMPORAL_ADDRESS",
     "GPUFLOW_AGENT_TEMPORAL_TLS_SERVER_NAME",
 )

@@ -15,29 +15,17 @@ import pytest
 from temporalio.client import Client
 from temporalio.service import TLSConfig
 
-from gpuflow.config import TemporalConfig, connect_temporal
+from gpuflow.config import TEMPORAL_VARIABLES, TemporalConfig, connect_temporal
 from gpuflow.errors import ConnectionFailed, SpecError
 from tests.pki import Pki, make_pki
 
 API_KEY = "gpuflow-test-api-key-7f3a9c"
 SERVER_NAME = "temporal.gpuflow.test"
-VARIABLES = (
-    "GPUFLOW_TEMPORAL_ADDRESS",
-    "GPUFLOW_TEMPORAL_NAMESPACE",
-    "GPUFLOW_TEMPORAL_PORT",
-    "GPUFLOW_TEMPORAL_TLS",
-    "GPUFLOW_TEMPORAL_TLS_CERT",
-    "GPUFLOW_TEMPORAL_TLS_KEY",
-    "GPUFLOW_TEMPORAL_TLS_CA",
-    "GPUFLOW_TEMPORAL_TLS_SERVER_NAME",
-    "GPUFLOW_TEMPORAL_API_KEY",
-    "GPUFLOW_TEMPORAL_API_KEY_FILE",
-)
 
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in VARIABLES:
+    for name in TEMPORAL_VARIABLES:
         monkeypatch.delenv(name, raising=False)
 
 
@@ -405,3 +393,14 @@ async def test_plaintext_to_a_tls_server_never_handshakes(tls_server: TlsServer)
         await connect_temporal(config)
     assert tls_server.peers == []
     assert "GPUFLOW_TEMPORAL_TLS=true" in _one_line(caught.value)
+
+
+def test_the_variable_list_names_every_variable_the_config_reads() -> None:
+    # Tests clear TEMPORAL_VARIABLES to start from a clean environment: a variable read but not
+    # listed would leak the developer's setting into them.
+    import re
+
+    import gpuflow.config
+
+    source = Path(gpuflow.config.__file__).read_text()
+    assert set(re.findall(r'"(GPUFLOW_TEMPORAL_[A-Z_]+)"', source)) == set(TEMPORAL_VARIABLES)
