@@ -180,6 +180,24 @@ class FleetSpec(BaseModel):
             raise ValueError(f"unknown scorer {value!r}; allowed: {', '.join(SCORERS)}")
         return value
 
+    @field_validator("scorer_weights")
+    @classmethod
+    def _scorer_weights(cls, value: dict[str, float]) -> dict[str, float]:
+        # The scheduler owns the weights and their defaults (imported here, not at module
+        # level: the scheduler reads job specs).
+        from gpuflow.scheduler.scorers import DEFAULT_WEIGHTS
+
+        unknown = sorted(set(value) - set(DEFAULT_WEIGHTS))
+        if unknown:
+            raise ValueError(
+                f"unknown scorer weight {', '.join(map(repr, unknown))}; "
+                f"allowed: {', '.join(DEFAULT_WEIGHTS)}"
+            )
+        negative = sorted(name for name, weight in value.items() if not weight >= 0)
+        if negative:
+            raise ValueError(f"scorer weights must be 0 or more: {', '.join(negative)}")
+        return value
+
     @model_validator(mode="after")
     def _hosts(self) -> FleetSpec:
         if self.kind == "local" and self.hosts:

@@ -24,8 +24,13 @@ GIB = 1024
         ("amd:MI300X:192GB:8", "amd", ["MI300X"], (192 * GIB, 192 * GIB), (8, 8)),
     ],
 )
-def test_gpu_grammar(text: str, vendor: str | None, names: list[str],
-                     memory: tuple[int, int | None] | None, count: tuple[int, int]) -> None:
+def test_gpu_grammar(
+    text: str,
+    vendor: str | None,
+    names: list[str],
+    memory: tuple[int, int | None] | None,
+    count: tuple[int, int],
+) -> None:
     gpu = GPUSpec.parse(text)
     assert gpu.vendor == vendor
     assert gpu.names == names
@@ -37,8 +42,9 @@ def test_gpu_grammar(text: str, vendor: str | None, names: list[str],
 def test_gpu_fraction_and_round_trip() -> None:
     gpu = GPUSpec.parse("T4:0.5")
     assert gpu.fraction == 0.5
-    job = JobSpec.model_validate({"name": "x", "commands": ["true"],
-                                  "resources": {"gpu": "A100:80GB:2", "memory": "64GB.."}})
+    job = JobSpec.model_validate(
+        {"name": "x", "commands": ["true"], "resources": {"gpu": "A100:80GB:2", "memory": "64GB.."}}
+    )
     assert JobSpec.model_validate_json(job.model_dump_json()) == job
 
 
@@ -63,10 +69,12 @@ def test_retry_true_means_every_event() -> None:
 
 def test_policy_only_in_the_profile_is_inherited(tmp_path: Path) -> None:
     (tmp_path / "profile.yaml").write_text(
-        "utilization_policy: {min_gpu_utilization: 10, time_window: 30m}\nmax_duration: 1d\n")
+        "utilization_policy: {min_gpu_utilization: 10, time_window: 30m}\nmax_duration: 1d\n"
+    )
     (tmp_path / "job.yaml").write_text(
         "name: train\nprofile: profile.yaml\ncommands: [python train.py]\n"
-        "resources: {gpu: A100:1}\n")
+        "resources: {gpu: A100:1}\n"
+    )
     job = load_job(tmp_path / "job.yaml")
     assert job.utilization_policy is not None
     assert job.utilization_policy.min_gpu_utilization == 10
@@ -77,12 +85,17 @@ def test_policy_only_in_the_profile_is_inherited(tmp_path: Path) -> None:
 def test_flags_beat_job_file_which_beats_profile(tmp_path: Path) -> None:
     (tmp_path / "profile.yaml").write_text(
         "utilization_policy: {min_gpu_utilization: 10, time_window: 30m}\n"
-        "env: {A: profile, B: profile}\n")
+        "env: {A: profile, B: profile}\n"
+    )
     (tmp_path / "job.yaml").write_text(
         "name: train\ncommands: [python train.py]\nresources: {gpu: A100:1}\n"
-        "utilization_policy: {min_gpu_utilization: 40}\nenv: {B: job}\n")
-    job = load_job(tmp_path / "job.yaml", profile=str(tmp_path / "profile.yaml"),
-                   overrides={"utilization_policy": {"time_window": "2h"}})
+        "utilization_policy: {min_gpu_utilization: 40}\nenv: {B: job}\n"
+    )
+    job = load_job(
+        tmp_path / "job.yaml",
+        profile=str(tmp_path / "profile.yaml"),
+        overrides={"utilization_policy": {"time_window": "2h"}},
+    )
     assert job.utilization_policy is not None
     assert job.utilization_policy.min_gpu_utilization == 40  # job beats profile
     assert job.utilization_policy.time_window == 7200  # flag beats both
@@ -99,20 +112,37 @@ def test_profile_may_not_name_the_job(tmp_path: Path) -> None:
 @pytest.mark.parametrize("window", ["59s", "8d", "0"])
 def test_window_outside_one_minute_to_seven_days(window: str) -> None:
     with pytest.raises(SpecError, match=r"outside 1m\.\.7d"):
-        merge_job({"name": "x", "commands": ["true"], "resources": {"gpu": 1},
-                   "utilization_policy": {"min_gpu_utilization": 5, "time_window": window}})
+        merge_job(
+            {
+                "name": "x",
+                "commands": ["true"],
+                "resources": {"gpu": 1},
+                "utilization_policy": {"min_gpu_utilization": 5, "time_window": window},
+            }
+        )
 
 
 @pytest.mark.parametrize("window", ["1m", "7d", "90m"])
 def test_window_bounds_are_inclusive(window: str) -> None:
-    merge_job({"name": "x", "commands": ["true"], "resources": {"gpu": 1},
-               "utilization_policy": {"min_gpu_utilization": 5, "time_window": window}})
+    merge_job(
+        {
+            "name": "x",
+            "commands": ["true"],
+            "resources": {"gpu": 1},
+            "utilization_policy": {"min_gpu_utilization": 5, "time_window": window},
+        }
+    )
 
 
 def test_policy_needs_a_gpu_job() -> None:
     with pytest.raises(SpecError, match="utilization_policy needs a job that asks for GPUs"):
-        merge_job({"name": "x", "commands": ["true"],
-                   "utilization_policy": {"min_gpu_utilization": 5, "time_window": "5m"}})
+        merge_job(
+            {
+                "name": "x",
+                "commands": ["true"],
+                "utilization_policy": {"min_gpu_utilization": 5, "time_window": "5m"},
+            }
+        )
 
 
 def test_examples_are_valid() -> None:
@@ -154,3 +184,25 @@ def test_each_alternative_is_checked_like_resources(tmp_path: Path) -> None:
     )
     with pytest.raises(SpecError, match="alternatives"):
         load_job(path)
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ("{idel: 1}", "unknown scorer weight 'idel'; allowed: gpu, cpu, memory, fragmentation"),
+        ("{idle: -1}", "scorer weights must be 0 or more: idle"),
+        ("{idle: .nan}", "scorer weights must be 0 or more: idle"),
+    ],
+)
+def test_scorer_weights_are_checked_by_name_and_sign(
+    tmp_path: Path, weights: str, message: str
+) -> None:
+    path = tmp_path / "fleet.yaml"
+    text = (Path(__file__).parents[2] / "examples" / "fleet-sim.yaml").read_text()
+    path.write_text(text.replace("scorer: fragmentation", f"scorer_weights: {weights}"))
+    with pytest.raises(SpecError, match=message):
+        load_fleet(path)
+    path.write_text(
+        text.replace("scorer: fragmentation", "scorer_weights: {idle: 0, binpack: 0.1}")
+    )
+    assert load_fleet(path).scorer_weights == {"idle": 0.0, "binpack": 0.1}
