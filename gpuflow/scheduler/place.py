@@ -179,7 +179,6 @@ def _best_state(
     fits = fit_memo(index, request)
     scores = _score_memo(index, scoring, request)
     members = index.members
-    usable = _usable_classes(index, request)
     pools, room = index.pools[fleet], room_of(request)
 
     def score(state_id: int) -> tuple[float, Option] | None:
@@ -188,12 +187,8 @@ def _best_state(
             if not pools.has_room(state_id, room):
                 return None
             view = members[state_id][0]
-            cls = view.cls
-            admits = usable.get(cls.id)
-            if admits is None:
-                admits = usable[cls.id] = not isinstance(matching_gpus(cls, request), str)
-            if not admits:  # the host's GPU models can never serve it: no need to look
-                return None
+            if isinstance(matching_gpus(view.cls, request), str):
+                return None  # the host's GPU models can never serve it: no need to look
             choices = fits.get(state_id)
             if choices is None:
                 choices = fits[state_id] = fit(view, request, None)
@@ -224,15 +219,6 @@ def _best_option(
         if value > top_score:
             top_score, top = value, option
     return top_score, top
-
-
-def _usable_classes(index: SnapshotIndex, request: Request) -> dict[int, bool]:
-    """Host class id -> whether its GPUs can serve the request at all."""
-    key = ("classes", request.key)
-    found = index.fit_memo.get(key)
-    if found is None:
-        found = index.fit_memo[key] = {}
-    return found
 
 
 def _score_memo(
