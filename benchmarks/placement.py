@@ -41,6 +41,7 @@ from gpuflow.scheduler import (  # noqa: E402
     apply_placement,
     place,
 )
+from gpuflow.scheduler.scorers import DEFAULT_WEIGHTS  # noqa: E402
 from gpuflow.specs import GPUSpec, JobSpec, ResourcesSpec  # noqa: E402
 from gpuflow.status import HostState  # noqa: E402
 
@@ -287,10 +288,18 @@ def main(argv: list[str] | None = None) -> int:
     traces = ["default"] if args.quick else _split(args.traces)
     seeds = [42] if args.quick else [int(s) for s in _split(args.seeds)]
     scorers = _split(args.scorers or ("fragmentation" if args.quick else ",".join(SCORERS)))
-    weights = {
-        key.strip(): float(value)
-        for key, _, value in (item.partition("=") for item in _split(args.weights))
-    }
+    try:
+        weights = {
+            key.strip(): float(value)
+            for key, _, value in (item.partition("=") for item in _split(args.weights))
+        }
+    except ValueError:
+        parser.error(f"--weights: expected name=number pairs, got {args.weights!r}")
+    unknown = sorted(set(weights) - set(DEFAULT_WEIGHTS))
+    if unknown:
+        parser.error(
+            f"--weights: unknown {', '.join(unknown)}; allowed: {', '.join(DEFAULT_WEIGHTS)}"
+        )
 
     from rich.console import Console
     from rich.table import Table

@@ -109,3 +109,20 @@ def test_run_places_through_the_scheduler_and_reports(
     for row in report["tiny"].values():
         assert 0 <= row["unallocated_pct_at_130"] <= row["unallocated_pct_at_100"] <= 100
         assert row["placements_per_s"] > 0
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [("idel=0", "--weights: unknown idel; allowed: gpu,"), ("idle", "name=number pairs")],
+)
+def test_bad_weights_are_a_usage_error(
+    bench: ModuleType,
+    trace_dir: Path,
+    weights: str,
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--trace-dir", str(trace_dir), "--traces", "tiny", "--weights", weights])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
