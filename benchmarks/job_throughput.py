@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, TypeVar
 from temporalio import activity, workflow
 
 if TYPE_CHECKING:
-    from gpuflow.worker.embedded import DevServer
+    from gpuflow.control.embedded import DevServer
 
 # Temporal's sandbox re-runs this module for every baseline workflow: keep its top level to
 # stdlib and temporalio, import the rest inside functions, and touch sys.path only outside.
@@ -281,12 +281,12 @@ async def measure_jobs(
 ) -> Phase:
     from gpuflow.client import Client
     from gpuflow.config import TemporalConfig
+    from gpuflow.control.embedded import control_plane
+    from gpuflow.services.fleets import apply_fleet
+    from gpuflow.services.jobs import find_job
     from gpuflow.specs import FleetSpec, JobSpec
     from gpuflow.status import JobStatus
     from gpuflow.store.db import Store
-    from gpuflow.store.fleets import apply_fleet
-    from gpuflow.store.jobs import find_job
-    from gpuflow.worker.embedded import control_plane
 
     config = TemporalConfig(address=address, embedded=True)
     database_url = f"sqlite:///{home / 'gpuflow.db'}"
@@ -315,7 +315,7 @@ async def measure_jobs(
         }
     )
     await asyncio.to_thread(apply_fleet, store, fleet)
-    client = await Client.connect(config=config, database_url=database_url)
+    client = await Client.connect(config=config)
     meter = CpuMeter(server_pid)
     try:
         async with control_plane(config, store, home=home, local_agent=False):
@@ -382,7 +382,7 @@ async def run(
 
     from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
-    from gpuflow.worker.embedded import start_dev_server
+    from gpuflow.control.embedded import start_dev_server
 
     # The SDK core warns on stderr about every workflow task slower than 5 s, which a loaded
     # 2-core machine produces by the hundred; the latencies in the table say it once.

@@ -4,8 +4,10 @@ Protocol: the real JobWorkflow (in gpuflow's workflow sandbox) and the real cont
 a temporary SQLite store run against the time-skipping Temporal test server from the
 temporal-test-server wheel; the host agent is replaced by scripted activities registered under
 its names (start_process, probe_process, stop_process, read_logs) on the host's task queue. The
-scripted probe answers one sample per GPU stamped with the probe's scheduled time (server time),
-so every timestamp in the run is the server's simulated clock.
+scripted probe is a long poll like the agent's: it waits up to the tick it is asked for by
+skipping the server's clock, answers at once when the process exits, else at the tick with one
+sample per GPU stamped with the server time; so every timestamp in the run is the server's
+simulated clock.
 
 - detection latency: a 1-GPU job with `min_gpu_utilization: 50` is busy (90%) for
   IDLE_AFTER after its first probe, then idle (0%), switching right after a busy sample (the
@@ -21,10 +23,10 @@ so every timestamp in the run is the server's simulated clock.
   against the stub NVML). Target: under 1% of one core.
 
 Also written under "details" (no targets): each run's events, continue-as-new runs, probes and
-wall time; `exit_noticed_after_s`, how long after the process exited (right after a probe, the
-worst phase) the job closed; and a job without a utilization policy, busy for an hour.
+wall time; `exit_noticed_after_s`, how long after the process exited (in the middle of a probe's
+wait) the job closed; and a job without a utilization policy, busy for an hour.
 
-    python benchmarks/monitoring.py                   # everything (~ a few minutes on 2 cores)
+    python benchmarks/monitoring.py                   # everything (~ a minute on 2 cores)
     python benchmarks/monitoring.py --json out.json --days 7 --hours 3
 """
 
@@ -38,7 +40,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -55,11 +57,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from benchmarks.sampler_cost import measure_sampler_cpu  # noqa: E402
+from gpuflow.services.jobs import find_job  # noqa: E402
 from gpuflow.specs.job import UtilizationPolicy  # noqa: E402
 from gpuflow.store.db import Store  # noqa: E402
-from gpuflow.store.jobs import find_job  # noqa: E402
 from gpuflow.utilization import GpuSample, check_interval_s  # noqa: E402
 from gpuflow.workflows.models import JobResult, ProbeInput, ProbeResult  # noqa: E402
+from gpuflow.workflows.outcome import job_result  # noqa: E402
 from tests.workflow.harness import ScriptedHosts, job, sim_fleet, start_job, workers  # noqa: E402
 
 TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
@@ -76,13 +79,14 @@ SAMPLER_CPU_TARGET = 1.0
 
 @dataclass
 class GpuScript:
-    """One job's GPU and process, in server time (the probe's scheduled time).
+    """One job's GPU and process, in server time.
 
-    The GPU is busy until the first probe at least `idle_after` seconds past the first probe;
-    that probe still reads busy and the GPU goes idle right after it (`idle_at`), the worst
-    phase for detection: the last busy sample is the idle moment itself. Never idle if None.
-    The process exits 0 likewise right after the first probe `exit_after` seconds past the
-    first one (`exit_at`), so the next probe is the first to see it.
+    Probes are long polls, as the agent's are: each waits up to its tick (skipping the server's
+    clock) and answers at once when the process exits, else at the tick with one sample per GPU
+    stamped with the server time. The GPU is busy until the first sample at least `idle_after`
+    seconds past the first probe; that sample still reads busy and the GPU goes idle right after
+    it (`idle_at`), the worst phase for detection. Never idle if None. The process exits 0 at
+    `exit_after` seconds past the first probe (`exit_at`), in the middle of a wait.
     """
 
     idle_after: float | None = None
@@ -92,37 +96,51 @@ class GpuScript:
     exit_at: float | None = None
     probes: int = 0
 
-    def probe(self, inp: ProbeInput, n: int) -> ProbeResult:
+    async def probe(self, inp: ProbeInput, hosts: ScriptedHosts) -> ProbeResult:
         now = activity.info().current_attempt_scheduled_time.timestamp()
         if self.first_probe is None:
             self.first_probe = now
         self.probes += 1
-        if self.exit_at is not None and now > self.exit_at:
-            return ProbeResult(state="exited", exit_code=0)
-        if (
-            self.exit_at is None
-            and self.exit_after is not None
-            and now >= self.first_probe + self.exit_after
-        ):
-            self.exit_at = now
+        if self.exit_after is not None:
+            self.exit_at = self.first_probe + self.exit_after
+            if self.exit_at <= now + inp.wait_s:
+                await hosts.wait(max(self.exit_at - now, 0.0))
+                return ProbeResult(state="exited", exit_code=0, leftovers=False)
+        await hosts.wait(inp.wait_s)
+        at = now + inp.wait_s
         util = BUSY
-        if self.idle_at is not None and now > self.idle_at:
+        if self.idle_at is not None and at > self.idle_at:
             util = IDLE
         elif (
             self.idle_at is None
             and self.idle_after is not None
-            and now >= self.first_probe + self.idle_after
+            and at >= self.first_probe + self.idle_after
         ):
-            self.idle_at = now
+            self.idle_at = at
         return ProbeResult(
             state="running",
             samples=[
                 GpuSample(
-                    gpu=g, ts=now, utilization=util, memory_used_mib=1000, memory_total_mib=81920
+                    gpu=g, ts=at, utilization=util, memory_used_mib=1000, memory_total_mib=81920
                 )
                 for g in inp.gpu_indices
             ],
         )
+
+
+@dataclass
+class LongPollHosts(ScriptedHosts):
+    """Scripted host activities whose probe is the script's long poll."""
+
+    script: GpuScript = field(default_factory=GpuScript)
+
+    def activities(self) -> list[Any]:
+        @activity.defn(name="probe_process")
+        async def probe_process(inp: ProbeInput) -> ProbeResult:
+            return await self.script.probe(inp, self)
+
+        start, _, *rest = super().activities()
+        return [start, probe_process, *rest]
 
 
 @dataclass
@@ -164,7 +182,7 @@ async def run_job(env: WorkflowEnvironment, script: GpuScript, window: str | Non
         store = Store(f"sqlite:///{Path(scratch) / 'gpuflow.db'}").init()
         try:
             fleet = sim_fleet(store)
-            hosts = ScriptedHosts(probe=script.probe)
+            hosts = LongPollHosts(script=script, long_poll=True)
             task_queue = f"tq-{uuid.uuid4().hex[:8]}"
             wall = time.perf_counter()
             async with workers(client, store, task_queue, hosts, [fleet]):
@@ -174,7 +192,7 @@ async def run_job(env: WorkflowEnvironment, script: GpuScript, window: str | Non
                     else {"min_gpu_utilization": THRESHOLD, "time_window": window}
                 )
                 handle = await start_job(client, task_queue, job(utilization_policy=policy))
-                result = await handle.result(follow_runs=True)
+                result = await job_result(handle)
             wall_s = time.perf_counter() - wall
             assert handle.first_execution_run_id is not None
             first = await client.get_workflow_handle(

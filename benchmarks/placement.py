@@ -5,13 +5,17 @@ of `openb_node_list_gpu_node.csv` form one fleet; the pods of a trace are sorted
 shuffled with a seed, then tuned to 130% of the cluster's GPU capacity (random copies drawn with
 replacement are appended, or random pods removed) and placed one at a time, with no departures.
 Each pod becomes a JobSpec and goes through `gpuflow.scheduler.place` (the product's function)
-and `apply_placement`; a pod that fits nowhere is skipped. Reported per trace and scorer:
-the share of GPU capacity left unallocated when the arrived GPU demand reaches 100% and 130% of
-capacity (mean over seeds), and `place` calls per second (one core, placing + applying only).
+and `apply_placement`; a pod that fits nowhere is skipped. The fleet's request mix is learned
+from the pods that arrived so far by the product's code (`--mix learned`, the default), or is
+the trace's whole mix, known in advance (`--mix true`, FGD's assumption). Reported per trace,
+scorer and mix: the share of GPU capacity left unallocated when the arrived GPU demand reaches
+100% and 130% of capacity (mean over seeds), and `place` calls per second (one core, placing +
+applying + learning the mix only).
 
-    python benchmarks/placement.py                  # everything (4 traces, 10 seeds, 5 scorers)
+    python benchmarks/placement.py                  # everything (5 traces, 10 seeds, 5 scorers)
     python benchmarks/placement.py --quick          # one seed, default trace, default scorer
-    python benchmarks/placement.py --json out.json --scorers fragmentation,binpack
+    python benchmarks/placement.py --json out.json --scorers fragmentation,fgd --mix learned,true
+    python benchmarks/placement.py --fleet 2gpu --traces default --seeds 42,43   # other shapes
 """
 
 from __future__ import annotations
@@ -41,11 +45,22 @@ from gpuflow.scheduler import (  # noqa: E402
     apply_placement,
     place,
 )
-from gpuflow.scheduler.scorers import DEFAULT_WEIGHTS  # noqa: E402
+from gpuflow.scheduler.mix import LearnedMix, MixLearner, half_life, kind_of  # noqa: E402
 from gpuflow.specs import GPUSpec, JobSpec, ResourcesSpec  # noqa: E402
+from gpuflow.specs.scoring import DEFAULT_WEIGHTS  # noqa: E402
 from gpuflow.status import HostState  # noqa: E402
 
-TRACES = ("default", "gpushare100", "multigpu50", "gpuspec33")
+TRACES = ("default", "gpushare100", "multigpu50", "gpuspec33", "cpu050")
+MIXES = ("learned", "true")
+"""`learned`: the fleet's mix is learned from the pods that arrived so far, by the product's
+code (gpuflow/scheduler/mix.py); `true`: the trace's whole request mix, known in advance (what
+FGD assumes; an idealised figure no product can have)."""
+FLEETS = ("openb", "2gpu", "1gpu", "lowcpu")
+"""`openb`: the trace's GPU nodes. The others are shapes of our own making from the same GPUs
+(to check that defaults are not fitted to openb's): every node split into nodes of 2 GPUs (or
+1), CPUs and memory split with them; or the openb nodes with 4 CPUs per GPU at most (openb: 8 to
+52, mostly 12; `--cpus-per-gpu`)."""
+LOW_CPUS_PER_GPU = 4
 SCORERS = ("fragmentation", "fgd", "binpack", "spread", "random")
 VARIANTS = {
     "fgd": (
@@ -59,6 +74,15 @@ SEEDS = tuple(range(42, 52))
 TUNE_RATIO = 1.3
 PAPER = {"FGD": 4.77, "BestFit": 7.14, "GpuPacking": 8.22, "Random": 13.70}
 """Unallocated GPU share (%) at 100% arrived demand on `default`, from the paper."""
+PAPER_FGD = {
+    "default": 4.77,
+    "gpushare100": 13.36,
+    "multigpu50": 2.91,
+    "gpuspec33": 12.16,
+    "cpu050": 5.00,
+}
+"""FGD's unallocated GPU share (%) at 100% demand per trace, from the paper's simulator's
+expected results (hkust-adsl/kubernetes-scheduler-simulator)."""
 
 # GPU memory is not in the trace; it only matters for display.
 GPU_MEMORY_MIB = {"V100M16": 16384, "V100M32": 32768, "T4": 15360, "P100": 16384, "A10": 24576}
@@ -221,6 +245,36 @@ def arrivals(pods: list[Pod], capacity_milli: int, seed: int) -> list[Pod]:
         total += pod.gpu_milli_total
 
 
+def fleet_of(nodes: list[Node], shape: str, cpus_per_gpu: int = LOW_CPUS_PER_GPU) -> list[Node]:
+    """The openb nodes, or a synthetic fleet of the same GPUs (see FLEETS)."""
+    if shape == "openb":
+        return nodes
+    if shape == "lowcpu":
+        return [
+            Node(n.name, min(n.cpu_milli, cpus_per_gpu * 1000 * n.gpus), *_rest(n)) for n in nodes
+        ]
+    size = {"2gpu": 2, "1gpu": 1}[shape]
+    out = []
+    for node in nodes:
+        parts = max(1, node.gpus // size)
+        for i in range(parts):
+            gpus = node.gpus - size * (parts - 1) if i == parts - 1 else size
+            out.append(
+                Node(
+                    f"{node.name}-{i}",
+                    node.cpu_milli * gpus // node.gpus,
+                    node.memory_mib * gpus // node.gpus,
+                    gpus,
+                    node.model,
+                )
+            )
+    return out
+
+
+def _rest(node: Node) -> tuple[int, int, str]:
+    return node.memory_mib, node.gpus, node.model
+
+
 def run(
     nodes: list[Node],
     pods: list[Pod],
@@ -229,11 +283,21 @@ def run(
     scorer: str,
     jobs: dict[Pod, JobSpec] | None = None,
     weights: dict[str, float] | None = None,
+    mix: str = "learned",
 ) -> Run:
-    """Place one seeded arrival sequence; the allocation is read at 100% and 130% demand."""
+    """Place one seeded arrival sequence; the allocation is read at 100% and 130% demand.
+
+    With the learned mix, each pod is first counted into the fleet's mix (it has arrived: the
+    product counts a job once submitted), through the product's MixLearner, and the fleet's
+    `workload` is replaced whenever the learned mix has drifted (MixLearner.refreshed); this
+    is timed with the placement."""
     capacity = sum(node.gpus for node in nodes) * 1000
     base, preset = VARIANTS.get(scorer, (scorer, {}))
-    snapshot = snapshot_of(nodes, base, workload_of(pods), {**preset, **(weights or {})})
+    true_mix = workload_of(pods) if mix == "true" else []
+    snapshot = snapshot_of(nodes, base, true_mix, {**preset, **(weights or {})})
+    fleet = snapshot.fleets[0]
+    learner = MixLearner(half_life(capacity // 1000)) if mix == "learned" else None
+    in_use: LearnedMix | None = None
     jobs = {} if jobs is None else jobs
     sequence = arrivals(pods, capacity, seed)
     prepared = []
@@ -251,6 +315,12 @@ def run(
     for pod, job in prepared:
         arrived += pod.gpu_milli_total
         start = clock()
+        if learner is not None:
+            learner.observe(*kind_of(job))
+            fresh = learner.refreshed(in_use)
+            if fresh is not None:
+                in_use = fresh
+                fleet.workload = list(fresh.requests)
         result = place(job, snapshot)
         if isinstance(result, Placement):
             apply_placement(snapshot, result)
@@ -279,6 +349,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scorers", default=None, help=f"default: {','.join(SCORERS)} (--quick: fragmentation)"
     )
+    parser.add_argument(
+        "--mix", default="learned", help="learned (the product's), true (the trace's), or both"
+    )
+    parser.add_argument(
+        "--fleet", default="openb", choices=FLEETS, help="the nodes: openb's or a synthetic shape"
+    )
+    parser.add_argument(
+        "--cpus-per-gpu",
+        type=int,
+        default=LOW_CPUS_PER_GPU,
+        help=f"--fleet lowcpu: CPUs per GPU at most (default {LOW_CPUS_PER_GPU})",
+    )
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument("--quick", action="store_true", help="one seed, default trace")
     parser.add_argument(
@@ -288,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     traces = ["default"] if args.quick else _split(args.traces)
     seeds = [42] if args.quick else [int(s) for s in _split(args.seeds)]
     scorers = _split(args.scorers or ("fragmentation" if args.quick else ",".join(SCORERS)))
+    mixes = _split(args.mix)
+    if not mixes or set(mixes) - set(MIXES):
+        parser.error(f"--mix: expected {' or '.join(MIXES)} (comma-separated), got {args.mix!r}")
     try:
         weights = {
             key.strip(): float(value)
@@ -305,46 +390,66 @@ def main(argv: list[str] | None = None) -> int:
     from rich.table import Table
 
     console = Console()
-    nodes = load_nodes(args.trace_dir / "openb_node_list_gpu_node.csv")
-    results: dict[str, dict[str, dict[str, float]]] = {}
+    nodes = fleet_of(
+        load_nodes(args.trace_dir / "openb_node_list_gpu_node.csv"), args.fleet, args.cpus_per_gpu
+    )
+    results: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     for trace in traces:
         pods = load_pods(args.trace_dir / f"openb_pod_list_{trace}.csv")
         jobs: dict[Pod, JobSpec] = {}
-        for scorer in scorers:
+        for scorer, mix in [(scorer, mix) for scorer in scorers for mix in mixes]:
             runs = []
-            with console.status(f"{trace} / {scorer}"):
+            with console.status(f"{trace} / {scorer} / {mix} mix"):
                 for seed in seeds:
                     runs.append(
-                        run(nodes, pods, seed=seed, scorer=scorer, jobs=jobs, weights=weights)
+                        run(
+                            nodes,
+                            pods,
+                            seed=seed,
+                            scorer=scorer,
+                            jobs=jobs,
+                            weights=weights,
+                            mix=mix,
+                        )
                     )
                     console.log(
-                        f"{trace} {scorer} seed {seed}: "
+                        f"{trace} {scorer} {mix} mix seed {seed}: "
                         f"{runs[-1].unallocated_at_100:.2f}% / {runs[-1].unallocated_at_130:.2f}% "
                         f"unallocated, {runs[-1].placements / runs[-1].seconds:,.0f} placements/s"
                     )
-            results.setdefault(trace, {})[scorer] = {
+            results.setdefault(trace, {}).setdefault(scorer, {})[mix] = {
                 "unallocated_pct_at_100": statistics.fmean(r.unallocated_at_100 for r in runs),
                 "unallocated_pct_at_130": statistics.fmean(r.unallocated_at_130 for r in runs),
                 "placements_per_s": sum(r.placements for r in runs) / sum(r.seconds for r in runs),
                 "failed_pods": statistics.fmean(r.failed for r in runs),
                 "seeds": len(runs),
             }
-    table = Table(title=f"openb placement, {len(seeds)} seed(s); lower unallocated is better")
-    for column in ("trace", "scorer", "unallocated @100%", "unallocated @130%", "placements/s"):
-        table.add_column(column, justify="left" if column in ("trace", "scorer") else "right")
+    table = Table(
+        title=f"{args.fleet} fleet, openb pods, {len(seeds)} seed(s); lower unallocated is better"
+    )
+    for column in ("trace", "scorer", "mix", "unalloc. @100%", "unalloc. @130%", "placements/s"):
+        table.add_column(
+            column, justify="left" if column in ("trace", "scorer", "mix") else "right"
+        )
     for trace, by_scorer in results.items():
-        for scorer, row in by_scorer.items():
-            table.add_row(
-                trace,
-                scorer,
-                f"{row['unallocated_pct_at_100']:.2f}%",
-                f"{row['unallocated_pct_at_130']:.2f}%",
-                f"{row['placements_per_s']:,.0f}",
-            )
+        for scorer, by_mix in by_scorer.items():
+            for mix, row in by_mix.items():
+                table.add_row(
+                    trace,
+                    scorer,
+                    mix,
+                    f"{row['unallocated_pct_at_100']:.2f}%",
+                    f"{row['unallocated_pct_at_130']:.2f}%",
+                    f"{row['placements_per_s']:,.0f}",
+                )
     console.print(table)
     console.print(
         "paper, default trace, unallocated at 100%: "
         + ", ".join(f"{name} {value:.2f}%" for name, value in PAPER.items())
+    )
+    console.print(
+        "FGD in the paper's simulator, unallocated at 100%: "
+        + ", ".join(f"{t} {v:.2f}%" for t, v in PAPER_FGD.items() if t in results)
     )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")

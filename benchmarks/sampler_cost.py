@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gpuflow.activities.gpus import NvmlSampler  # noqa: E402
+from gpuflow.agent.gpus import NvmlSampler  # noqa: E402
 from gpuflow.utilization import SAMPLE_INTERVAL_S  # noqa: E402
 from tests.nvml_stub import NvmlStub, build_stub  # noqa: E402
 

@@ -14,7 +14,16 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuflow.client import Client, FleetInfo, JobInfo
+    from gpuflow.client import (
+        Client,
+        FleetInfo,
+        JobInfo,
+        JobOutcome,
+        OptionOffers,
+        Progress,
+        StopOutcome,
+        StopStep,
+    )
     from gpuflow.errors import (
         ConnectionFailed,
         GpuflowError,
@@ -31,6 +40,11 @@ _EXPORTS = {
     "Client": "gpuflow.client",
     "FleetInfo": "gpuflow.client",
     "JobInfo": "gpuflow.client",
+    "JobOutcome": "gpuflow.client",
+    "OptionOffers": "gpuflow.client",
+    "Progress": "gpuflow.client",
+    "StopOutcome": "gpuflow.client",
+    "StopStep": "gpuflow.client",
     "ConnectionFailed": "gpuflow.errors",
     "GpuflowError": "gpuflow.errors",
     "NotFoundError": "gpuflow.errors",
@@ -52,12 +66,17 @@ __all__ = [
     "FleetSpec",
     "GpuflowError",
     "JobInfo",
+    "JobOutcome",
     "JobSpec",
     "JobStatus",
     "NotFoundError",
+    "OptionOffers",
+    "Progress",
     "ResourcesSpec",
     "RetrySpec",
     "SpecError",
+    "StopOutcome",
+    "StopStep",
     "TerminationReason",
     "UnschedulableError",
     "UtilizationPolicy",

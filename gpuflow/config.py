@@ -35,6 +35,38 @@ TEMPORAL_VARIABLES = (
 )
 """Every variable `TemporalConfig.from_env` reads."""
 
+PRIVATE_DIR_MODE = 0o700
+"""GPUFLOW_HOME and the directories gpuflow keeps jobs, logs and secrets in: owner only."""
+
+
+def private_dir(path: Path) -> Path:
+    """`path` as a directory; created (with missing parents) with mode 0700 when it is missing.
+    An existing directory keeps its mode: it may be a place the user chose and shares."""
+    if not path.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir(mode=PRIVATE_DIR_MODE)
+        except FileExistsError:
+            return path  # made by someone else meanwhile: theirs to set
+        os.chmod(path, PRIVATE_DIR_MODE)  # whatever the umask
+    return path
+
+
+def gpuflow_home() -> Path:
+    return Path(os.environ.get("GPUFLOW_HOME") or Path.home() / ".gpuflow")
+
+
+def ensure_home(home: Path) -> Path:
+    """GPUFLOW_HOME, created 0700; an existing one that this user owns loses its group and
+    other bits too, since it holds the database, the dev server's histories and the secrets
+    (versions before 0700 created it 0755)."""
+    private_dir(home)
+    info = home.stat()
+    if info.st_uid == os.getuid() and info.st_mode & 0o077:
+        os.chmod(home, info.st_mode & 0o700)
+    return home
+
+
 # Which variable sets which file, so errors name what the user wrote.
 _FILE_VARIABLES = {
     "tls_cert": "GPUFLOW_TEMPORAL_TLS_CERT",

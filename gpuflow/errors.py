@@ -8,8 +8,17 @@ class GpuflowError(Exception):
     """Base of every error gpuflow raises on purpose."""
 
 
+MAX_MESSAGE = 400
+"""Longest SpecError message: one line a person reads, whatever the input held."""
+
+
 class SpecError(GpuflowError):
-    """A job, fleet or profile file (or SDK object) is invalid."""
+    """A job, fleet or profile file (or SDK object) is invalid. The message is one line of at
+    most MAX_MESSAGE characters, however long or odd the refused input."""
+
+    def __init__(self, message: str) -> None:
+        line = " ".join(message.split())
+        super().__init__(line if len(line) <= MAX_MESSAGE else line[: MAX_MESSAGE - 1] + "…")
 
 
 class NotFoundError(GpuflowError):

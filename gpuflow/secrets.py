@@ -4,7 +4,8 @@ Temporal UI or a log.
 A job refers to a secret by name in its env, `HF_TOKEN: ${{ secrets.hf_token }}`; the reference
 travels through Temporal, the value does not. The host agent resolves references when it starts
 the process, from the secrets file of its machine (GPUFLOW_HOME/secrets.json, mode 0600), which
-`gpuflow secret set` writes and ssh provisioning copies to the host over SSH.
+`gpuflow secret set` writes and ssh provisioning copies to the host over SSH. The agent masks
+the values it injected in every log byte it hands over.
 """
 
 from __future__ import annotations
@@ -12,16 +13,27 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 
+from gpuflow.config import private_dir
 from gpuflow.errors import GpuflowError, SpecError
 
 SECRET_REF = re.compile(r"^\$\{\{\s*secrets\.([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
+MIN_MASKED_LENGTH = 4
+"""Values shorter than this are not masked in logs (CI systems skip very short values too):
+replacing every `1` or `no` in a log would shred it and tell a reader little of the value.
+`gpuflow secret set` warns about such values."""
+
 
 class MissingSecret(GpuflowError):
     """A job refers to a secret the host does not have."""
+
+
+class SecretsFileError(GpuflowError):
+    """The secrets file exists but cannot be read as secrets: the user must fix or remove it."""
 
 
 def secrets_file(home: Path | None = None) -> Path:
@@ -42,25 +54,41 @@ def referenced(env: dict[str, str]) -> dict[str, str]:
 
 
 def load(path: Path | None = None) -> dict[str, str]:
+    """The stored secrets; a file that is not a JSON object of strings is a SecretsFileError."""
     path = path or secrets_file()
-    if not path.exists():
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
         return {}
-    data = json.loads(path.read_text())
-    return {str(k): str(v) for k, v in data.items()}
+    except OSError as exc:
+        raise SecretsFileError(
+            f"secrets file {path} cannot be read: {exc.strerror or exc}; fix or remove it"
+        ) from None
+    except UnicodeDecodeError:  # its message would quote a byte of the file
+        raise SecretsFileError(
+            f"secrets file {path} is not valid JSON: not UTF-8 text; fix or remove it"
+        ) from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise SecretsFileError(
+            f"secrets file {path} is not valid JSON: {exc}; fix or remove it"
+        ) from None
+    if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
+        raise SecretsFileError(
+            f"secrets file {path} is not valid JSON: expected an object of name: value "
+            "strings; fix or remove it"
+        )
+    return {str(k): v for k, v in data.items()}
 
 
 def set_secret(name: str, value: str, path: Path | None = None) -> None:
     if not _NAME.match(name):
         raise SpecError(f"secret name {name!r} must be letters, digits, '_' or '-'")
     path = path or secrets_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = load(path)
     data[name] = value
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle)
-    tmp.replace(path)
+    set_all(data, path)
 
 
 def delete_secret(name: str, path: Path | None = None) -> bool:
@@ -74,12 +102,20 @@ def delete_secret(name: str, path: Path | None = None) -> bool:
 
 
 def set_all(data: dict[str, str], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(data, handle)
-    tmp.replace(path)
+    """Replace the file atomically with a fresh 0600 file: a leftover temporary file, whatever
+    its mode or owner, is never reused, so its mode cannot leak into the secrets file."""
+    private_dir(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def resolve(env: dict[str, str], *, host: str, path: Path | None = None) -> dict[str, str]:

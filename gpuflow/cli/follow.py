@@ -1,4 +1,4 @@
-"""Showing the plan before a submit, and following jobs live until they end."""
+"""Following jobs live until they end (`gpuflow apply` without -d)."""
 
 from __future__ import annotations
 
@@ -10,57 +10,32 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from gpuflow.cli.render import status_text
-from gpuflow.client import taken_option
+from gpuflow.cli.render import Column, fitted_table, status_text
 from gpuflow.errors import GpuflowError
 from gpuflow.status import JobStatus
 
 
-async def show_plan(console: Console, client: Any, spec: Any) -> None:
-    per_option = await client.offers_per_option(spec)
-    gpus = " or ".join(o.gpu for o in per_option)
-    console.print(
-        f"[bold]{spec.name}[/]: {spec.nodes} node(s), GPU {gpus}, "
-        f"fleets {', '.join(spec.fleets) or 'any'}"
-    )
-    chosen = taken_option(per_option)
-    if chosen is not None and chosen.offers.fits:
-        best = chosen.offers.fits[0]
-        which = f"option {chosen.option} ({chosen.gpu}): " if len(per_option) > 1 else ""
-        console.print(
-            f"  best fit: {which}{best.host} (fleet {best.fleet}, GPUs {best.gpus or '-'}, "
-            f"score {best.score:.3f}); {len(chosen.offers.fits)} host(s) fit"
-        )
-        return
-    console.print(
-        "  [yellow]nothing fits now[/]; the job waits for capacity if its retry "
-        "policy allows, else it fails:"
-    )
-    for option in per_option:
-        prefix = f"option {option.option} ({option.gpu}): " if len(per_option) > 1 else ""
-        for rejection in option.offers.rejections[:10]:
-            console.print(f"    {prefix}{rejection}", highlight=False)
-
-
-def _table(rows: dict[str, dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for column in ("JOB", "STATUS", "WHERE", "DETAIL"):
-        table.add_column(column)
-    for row in rows.values():
-        table.add_row(
-            row["name"],
-            status_text(row["status"], row["reason"]),
-            row["where"],
-            Text(row["detail"], overflow="fold"),
-        )
-    return table
+def _table(rows: dict[str, dict[str, Any]], width: int) -> Table:
+    columns = [
+        Column("JOB"),
+        Column("STATUS"),
+        Column("WHERE", wrap=True),
+        Column("DETAIL", wrap=True),
+    ]
+    cells = [
+        [row["name"], status_text(row["status"], row["reason"]), row["where"], row["detail"]]
+        for row in rows.values()
+    ]
+    return fitted_table(columns, cells, width=width)
 
 
 async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool:
     """Live status until every job ends; prints each transition. True if all ended `done`."""
     rows: dict[str, dict[str, Any]] = {}
     seen: dict[str, tuple[str, str]] = {}
-    with Live(_table(rows), console=console, refresh_per_second=4, transient=True) as live:
+    with Live(
+        _table(rows, console.width), console=console, refresh_per_second=4, transient=True
+    ) as live:
         while True:
             for job_id in job_ids:
                 info = await client.get(job_id)
@@ -100,9 +75,9 @@ async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool
                             f"  {detail}" if detail else "",
                         )
                     )
-            live.update(_table(rows))
+            live.update(_table(rows, console.width))
             if all(row["status"].is_final for row in rows.values()):
                 break
             await asyncio.sleep(0.5)
-    console.print(_table(rows))
+    console.print(_table(rows, console.width))
     return all(row["status"] == JobStatus.DONE for row in rows.values())

@@ -1,14 +1,24 @@
-"""Rich rendering of jobs, fleets, offers and metrics. Pure functions of the client's models."""
+"""Rich rendering of jobs, fleets, offers, metrics and schedules. Pure functions of the client's
+models and the terminal's width.
+
+Every table fits the width it is given without cutting a name or an id: less important columns
+are dropped first, then the columns that may wrap (reasons, host lists) wrap (`fitted_table`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from rich.cells import cell_len
+from rich.console import Group, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from gpuflow.specs.units import format_duration, format_size_mib
+from gpuflow.cli.waiting import line_positions, why_waiting
+from gpuflow.specs.units import format_size_mib
 from gpuflow.status import JobStatus
 
 STATUS_STYLE = {
@@ -21,6 +31,44 @@ STATUS_STYLE = {
     JobStatus.STOPPED: "dim",
 }
 SPARK = "▁▂▃▄▅▆▇█"
+GAP = 2
+"""Spaces between two columns (box-less tables, no padding at the edges)."""
+
+
+# ---- ages and durations ---------------------------------------------------------------------
+
+
+def short_duration(seconds: float) -> str:
+    """The one rendering of ages and durations in tables: the largest unit only, `45s`, `3m`,
+    `2h`, `5d` (exact durations are in `--json`)."""
+    seconds = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def age(moment: datetime | None, *, now: datetime | None = None) -> str:
+    """How long ago `moment` was, e.g. `3m`; `-` for never."""
+    if moment is None:
+        return "-"
+    now = now or datetime.now(UTC)
+    return short_duration((now - _aware(moment)).total_seconds())
+
+
+def ago(moment: datetime | None, *, now: datetime | None = None) -> str:
+    return "-" if moment is None else f"{age(moment, now=now)} ago"
+
+
+def until(moment: datetime, *, now: datetime | None = None) -> str:
+    """`in 3h` for a moment ahead; `now` for one that has come."""
+    now = now or datetime.now(UTC)
+    seconds = (_aware(moment) - now).total_seconds()
+    return f"in {short_duration(seconds)}" if seconds >= 1 else "now"
 
 
 def status_text(status: JobStatus, reason: str | None = None) -> Text:
@@ -30,83 +78,219 @@ def status_text(status: JobStatus, reason: str | None = None) -> Text:
     return Text(label, style=STATUS_STYLE.get(status, ""))
 
 
-def ago(moment: datetime | None) -> str:
-    if moment is None:
-        return "-"
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return format_duration(max(0, (datetime.now(UTC) - moment).total_seconds())) + " ago"
+# ---- fitting a table to the terminal --------------------------------------------------------
 
 
-def jobs_table(jobs: list[Any]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for column in ("NAME", "STATUS", "FLEET", "HOSTS", "GPUS", "ATTEMPT", "SUBMITTED", "ID"):
-        table.add_column(column)
-    for job in jobs:
-        table.add_row(
+@dataclass(frozen=True)
+class Column:
+    header: str
+    drop: int = 0
+    """0: always shown; otherwise dropped when the table is too wide, highest number first."""
+    wrap: bool = False
+    """May wrap over several lines (free text); other cells stay whole on one line."""
+    readable: int = 20
+    """A wrapping column narrower than this reads badly: other columns are dropped first."""
+    justify: JustifyMethod = "left"
+
+
+Cell = str | Text
+
+
+def _width(cell: Cell) -> int:
+    text = cell.plain if isinstance(cell, Text) else cell
+    return max((cell_len(line) for line in text.splitlines()), default=0)
+
+
+def _longest_word(cell: Cell) -> int:
+    text = cell.plain if isinstance(cell, Text) else cell
+    return max((cell_len(word) for word in text.split()), default=0)
+
+
+def fitted_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *, width: int) -> Table:
+    """A box-less table of `rows` that fits `width` columns without cutting a cell."""
+    natural = [
+        max([cell_len(col.header)] + [_width(row[k]) for row in rows])
+        for k, col in enumerate(columns)
+    ]
+    # A wrapped cell breaks between words; a word (a host name, say) is never broken.
+    narrowest = [
+        max([col.readable, cell_len(col.header)] + [_longest_word(row[k]) for row in rows])
+        for k, col in enumerate(columns)
+    ]
+    keep = list(range(len(columns)))
+
+    def total(indices: list[int], *, wrapped: bool) -> int:
+        widths = [
+            min(natural[k], narrowest[k]) if wrapped and columns[k].wrap else natural[k]
+            for k in indices
+        ]
+        return sum(widths) + GAP * (len(indices) - 1)
+
+    for k in sorted((k for k in keep if columns[k].drop), key=lambda k: -columns[k].drop):
+        if total(keep, wrapped=True) <= width:
+            break
+        keep.remove(k)
+    table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 1))
+    for k in keep:
+        col = columns[k]
+        table.add_column(
+            col.header,
+            justify=col.justify,
+            no_wrap=not col.wrap,
+            # Never an ellipsis: if even the kept cells cannot fit, they fold onto a next line.
+            overflow="fold",
+        )
+    for row in rows:
+        table.add_row(*(row[k] for k in keep))
+    return table
+
+
+# ---- jobs -----------------------------------------------------------------------------------
+
+
+def job_detail(job: Any, positions: dict[str, tuple[int, int]]) -> str:
+    """Where a job runs, or why it waits (with its place in line), or how it ended."""
+    if job.status == JobStatus.PENDING:
+        position, waiting = positions.get(job.id, (0, 0))
+        line = f"#{position} of {waiting} waiting; " if position else ""
+        return line + why_waiting(job)
+    if job.status == JobStatus.PROVISIONING:
+        return why_waiting(job)
+    where = ", ".join(job.hosts)  # a space between hosts: a long list wraps between them
+    if job.status == JobStatus.RUNNING:
+        return f"{where} ({job.gpus})" if where and job.gpus else where or "-"
+    return str(job.message or where or "-")
+
+
+def jobs_table(jobs: Sequence[Any], *, width: int, now: datetime | None = None) -> Table:
+    positions = line_positions(jobs)
+    attempts = any(job.attempt > 1 for job in jobs)
+    columns = [
+        # The id holds the name (`job-<name>-<suffix>`): on a narrow terminal the name goes first.
+        Column("NAME", drop=9),
+        Column("STATUS", wrap=True, readable=10),
+        Column("AGE", drop=2, justify="right"),
+        Column("ID"),
+        Column("ATTEMPT", drop=3, justify="right"),
+        Column("FLEET", drop=4),
+        Column("WHERE / WHY", wrap=True),
+    ]
+    rows = [
+        [
             job.name,
             status_text(job.status, job.reason),
-            job.fleet or "-",
-            ",".join(job.hosts) or "-",
-            job.gpus or "-",
-            str(job.attempt),
-            ago(job.submitted_at),
+            age(job.submitted_at, now=now),
             Text(job.id, style="dim"),
-        )
-    return table
+            str(job.attempt),
+            job.fleet or "-",
+            job_detail(job, positions),
+        ]
+        for job in jobs
+    ]
+    if not attempts:  # a column of 1s says nothing
+        columns.pop(4)
+        for row in rows:
+            row.pop(4)
+    return fitted_table(columns, rows, width=width)
 
 
-def fleets_table(fleets: list[Any]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for column in (
-        "FLEET",
-        "HOST",
-        "STATE",
-        "PLATFORM",
-        "GPUS",
-        "GPU USE",
-        "CPU",
-        "MEMORY",
-        "BLOCKS",
-    ):
-        table.add_column(column)
+# ---- fleets ---------------------------------------------------------------------------------
+
+
+def host_state(host: dict[str, Any]) -> str:
+    """`ready`, `not_ready (agent not answering; last heartbeat 3m ago)`, `not_ready (declared)`
+    (a sim host declared in that state has no heartbeat to show)."""
+    detail = host.get("state_detail")
+    return str(host["state"]) + (f" ({detail})" if detail else "")
+
+
+def fleets_table(fleets: Sequence[Any], *, width: int) -> Table:
+    split = any(host["blocks"] > 1 for fleet in fleets for host in fleet.hosts)
+    columns = [
+        Column("FLEET"),
+        Column("HOST"),
+        Column("STATE", wrap=True, readable=10),
+        Column("GPUS", wrap=True),
+        Column("GPU USE", drop=1, justify="right"),
+        Column("CPU", drop=3, justify="right"),
+        Column("MEMORY", drop=4, justify="right"),
+        Column("BLOCKS", drop=2, justify="right"),
+        Column("PLATFORM", drop=5),
+    ]
+    rows: list[list[Cell]] = []
     for fleet in fleets:
         if not fleet.hosts:
-            table.add_row(fleet.name, "-", "-", "-", "-", "-", "-", "-", "-")
+            rows.append([fleet.name, "-", "-", "no hosts", "-", "-", "-", "-", "-"])
         for host in fleet.hosts:
             gpus = host["gpus"]
+            gpu_text = "-"
             if gpus:
-                names = sorted({g["name"] for g in gpus})
-                mem = format_size_mib(gpus[0]["memory_mib"])
-                gpu_text = f"{len(gpus)}x{'/'.join(names)} {mem}"
-            else:
-                gpu_text = "-"
+                names = "/".join(sorted({g["name"] for g in gpus}))
+                gpu_text = f"{len(gpus)}x{names} {format_size_mib(gpus[0]['memory_mib'])}"
             if host["simulated"]:
                 gpu_text += " (simulated)"
-            state = host["state"] + (f" ({host['state_detail']})" if host["state_detail"] else "")
             style = "green" if host["state"] == "ready" else "yellow"
-            blocks = f"{host['blocks_busy']}/{host['blocks']} busy" if host["blocks"] > 1 else "-"
-            table.add_row(
-                fleet.name,
-                host["name"],
-                Text(state, style=style),
-                f"{host['os']}/{host['arch']}" + (f" {host['backend']}" if host["backend"] else ""),
-                gpu_text,
-                f"{host['gpu_used']:g}/{len(gpus)}" if gpus else "-",
-                f"{host['cpus_used']:g}/{host['cpus']}",
-                f"{format_size_mib(host['memory_used_mib'])}/{format_size_mib(host['memory_mib'])}",
-                blocks,
+            rows.append(
+                [
+                    fleet.name,
+                    host["name"],
+                    Text(host_state(host), style=style),
+                    gpu_text,
+                    f"{host['gpu_used']:g}/{len(gpus)}" if gpus else "-",
+                    f"{host['cpus_used']:g}/{host['cpus']}",
+                    f"{format_size_mib(host['memory_used_mib'])}/"
+                    f"{format_size_mib(host['memory_mib'])}",
+                    f"{host['blocks_busy']}/{host['blocks']} busy" if host["blocks"] > 1 else "-",
+                    f"{host['os']}/{host['arch']}"
+                    + (f" {host['backend']}" if host["backend"] else ""),
+                ]
             )
-    return table
+    if not split:  # no host is split into blocks: the column would be all dashes
+        columns.pop(7)
+        for row in rows:
+            row.pop(7)
+    return fitted_table(columns, rows, width=width)
 
 
-def offers_table(offers: Any) -> Table:
-    table = Table(box=None, header_style="bold", title="fits", title_justify="left")
-    for column in ("#", "FLEET", "HOST", "GPUS", "SCORE"):
-        table.add_column(column)
-    for i, offer in enumerate(offers.fits, 1):
-        table.add_row(str(i), offer.fleet, offer.host, offer.gpus or "-", f"{offer.score:.3f}")
-    return table
+# ---- offers ---------------------------------------------------------------------------------
+
+
+def titled(title: str, table: Table) -> Group:
+    """A table under a bold title line (a table's own title is cut to the table's width)."""
+    return Group(Text(title, style="bold"), table)
+
+
+def offers_table(offers: Any, *, width: int) -> Table:
+    columns = [
+        Column("#", justify="right"),
+        Column("FLEET"),
+        Column("HOST"),
+        Column("GPUS", wrap=True),
+        Column("SCORE", drop=1, justify="right"),
+    ]
+    rows = [
+        [str(i), offer.fleet, offer.host, offer.gpus or "-", f"{offer.score:.3f}"]
+        for i, offer in enumerate(offers.fits, 1)
+    ]
+    return fitted_table(columns, rows, width=width)
+
+
+def gang_table(placement: Any, *, width: int) -> Group:
+    """The hosts a gang would take, one per node rank."""
+    columns = [
+        Column("NODE", justify="right"),
+        Column("HOST"),
+        Column("GPUS", wrap=True),
+    ]
+    rows = [
+        [str(node.rank), node.host_name, ",".join(map(str, node.gpu_indices)) or "-"]
+        for node in placement.nodes
+    ]
+    title = f"gang of {len(placement.nodes)} in fleet {placement.fleet}"
+    return titled(title, fitted_table(columns, rows, width=width))
+
+
+# ---- metrics --------------------------------------------------------------------------------
 
 
 def sparkline(values: list[float], *, top: float = 100.0, width: int = 30) -> str:
@@ -120,23 +304,52 @@ def sparkline(values: list[float], *, top: float = 100.0, width: int = 30) -> st
     return "".join(out)
 
 
-def metrics_table(state: Any, placement: Any | None) -> Table:
-    table = Table(box=None, header_style="bold")
-    for column in ("NODE", "HOST", "GPU", "UTIL", "", "MEMORY", "", "SOURCE"):
-        table.add_column(column)
+def metrics_table(state: Any, placement: Any | None, *, width: int, spark: int = 16) -> Table:
+    columns = [
+        Column("NODE", justify="right"),
+        Column("HOST"),
+        Column("GPU", justify="right"),
+        Column("UTIL", justify="right"),
+        Column("UTIL RECENT", drop=2),
+        Column("MEMORY", justify="right"),
+        Column("MEMORY RECENT", drop=3),
+        Column("SOURCE"),
+    ]
     hosts = {n.rank: n.host_name for n in placement.nodes} if placement else {}
+    rows: list[list[Cell]] = []
     for window in sorted(state.gpus.values(), key=lambda w: (w.node, w.gpu)):
         utils = [point[1] for point in window.recent]
         mems = [float(point[2]) for point in window.recent]
         total = window.memory_total_mib or max(mems or [1.0])
-        table.add_row(
-            str(window.node),
-            hosts.get(window.node, "-"),
-            str(window.gpu),
-            f"{window.utilization:.0f}%",
-            Text(sparkline(utils), style="green"),
-            f"{format_size_mib(window.memory_used_mib)}/{format_size_mib(window.memory_total_mib)}",
-            Text(sparkline(mems, top=float(total)), style="cyan"),
-            "simulated" if window.simulated else "NVML",
+        rows.append(
+            [
+                str(window.node),
+                hosts.get(window.node, "-"),
+                str(window.gpu),
+                f"{window.utilization:.0f}%",
+                Text(sparkline(utils, width=spark), style="green"),
+                f"{format_size_mib(window.memory_used_mib)}/"
+                f"{format_size_mib(window.memory_total_mib)}",
+                Text(sparkline(mems, top=float(total), width=spark), style="cyan"),
+                "simulated" if window.simulated else "NVML",
+            ]
         )
-    return table
+    return fitted_table(columns, rows, width=width)
+
+
+# ---- schedules ------------------------------------------------------------------------------
+
+
+def schedules_table(
+    schedules: Sequence[dict[str, Any]], *, width: int, now: datetime | None = None
+) -> Table:
+    columns = [Column("SCHEDULE"), Column("NEXT RUNS", drop=1), Column("RECENT JOBS")]
+    rows = [
+        [
+            item["id"],
+            ", ".join(until(datetime.fromisoformat(t), now=now) for t in item["next"]) or "-",
+            "\n".join(item["recent"]) or "-",
+        ]
+        for item in schedules
+    ]
+    return fitted_table(columns, rows, width=width)

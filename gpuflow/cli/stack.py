@@ -1,4 +1,5 @@
-"""`gpuflow up` and `gpuflow down`."""
+"""`gpuflow up` and `gpuflow down`: the embedded stack's process, and the jobs that run on it
+when it goes down."""
 
 from __future__ import annotations
 
@@ -9,12 +10,19 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+import typer
 from rich.console import Console
+from rich.text import Text
+from temporalio.service import RPCError, RPCStatusCode
 
+from gpuflow.cli.render import status_text
+from gpuflow.config import ensure_home, gpuflow_home
 from gpuflow.errors import GpuflowError
-from gpuflow.store.db import gpuflow_home
+from gpuflow.status import JobStatus
 
 
 def _pid_file(home: Path) -> Path:
@@ -36,10 +44,10 @@ def _alive(pid: int) -> bool:
 
 
 def up_foreground(console: Console) -> None:
-    from gpuflow.worker.embedded import serve
+    from gpuflow.control.embedded import serve
 
     home = gpuflow_home()
-    home.mkdir(parents=True, exist_ok=True)
+    ensure_home(home)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     ready = _ready_file(home)
     ready.unlink(missing_ok=True)
@@ -54,7 +62,7 @@ def up_foreground(console: Console) -> None:
 
 def up_detached(console: Console, *, timeout_s: float = 120) -> None:
     home = gpuflow_home()
-    home.mkdir(parents=True, exist_ok=True)
+    ensure_home(home)
     pid_file = _pid_file(home)
     if pid_file.exists() and _alive(int(pid_file.read_text() or 0)):
         ui = _ready_file(home).read_text() if _ready_file(home).exists() else "?"
@@ -90,23 +98,133 @@ def up_detached(console: Console, *, timeout_s: float = 120) -> None:
     )
 
 
-def down(console: Console, *, timeout_s: float = 60) -> None:
-    home = gpuflow_home()
-    pid_file = _pid_file(home)
+def running_pid() -> int | None:
+    """The pid of the stack started with `gpuflow up -d`, or None when it is not up (a stale
+    pid file is removed)."""
+    pid_file = _pid_file(gpuflow_home())
     if not pid_file.exists():
-        console.print("gpuflow is not up")
-        return
+        return None
     pid = int(pid_file.read_text() or 0)
-    if not _alive(pid):
+    if pid <= 0 or not _alive(pid):
         pid_file.unlink(missing_ok=True)
-        console.print("gpuflow is not up (removed a stale pid file)")
-        return
+        return None
+    return pid
+
+
+def stop_stack(console: Console, pid: int, *, timeout_s: float = 60) -> None:
+    """Stop the stack's process (SIGTERM, then SIGKILL after `timeout_s`). Job processes are
+    not its children: whoever calls this has dealt with running jobs first."""
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    with console.status("stopping gpuflow…"):
+    with console.status("stopping the Temporal dev server, control worker and local agent…"):
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
     if _alive(pid):
         os.kill(pid, signal.SIGKILL)
-    pid_file.unlink(missing_ok=True)
+    _pid_file(gpuflow_home()).unlink(missing_ok=True)
+
+
+async def down(
+    console: Console,
+    connect: Callable[[], Awaitable[Any]],
+    *,
+    stop_jobs: bool,
+    force: bool,
+) -> None:
+    """`gpuflow down`: running jobs are stopped first (asked, or `stop_jobs`), or left running
+    with `force` and named; then the stack's process is stopped."""
+    pid = running_pid()
+    if pid is None:
+        console.print("gpuflow is not up")
+        return
+    left: list[Any] = []
+    try:
+        client = await connect()
+    except GpuflowError as exc:
+        if not force:
+            raise GpuflowError(
+                f"{exc}; cannot see which jobs run, so nothing was stopped "
+                "(gpuflow down --force stops the stack anyway)"
+            ) from None
+        console.print(f"[yellow]cannot list jobs ({exc}); stopping the stack anyway[/]")
+    else:
+        try:
+            left = await settle_jobs(console, client, stop_jobs=stop_jobs, force=force)
+        finally:
+            await client.close()
+    await asyncio.to_thread(stop_stack, console, pid)
     console.print("gpuflow is down")
+    if left:
+        names = ", ".join(job.name for job in left)
+        console.print(
+            f"[yellow]left {len(left)} job(s) running without gpuflow[/]: {names}; their "
+            "processes keep running and nothing watches them (nor stops them, nor releases "
+            "their GPUs) until the next `gpuflow up`",
+            highlight=False,
+        )
+
+
+async def settle_jobs(console: Console, client: Any, *, stop_jobs: bool, force: bool) -> list[Any]:
+    """Before the stack goes down: stop the jobs that have (or are about to have) processes,
+    or return them to be reported as left running. Pending jobs wait durably either way."""
+    jobs = await client.jobs()
+    active = [j for j in jobs if j.status in (JobStatus.RUNNING, JobStatus.PROVISIONING)]
+    pending = [j for j in jobs if j.status == JobStatus.PENDING]
+    if pending:
+        console.print(
+            f"{len(pending)} pending job(s) ({', '.join(j.name for j in pending)}) keep waiting "
+            "and are placed after the next `gpuflow up`",
+            highlight=False,
+        )
+    if not active:
+        return []
+    console.print(f"{len(active)} job(s) running:")
+    for job in active:
+        console.print(f"  {job.name} ({job.id}) on {','.join(job.hosts) or '-'}", highlight=False)
+    if force:
+        return active
+    if not stop_jobs and not _confirm(f"Stop these {len(active)} job(s) first?"):
+        raise GpuflowError(
+            f"{len(active)} job(s) still running; nothing was stopped. Stop them with "
+            "`gpuflow down --stop-jobs` (-y), or leave their processes running without "
+            "gpuflow with `gpuflow down --force`"
+        )
+    with console.status(f"stopping {len(active)} job(s)…"):
+        ended = await asyncio.gather(*(client.stop(job.id, wait=True) for job in active))
+    for info in ended:
+        console.print(Text.assemble(f"{info.name}: ", status_text(info.status, info.reason)))
+    return [info for info in ended if not info.status.is_final]
+
+
+def _confirm(question: str) -> bool:
+    """Asked on a terminal only: a script without -y or --force is refused, not guessed for."""
+    return sys.stdin.isatty() and typer.confirm(question, default=True)
+
+
+# ---- what the CLI says when the stack is down --------------------------------------------
+
+
+def stack_address() -> str | None:
+    """The embedded stack's Temporal address when the CLI talks to it (no cluster configured)."""
+    from gpuflow.config import TemporalConfig
+
+    try:
+        config = TemporalConfig.from_env()
+    except GpuflowError:
+        return None
+    return config.address if config.embedded else None
+
+
+def stack_down_message(address: str) -> str:
+    return f"cannot reach Temporal at {address} — is the stack up? (gpuflow up -d)"
+
+
+def temporal_lost(exc: RPCError) -> str:
+    """One line for an RPC that failed after the connection was made."""
+    first = exc.message.strip().splitlines()[0] if exc.message.strip() else exc.status.name
+    if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+        address = stack_address()
+        if address is not None:
+            return stack_down_message(address)
+        return f"lost Temporal ({exc.status.name.lower()}): {first}"
+    return f"Temporal refused the request ({exc.status.name.lower()}): {first}"

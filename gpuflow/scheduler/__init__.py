@@ -1,4 +1,4 @@
-"""The scheduler: the one place where fit is decided (DESIGN.md, "Placement").
+"""The scheduler: the one place where fit is decided (docs/architecture.md, "Placement").
 
 Pure functions over a snapshot of the fleets, without I/O or Temporal, used by the job
 workflow's place step, manual selection, `gpuflow offers` and the dry run:
@@ -6,6 +6,7 @@ workflow's place step, manual selection, `gpuflow offers` and the dry run:
     place(job, snapshot, fleets=None) -> Placement | Unschedulable
     explain(job, snapshot, fleets=None) -> Offers
     apply_placement(snapshot, placement) / release_placement(snapshot, placement)
+    plan_together(jobs, snapshot) -> [JobPlan]   (several jobs, each after the ones before it)
 """
 
 from gpuflow.scheduler.blocks import blocks_busy
@@ -24,8 +25,10 @@ from gpuflow.scheduler.model import (
 from gpuflow.scheduler.offers import Offer, Offers
 from gpuflow.scheduler.place import explain, place
 from gpuflow.scheduler.request import Request, effective_backend, resolve
-from gpuflow.scheduler.scorers import DEFAULT_SCORER, SCORER_NAMES
+from gpuflow.scheduler.scorers import SCORER_NAMES
+from gpuflow.scheduler.together import JobPlan, plan_together
 from gpuflow.scheduler.usage import apply_placement, release_placement
+from gpuflow.specs.scoring import DEFAULT_SCORER
 
 offers = explain
 """Alias: what `gpuflow offers` calls."""
@@ -36,6 +39,7 @@ __all__ = [
     "FleetSnapshot",
     "GpuSlot",
     "HostSnapshot",
+    "JobPlan",
     "NodePlacement",
     "Offer",
     "Offers",
@@ -52,6 +56,7 @@ __all__ = [
     "explain",
     "offers",
     "place",
+    "plan_together",
     "release_placement",
     "resolve",
 ]

@@ -4,18 +4,17 @@
 one reported, in this order: backend runtime (CUDA/ROCm/Metal), GPU vendor, OS, CPU arch, minimum
 driver, compute capability. Runtime comes first because it is what a user changes: a CUDA job on
 a Mac reads "mac-1: needs CUDA, host has Metal" however it got there.
+
+A host's stored versions (driver, compute capability) come from its agent or its fleet file; one
+that cannot be read makes that host not fit a job that asks for a version, with a reason, and
+never raises: one host's odd facts must not break placement on the others.
 """
 
 from __future__ import annotations
 
 from gpuflow.scheduler.model import HostSnapshot
-from gpuflow.scheduler.request import (
-    BACKEND_NAMES,
-    VENDOR_NAMES,
-    Request,
-    effective_backend,
-    version_tuple,
-)
+from gpuflow.scheduler.request import BACKEND_NAMES, VENDOR_NAMES, Request, effective_backend
+from gpuflow.specs.units import readable_version, shown
 
 OS_NAMES = {"linux": "Linux", "macos": "macOS"}
 
@@ -28,7 +27,7 @@ def host_backend(host: HostSnapshot) -> str | None:
 def gpu_meets_capability(capability: str | None, request: Request) -> bool:
     if request.compute_capability is None:
         return True
-    have = version_tuple(capability)
+    have = readable_version(capability)
     return have is not None and have >= request.compute_capability
 
 
@@ -53,9 +52,14 @@ def compatibility(host: HostSnapshot, request: Request) -> str | None:
     if request.arch is not None and host.arch != request.arch:
         return f"needs {request.arch}, host is {host.arch}"
     if request.min_driver is not None:
-        have_driver = version_tuple(host.driver_version)
+        have_driver = readable_version(host.driver_version)
         if have_driver is None:
-            return f"needs driver {request.min_driver_text} or newer, host's driver is unknown"
+            state = "unreadable" if host.driver_version else "unknown"
+            shown_driver = f" ({shown(host.driver_version)})" if host.driver_version else ""
+            return (
+                f"needs driver {request.min_driver_text} or newer, "
+                f"host's driver is {state}{shown_driver}"
+            )
         if have_driver < request.min_driver:
             driver = host.driver_version
             return f"needs driver {request.min_driver_text} or newer, host has {driver}"
@@ -64,10 +68,15 @@ def compatibility(host: HostSnapshot, request: Request) -> str | None:
         and request.wants_gpu
         and not any(gpu_meets_capability(g.compute_capability, request) for g in host.gpus)
     ):
-        known = sorted({g.compute_capability for g in host.gpus if g.compute_capability})
+        known = sorted({_text(g.compute_capability) for g in host.gpus if g.compute_capability})
         have = "host GPUs have " + ", ".join(known) if known else "host's is unknown"
         return f"needs compute capability {request.compute_capability_text} or higher, {have}"
     return None
+
+
+def _text(version: str) -> str:
+    """A stored version as a reason shows it: as is when readable, else quoted and shortened."""
+    return version if readable_version(version) is not None else shown(version)
 
 
 def _os(name: str) -> str:

@@ -193,6 +193,11 @@ class Workload:
         self._cpu_unfit: dict[tuple[int, float, int], float] = {}
         self._per_free: dict[tuple[int, ...], list[tuple[int, ...]]] = {}
 
+    def forget(self) -> None:
+        """Free the memo tables (the mix was replaced; see scorers._retire)."""
+        for table in (self._per_class, self._memo, self._plans, self._cpu_unfit, self._per_free):
+            table.clear()
+
     def _kinds_for(self, cls: HostClass) -> _ClassKinds:
         found = self._per_class.get(cls.id)
         if found is not None:

@@ -12,6 +12,7 @@ from itertools import count
 
 from gpuflow.specs import JobSpec
 from gpuflow.specs.resources import DEFAULT_BACKEND
+from gpuflow.specs.units import readable_version
 
 BACKEND_NAMES = {"cuda": "CUDA", "rocm": "ROCm", "metal": "Metal"}
 VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD", "apple": "Apple", "intel": "Intel"}
@@ -28,20 +29,9 @@ def effective_backend(backend: str | None, vendor: str | None) -> str | None:
 
 
 def version_tuple(text: str | None) -> tuple[int, ...] | None:
-    """`535.104.05` -> (535, 104, 5), so versions compare numerically; None if unreadable."""
-    if not text:
-        return None
-    parts: list[int] = []
-    for piece in text.strip().split("."):
-        digits = ""
-        for char in piece:
-            if not char.isdigit():
-                break
-            digits += char
-        if not digits:
-            break
-        parts.append(int(digits))
-    return tuple(parts) if parts else None
+    """`535.104.05` -> (535, 104, 5), so versions compare numerically; None if unreadable (the
+    one version grammar is specs.units.parse_version)."""
+    return readable_version(text)
 
 
 @dataclass(frozen=True, slots=True)

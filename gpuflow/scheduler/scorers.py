@@ -30,20 +30,10 @@ from gpuflow.scheduler.fit import Option
 from gpuflow.scheduler.frag import DEFAULT_MIX, Workload, current, growth
 from gpuflow.scheduler.index import HostView, SnapshotIndex
 from gpuflow.scheduler.model import FleetSnapshot
+from gpuflow.specs.scoring import DEFAULT_SCORER, DEFAULT_WEIGHTS, SCORERS
 
-SCORER_NAMES = ("fragmentation", "binpack", "spread", "random")
-DEFAULT_SCORER = "fragmentation"
-DEFAULT_WEIGHTS = {
-    "gpu": 1.0,
-    "cpu": 0.25,
-    "memory": 0.25,
-    "fragmentation": 1.0,
-    "binpack": 0.05,
-    "capacity": 1.0,
-    "capacity_whole": 0.1,
-    "scarcity": 1.0,
-    "idle": 1.0,
-}
+SCORER_NAMES = (*SCORERS, "random")
+"""The scorers users may choose, and `random`: a baseline the placement benchmark compares with."""
 
 
 _GPU_ONLY = {"gpu": 1.0, "cpu": 0.0, "memory": 0.0}
@@ -87,7 +77,8 @@ def scoring_for(
 ) -> Scoring:
     name = scorer or fleet.scorer or DEFAULT_SCORER
     if name not in SCORER_NAMES:
-        name = DEFAULT_SCORER
+        # Specs validate scorer names, so an unknown one is a bug: refuse it, never fall back.
+        raise ValueError(f"unknown scorer {name!r}; allowed: {', '.join(SCORER_NAMES)}")
     weights = {**DEFAULT_WEIGHTS, **fleet.scorer_weights}
     workload: Workload | None = None
     before: dict[int, float] = {}
@@ -97,9 +88,14 @@ def scoring_for(
         whole = weights["capacity_whole"]
         scarcity = weights["scarcity"]
         idle = weights["idle"]
-        key = (fleet.name, id(fleet.workload), len(fleet.workload), capacity, whole, scarcity, idle)
+        # One prepared mix per fleet and weights, kept while the fleet's `workload` is the same
+        # list object (a learned mix is replaced, never edited in place; the entry holds the
+        # list, so its id cannot be reused meanwhile).
+        key = (fleet.name, capacity, whole, scarcity, idle)
         cached = index.workloads.get(key)
-        if cached is None:
+        if cached is None or cached[0] is not fleet.workload:
+            if cached is not None:
+                _retire(index, cached[1])
             workload = Workload(
                 mix,
                 capacity=capacity,
@@ -108,10 +104,21 @@ def scoring_for(
                 scarcity=scarcity,
                 idle=idle,
             )
-            cached = index.workloads[key] = (workload, {})
-        workload, before = cached
+            cached = index.workloads[key] = (fleet.workload, workload, {})
+        _, workload, before = cached
     weights_key = tuple(sorted(weights.items()))
     return Scoring(name, weights, workload, job_name, name == "random", before, weights_key)
+
+
+def _retire(index: SnapshotIndex, workload: Workload) -> None:
+    """Drop what was memoized for a replaced mix. Rankings and score memos name a mix by its
+    id, so the object is kept (emptied) for the index's life: no later mix can take its id."""
+    gone = id(workload)
+    for table in (index.rankings, index.fit_memo):
+        for stale in [key for key in table if isinstance(key, tuple) and gone in key]:
+            del table[stale]
+    workload.forget()
+    index.workloads.setdefault("retired", []).append(workload)
 
 
 def gpu_supply(fleet: FleetSnapshot) -> dict[str, int]:

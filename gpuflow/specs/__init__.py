@@ -1,5 +1,6 @@
 """Pydantic models of what users write: jobs, fleets, resources and policies."""
 
+from gpuflow.specs.flags import JobFlags
 from gpuflow.specs.fleet import SCORERS, FleetSpec, GpuDecl, HostDecl, SimulatedUtilization
 from gpuflow.specs.job import JobSpec, RetrySpec, Selection, UtilizationPolicy
 from gpuflow.specs.load import load_fleet, load_job, merge_job, read_yaml
@@ -12,6 +13,7 @@ __all__ = [
     "GPUSpec",
     "GpuDecl",
     "HostDecl",
+    "JobFlags",
     "JobSpec",
     "Range",
     "ResourcesSpec",

@@ -8,37 +8,81 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpuflow.specs.resources import ResourcesSpec
-from gpuflow.specs.units import parse_duration
+from gpuflow.specs.scoring import SCORERS
+from gpuflow.specs.units import check_text, parse_duration, shown
 from gpuflow.status import RetryEvent
 
-SCORERS = ("fragmentation", "binpack", "spread")
-"""Placement scorers a fleet or a job may choose."""
+SPEC_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+"""Every spec model: unknown fields are errors, values are immutable, numbers are finite."""
 
-_NAME = re.compile(r"^[a-z][a-z0-9-]{0,40}$")
+_NAME = re.compile(r"[a-z][a-z0-9-]{0,40}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 MIN_UTILIZATION_WINDOW_S = 60
 MAX_UTILIZATION_WINDOW_S = 7 * 86400
+MAX_TEXT = 4096
+"""Longest label, taint, toleration or path (PATH_MAX on Linux)."""
+MAX_COMMAND = 128 * 1024
+"""Longest command or environment value (Linux's limit on one argument, MAX_ARG_STRLEN)."""
+MAX_ITEMS = 1024
+"""Most commands, environment variables, labels, taints or names in one list."""
 
 
 def check_name(value: str, what: str = "name") -> str:
-    if not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise ValueError(
-            f"{what} {value!r} must start with a letter and hold only lowercase letters, "
+            f"{what} {shown(value)} must start with a letter and hold only lowercase letters, "
             "digits and '-' (at most 41 characters)"
         )
     return value
 
 
+def check_texts(values: list[str], what: str, *, max_length: int = MAX_TEXT) -> list[str]:
+    for value in values:
+        check_text(value, what, max_length=max_length)
+    return values
+
+
+def check_labels(value: dict[str, str]) -> dict[str, str]:
+    for key, item in value.items():
+        check_text(key, "label name", max_length=MAX_TEXT)
+        check_text(item, f"label {shown(key)}", max_length=MAX_TEXT, allow_empty=True)
+    return value
+
+
+def parse_time_window(value: Any) -> int:
+    """A utilization policy's window in seconds, 1 minute to 7 days."""
+    seconds = parse_duration(value)
+    if not MIN_UTILIZATION_WINDOW_S <= seconds <= MAX_UTILIZATION_WINDOW_S:
+        raise ValueError(f"time_window {shown(value)} is outside 1m..7d; write e.g. 10m, 2h or 1d")
+    return seconds
+
+
+def parse_max_duration(value: Any) -> int | None:
+    """Seconds a job may run (1 second to a year), or None for `off`."""
+    if value is None or value is False or value == "off":
+        return None
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise ValueError(f"max_duration must be positive, or off (got {shown(value)})")
+    return seconds
+
+
 class RetrySpec(BaseModel):
     """When a job is tried again. `retry: true` retries on every event."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
-    on_events: list[RetryEvent] = Field(default_factory=lambda: list(RetryEvent))
-    """Events that start another attempt: no-capacity, interruption, error."""
-    duration: int = 3600
-    """Seconds from submission after which no new attempt starts (also bounds capacity waits)."""
-    max_attempts: int | None = None
-    """Most attempts in all, the first included; None bounds attempts by `duration` only."""
+    on_events: list[RetryEvent] = Field(
+        default_factory=lambda: list(RetryEvent), max_length=16, examples=[["no-capacity"]]
+    )
+    """Events that start another attempt: `no-capacity` (nothing fits now: keep waiting for a
+    place), `interruption` (its host was lost, or starting on it failed), `error` (a command exited
+    non-zero). Omitted: all three."""
+    duration: int = Field(default=3600, examples=["2h"])
+    """How long after submission a new attempt may still start, waits for capacity included
+    (written 30m, 2h, 1d; at most a year). An attempt already running is not cut short."""
+    max_attempts: int | None = Field(default=None, le=10_000, examples=[3])
+    """Most attempts in all, the first one included. Omitted: as many as fit in `duration`."""
 
     @field_validator("duration", mode="before")
     @classmethod
@@ -49,76 +93,130 @@ class RetrySpec(BaseModel):
     @classmethod
     def _attempts(cls, value: int | None) -> int | None:
         if value is not None and value < 1:
-            raise ValueError(f"max_attempts is {value}; it must be at least 1")
+            raise ValueError(f"max_attempts is {shown(value)}; it must be at least 1")
         return value
 
 
 class UtilizationPolicy(BaseModel):
     """Terminate the job when a GPU stays below `min_gpu_utilization` for `time_window`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
-    min_gpu_utilization: int = Field(ge=0, le=100)
-    """Percent, 0..100."""
-    time_window: int
-    """Seconds, 1 minute to 7 days (write 10m, 2h, 1d)."""
+    min_gpu_utilization: int = Field(ge=0, le=100, examples=[10])
+    """GPU utilization in percent (0..100): a GPU of the job that stays below it for
+    `time_window` terminates the job (`0` never does)."""
+    time_window: int = Field(examples=["30m"])
+    """How long a GPU may stay below `min_gpu_utilization` before the job is terminated
+    (written 10m, 2h, 1d; 1 minute to 7 days)."""
 
     @field_validator("time_window", mode="before")
     @classmethod
     def _window(cls, value: Any) -> int:
-        seconds = parse_duration(value)
-        if not MIN_UTILIZATION_WINDOW_S <= seconds <= MAX_UTILIZATION_WINDOW_S:
-            raise ValueError(f"time_window {value!r} is outside 1m..7d; write e.g. 10m, 2h or 1d")
-        return seconds
+        return parse_time_window(value)
 
 
 class Selection(BaseModel):
     """Manual placement: the hosts, or the exact GPUs (`host:index`), the job may use."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
-    hosts: list[str] = Field(default_factory=list)
-    gpus: list[str] = Field(default_factory=list)
+    hosts: list[str] = Field(default_factory=list, max_length=MAX_ITEMS, examples=[["gpu-1"]])
+    """Host names (as in the fleet file) the job may run on; no other host is considered.
+    Omitted or empty: any host (unless `gpus` names some)."""
+    gpus: list[str] = Field(default_factory=list, max_length=MAX_ITEMS, examples=[["gpu-1:0"]])
+    """Exact GPUs, `HOST:INDEX` (the host's GPUs counted from 0): the job may use only these
+    GPUs, and their hosts are added to `hosts`. Omitted or empty: any GPU of the allowed
+    hosts."""
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        for host in value:
+            check_name(host, "host name")
+        return value
 
     @field_validator("gpus")
     @classmethod
     def _gpus(cls, value: list[str]) -> list[str]:
         for item in value:
             host, sep, index = item.rpartition(":")
-            if not sep or not host or not index.isdigit():
-                raise ValueError(f"GPU {item!r} must be written HOST:INDEX, e.g. gpu-1:0")
+            if not sep or not _NAME.fullmatch(host) or not re.fullmatch(r"[0-9]{1,3}", index):
+                raise ValueError(f"GPU {shown(item)} must be written HOST:INDEX, e.g. gpu-1:0")
         return value
 
 
 class JobSpec(BaseModel):
     """One job. Unknown fields are errors so that typos never pass silently."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
-    type: Literal["task"] = "task"
-    name: str
-    commands: list[str] = Field(min_length=1)
-    env: dict[str, str] = Field(default_factory=dict)
-    working_dir: str | None = None
-    resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
-    alternatives: list[ResourcesSpec] = Field(default_factory=list, max_length=16)
+    type: Literal["task"] = Field(default="task", examples=["task"])
+    """The kind of file; a job file is always `task` (may be omitted)."""
+    name: str = Field(examples=["train-llm"])
+    """The job's name, shown by `gpuflow ps` and in logs; names need not be unique (each job
+    gets its own id)."""
+    commands: list[str] = Field(min_length=1, max_length=MAX_ITEMS, examples=[["python train.py"]])
+    """Shell commands run one after another in one shell on every node; the job fails at the
+    first that exits non-zero. One command may be written as plain text."""
+    env: dict[str, str] = Field(
+        default_factory=dict, max_length=MAX_ITEMS, examples=[{"WANDB_MODE": "offline"}]
+    )
+    """Environment variables for the commands, as a mapping or a list of `KEY=VALUE`: POSIX
+    names (letters, digits, '_', not starting with a digit) to text without NUL."""
+    working_dir: str | None = Field(default=None, examples=["/data/run-1"])
+    """Where the commands run on the host: a path without NUL, at most 4096 characters.
+    It is created if missing. Omitted: the job's own directory that gpuflow makes on the host."""
+    resources: ResourcesSpec = Field(
+        default_factory=ResourcesSpec, examples=[{"gpu": "A100:2", "memory": "64GB.."}]
+    )
+    """What each node needs (every node of a multi-node job gets the same). Omitted: one CPU
+    core and no GPU."""
+    alternatives: list[ResourcesSpec] = Field(
+        default_factory=list, max_length=16, examples=[[{"gpu": "L4:1"}]]
+    )
     """Resources to fall back to, in order, when `resources` fits nowhere: each option is
     tried on every fleet (in `fleets` order) before the next one."""
-    nodes: int = Field(default=1, ge=1, le=1024)
-    priority: int = Field(default=0, ge=0, le=100)
-    retry: RetrySpec | None = None
-    max_duration: int | None = None
-    """Seconds the job may run before it is terminated; None is unlimited."""
-    utilization_policy: UtilizationPolicy | None = None
-    fleets: list[str] = Field(default_factory=list)
-    """Fleets to try, in order; empty means every fleet."""
-    placement: Selection | None = None
-    scorer: str | None = None
-    """binpack, spread or fragmentation; None uses the fleet's."""
-    tolerations: list[str] = Field(default_factory=list)
-    """Taints (`key=value` or `key`) this job accepts."""
-    labels: dict[str, str] = Field(default_factory=dict)
-    """Host labels the job requires."""
+    nodes: int = Field(default=1, ge=1, le=1024, examples=[2])
+    """How many hosts the job runs on. Above 1 the job takes that many whole, idle hosts of one
+    fleet at once (a host split into blocks counts only with every block free), or waits;
+    GPU fractions are not allowed then."""
+    priority: int = Field(default=0, ge=0, le=100, examples=[50])
+    """Higher is more important. Today it is recorded and shown: `gpuflow ps` lists waiting
+    jobs higher priority first, then by submission time; it does not yet change which waiting
+    job is admitted first."""
+    retry: RetrySpec | None = Field(default=None, examples=[True])
+    """When to try the job again; `true`: on every event, with the default settings of
+    `retry`. Omitted or `false`: the job is tried once and fails when nothing fits."""
+    max_duration: int | None = Field(default=None, examples=["12h"])
+    """How long the job may run before it is terminated (written 30m, 2h, 1d; at most a
+    year). Omitted or `off`: unlimited."""
+    utilization_policy: UtilizationPolicy | None = Field(
+        default=None, examples=[{"min_gpu_utilization": 10, "time_window": "30m"}]
+    )
+    """Terminate the job when its GPUs sit idle; only for jobs that ask for GPUs. Omitted: never
+    terminated for low utilization."""
+    fleets: list[str] = Field(
+        default_factory=list, max_length=MAX_ITEMS, examples=[["on-prem", "cloud-reserve"]]
+    )
+    """Fleets to try, in order: the job takes a place on the first that has one. Omitted or
+    empty: every fleet."""
+    placement: Selection | None = Field(default=None, examples=[{"hosts": ["gpu-1"]}])
+    """Pin the job to named hosts or GPUs. Omitted: the scorer chooses among every host that
+    fits."""
+    scorer: str | None = Field(default=None, examples=["spread"])
+    """How to rank the hosts that fit, for this job: `binpack` fills the fullest host first,
+    `spread` the emptiest, `fragmentation` keeps whole GPUs and hosts free. Omitted: each
+    fleet's own `scorer`."""
+    tolerations: list[str] = Field(
+        default_factory=list, max_length=MAX_ITEMS, examples=[["gpu-only"]]
+    )
+    """Host taints this job accepts: `key=value` tolerates exactly that taint, `key` every taint
+    with that key. A host with a taint the job does not tolerate is never used for it."""
+    labels: dict[str, str] = Field(
+        default_factory=dict, max_length=MAX_ITEMS, examples=[{"zone": "eu-1"}]
+    )
+    """Host labels the job requires: only hosts that carry every `key: value` here are used.
+    Omitted: any host."""
 
     @field_validator("name")
     @classmethod
@@ -134,9 +232,10 @@ class JobSpec(BaseModel):
             for item in value:
                 if not isinstance(item, str):
                     raise ValueError(
-                        f"command {item!r} is not text: YAML read it as a "
+                        f"command {shown(item)} is not text: YAML read it as a "
                         f"{type(item).__name__}; put it in quotes"
                     )
+                check_text(item, "command", max_length=MAX_COMMAND, allow_empty=True)
         return value
 
     @field_validator("env", mode="before")
@@ -145,14 +244,46 @@ class JobSpec(BaseModel):
         if isinstance(value, list):  # dstack style: ["KEY=value", ...]
             pairs = {}
             for item in value:
-                key, sep, val = str(item).partition("=")
+                key, sep, val = item.partition("=") if isinstance(item, str) else ("", "", "")
                 if not sep:
-                    raise ValueError(f"env entry {item!r} must be KEY=VALUE")
+                    raise ValueError(f"env entry {shown(item)} must be KEY=VALUE")
                 pairs[key] = val
-            return pairs
+            value = pairs
         if isinstance(value, dict):
-            return {str(k): str(v) for k, v in value.items()}
+            for key, item in value.items():
+                if not isinstance(key, str) or not _ENV_NAME.fullmatch(key):
+                    raise ValueError(
+                        f"env name {shown(key)} must be letters, digits and '_', "
+                        "not starting with a digit"
+                    )
+                if isinstance(item, dict | list):
+                    raise ValueError(f"env {key}: the value must be text, not {shown(item)}")
+            value = {k: str(v) for k, v in value.items()}
+            for key, item in value.items():
+                check_text(item, f"env {key}", max_length=MAX_COMMAND, allow_empty=True)
         return value
+
+    @field_validator("working_dir")
+    @classmethod
+    def _working_dir(cls, value: str | None) -> str | None:
+        return None if value is None else check_text(value, "working_dir", max_length=MAX_TEXT)
+
+    @field_validator("fleets")
+    @classmethod
+    def _fleets(cls, value: list[str]) -> list[str]:
+        for name in value:
+            check_name(name, "fleet name")
+        return value
+
+    @field_validator("tolerations")
+    @classmethod
+    def _tolerations(cls, value: list[str]) -> list[str]:
+        return check_texts(value, "toleration")
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        return check_labels(value)
 
     @field_validator("retry", mode="before")
     @classmethod
@@ -166,18 +297,13 @@ class JobSpec(BaseModel):
     @field_validator("max_duration", mode="before")
     @classmethod
     def _max_duration(cls, value: Any) -> Any:
-        if value in (None, "off", False):
-            return None
-        seconds = parse_duration(value)
-        if seconds <= 0:
-            raise ValueError("max_duration must be positive, or off")
-        return seconds
+        return parse_max_duration(value)
 
     @field_validator("scorer")
     @classmethod
     def _scorer(cls, value: str | None) -> str | None:
         if value is not None and value not in SCORERS:
-            raise ValueError(f"unknown scorer {value!r}; allowed: {', '.join(SCORERS)}")
+            raise ValueError(f"unknown scorer {shown(value)}; allowed: {', '.join(SCORERS)}")
         return value
 
     @model_validator(mode="after")

@@ -1,21 +1,25 @@
 """Reading YAML files into specs, merging profiles, and turning validation errors into one line.
 
-`merge_job` is the one place where profile, job file and command-line overrides meet
-(flags beat the job file, which beats the profile).
+`merge_job` is the one place where profile, job file and command-line flags meet (flags beat
+the job file, which beats the profile). Files are read by `safe_yaml`, in bounded time and
+memory; every refusal is a SpecError naming the file, the field and the value.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from gpuflow.errors import SpecError
+from gpuflow.specs.flags import JobFlags
 from gpuflow.specs.fleet import FleetSpec
-from gpuflow.specs.job import JobSpec
+from gpuflow.specs.job import MAX_TEXT, JobSpec
+from gpuflow.specs.safe_yaml import YamlRefused, display_path, parse_yaml, read_text
+from gpuflow.specs.units import shown
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -36,51 +40,84 @@ PROFILE_FIELDS = frozenset(
         "labels",
     }
 )
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+_MAX_PROBLEMS = 3
 
 
-def describe_validation_error(error: ValidationError, *, source: str) -> str:
-    """One line per problem: where, the value, and what is allowed."""
-    lines = []
-    for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
+def describe_validation_error(
+    error: ValidationError, *, source: str, field_sources: dict[str, str] | None = None
+) -> str:
+    """One line: the file, where, the value, and what is allowed, for the first few problems.
+
+    `field_sources` names the file a top-level field came from (a profile's, say), when it is
+    not `source`."""
+    problems = []
+    items = error.errors()
+    first = items[0]["loc"][0] if items and items[0]["loc"] else None
+    source = (field_sources or {}).get(str(first), source)
+    for item in items[:_MAX_PROBLEMS]:
+        where = ".".join(map(_field, item["loc"]))
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown field (check the spelling)"
         elif item["type"] == "missing":
             message = "required field is missing"
         value = item.get("input")
-        shown = (
-            "" if item["type"] in ("missing",) or isinstance(value, dict) else f" (got {value!r})"
+        quoted = shown(value)
+        shown_value = (
+            ""
+            if item["type"] == "missing" or isinstance(value, dict | list) or quoted in message
+            else f" (got {quoted})"
         )
-        lines.append(f"{source}: {where}: {message}{shown}")
-    return "\n".join(lines)
+        problems.append(f"{where or '(top level)'}: {message}{shown_value}")
+    more = len(items) - _MAX_PROBLEMS
+    tail = f"; and {more} more" if more > 0 else ""
+    return f"{source}: " + "; ".join(problems) + tail
+
+
+def _field(part: Any) -> str:
+    """A part of a field's location as written, or quoted and shortened when it is odd (a key
+    of 5,000 characters, or one holding a newline, is a typo or an attack)."""
+    if isinstance(part, int) or (isinstance(part, str) and part.isprintable() and len(part) <= 40):
+        return str(part)
+    return shown(part)
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A file's top-level mapping; SpecError (naming the file) for anything else."""
     path = Path(path)
-    if not path.exists():
-        raise SpecError(f"{path}: no such file")
-    if path.is_dir():
-        raise SpecError(f"{path}: is a directory, not a YAML file")
+    where = display_path(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(f"{path}: malformed YAML{where}: {problem}") from None
+        data = parse_yaml(read_text(path))
+    except YamlRefused as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    if data is None:
+        raise SpecError(f"{where}: the file is empty; expected a mapping of fields (name: ...)")
     if not isinstance(data, dict):
         raise SpecError(
-            f"{path}: expected a mapping of fields at the top, got {type(data).__name__}"
+            f"{where}: expected a mapping of fields at the top, got {_kind(data)} {shown(data)}"
         )
     return data
 
 
-def _validate(model: type[M], data: dict[str, Any], source: str) -> M:
+def _kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, bool):
+        return "true/false"
+    return "a number" if isinstance(value, int | float) else type(value).__name__
+
+
+def _validate(
+    model: type[M], data: dict[str, Any], source: str, field_sources: dict[str, str] | None = None
+) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(describe_validation_error(exc, source=source)) from None
+        message = describe_validation_error(exc, source=source, field_sources=field_sources)
+        raise SpecError(message) from None
 
 
 def _deep_merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
@@ -99,27 +136,42 @@ def profiles_dir() -> Path:
     return Path(os.environ.get("GPUFLOW_HOME", Path.home() / ".gpuflow")) / "profiles"
 
 
-def resolve_profile(ref: str, *, relative_to: Path | None = None) -> Path:
-    """A profile is a path (relative to the job file) or a name under GPUFLOW_HOME/profiles."""
-    candidates = [Path(ref)]
-    if relative_to is not None:
-        candidates.insert(0, relative_to / ref)
-    candidates.append(profiles_dir() / f"{ref}.yaml")
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise SpecError(
-        f"profile {ref!r} not found (looked for {', '.join(str(c) for c in candidates)})"
-    )
+def resolve_profile(ref: Any, *, relative_to: Path, what: str = "profile") -> Path:
+    """A profile is a path (it holds a '/' or ends in .yaml: relative to `relative_to`) or a
+    name under GPUFLOW_HOME/profiles. `what` names where the reference came from."""
+    if not isinstance(ref, str) or not ref.strip() or len(ref) > MAX_TEXT or "\x00" in ref:
+        raise SpecError(f"{what}: {shown(ref)} is not a profile name or path")
+    if "/" in ref or ref.endswith((".yaml", ".yml")):
+        path = relative_to / Path(ref).expanduser()
+        if not _is_file(path):
+            raise SpecError(f"{what}: profile file {display_path(path)} not found")
+        return path
+    if not _PROFILE_NAME.fullmatch(ref):
+        raise SpecError(f"{what}: {shown(ref)} is not a profile name (letters, digits, '_.-')")
+    path = profiles_dir() / f"{ref}.yaml"
+    if not _is_file(path):
+        raise SpecError(
+            f"{what}: no profile named {ref!r} in {display_path(profiles_dir())} "
+            f"(for a file, write a path such as ./{ref}.yaml)"
+        )
+    return path
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long for the system, or holding NUL
+        return False
 
 
 def load_profile(path: str | Path) -> dict[str, Any]:
     data = read_yaml(path)
     data.pop("type", None)
-    unknown = sorted(set(data) - PROFILE_FIELDS)
+    unknown = sorted(shown(key) if not isinstance(key, str) else key for key in data)
+    unknown = [key for key in unknown if key not in PROFILE_FIELDS]
     if unknown:
         raise SpecError(
-            f"{path}: {', '.join(unknown)}: not allowed in a profile "
+            f"{display_path(path)}: {', '.join(unknown)}: not allowed in a profile "
             f"(allowed: {', '.join(sorted(PROFILE_FIELDS))})"
         )
     return data
@@ -130,12 +182,24 @@ def merge_job(
     *,
     profile: dict[str, Any] | None = None,
     overrides: dict[str, Any] | None = None,
+    flags: JobFlags | None = None,
     source: str = "job",
+    profile_source: str = "profile",
 ) -> JobSpec:
-    """Profile < job file < command-line flags, merged once, then validated once."""
+    """Profile < job file < command-line flags, merged once, then validated once.
+
+    `flags` are checked one by one first (their errors name the flag); `overrides` are fields
+    given by code, validated with the rest."""
+    top = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if flags is not None:
+        top = _deep_merge(top, flags.overrides())
     merged = _deep_merge(profile or {}, {k: v for k, v in job.items() if k != "profile"})
-    merged = _deep_merge(merged, {k: v for k, v in (overrides or {}).items() if v is not None})
-    return _validate(JobSpec, merged, source)
+    merged = _deep_merge(merged, top)
+    if flags is not None:
+        flags.check_policy(merged.get("utilization_policy"), source=source)
+    # A bad value that only the profile set is reported against the profile's file.
+    from_profile = {str(k): profile_source for k in profile or {} if k not in job and k not in top}
+    return _validate(JobSpec, merged, source, from_profile)
 
 
 def load_job(
@@ -143,22 +207,42 @@ def load_job(
     *,
     profile: str | None = None,
     overrides: dict[str, Any] | None = None,
+    flags: JobFlags | None = None,
 ) -> JobSpec:
-    """Read a job file, apply its profile (or the one named on the command line) and flags."""
+    """Read a job file, apply its profile (or the one named on the command line) and flags.
+
+    A profile named on the command line is relative to the working directory; one named in the
+    file is relative to the file."""
     path = Path(path)
+    source = display_path(path)
     data = read_yaml(path)
-    if data.get("type", "task") != "task":
-        raise SpecError(f"{path}: type: {data['type']!r} is not a job; use `gpuflow fleet apply`")
-    ref = profile or data.get("profile")
-    profile_data = load_profile(resolve_profile(ref, relative_to=path.parent)) if ref else None
-    return merge_job(data, profile=profile_data, overrides=overrides, source=str(path))
+    kind = data.get("type", "task")
+    if kind != "task":
+        raise SpecError(
+            f"{source}: type: {shown(kind)} is not a job; use `gpuflow fleet apply` for a fleet"
+        )
+    if profile is not None:
+        found = resolve_profile(profile, relative_to=Path.cwd(), what="--profile")
+    elif "profile" in data:
+        found = resolve_profile(data["profile"], relative_to=path.parent, what=f"{source}: profile")
+    else:
+        found = None
+    return merge_job(
+        data,
+        profile=load_profile(found) if found is not None else None,
+        overrides=overrides,
+        flags=flags,
+        source=source,
+        profile_source=display_path(found) if found is not None else "profile",
+    )
 
 
 def load_fleet(path: str | Path) -> FleetSpec:
     path = Path(path)
+    source = display_path(path)
     data = read_yaml(path)
     if data.get("type") != "fleet":
         raise SpecError(
-            f"{path}: type: must be 'fleet' for a fleet file (got {data.get('type')!r})"
+            f"{source}: type: must be 'fleet' for a fleet file (got {shown(data.get('type'))})"
         )
-    return _validate(FleetSpec, data, str(path))
+    return _validate(FleetSpec, data, source)

@@ -14,11 +14,42 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpuflow.specs.units import Range, format_size_mib, parse_range, parse_size_mib
+from gpuflow.specs.units import (
+    Range,
+    check_text,
+    format_size_mib,
+    parse_count,
+    parse_range,
+    parse_size_mib,
+    parse_version,
+    shown,
+)
 
 VENDORS = ("nvidia", "amd", "apple", "intel")
 BACKENDS = ("cuda", "rocm", "metal")
 DEFAULT_BACKEND = {"nvidia": "cuda", "amd": "rocm", "apple": "metal"}
+OS_NAMES = ("linux", "macos")
+ARCHS = ("x86_64", "arm64")
+MAX_GPUS_PER_NODE = 64
+MAX_CPUS_PER_NODE = 4096
+_MAX_GPU_TEXT = 256
+_MAX_GPU_NAME = 64
+
+
+def one_of(value: str | None, allowed: tuple[str, ...], what: str) -> str | None:
+    """`value` lower-cased if it is one of `allowed` (or None); ValueError naming them."""
+    if value is None:
+        return None
+    if value.lower() not in allowed:
+        raise ValueError(f"unknown {what} {shown(value)}; allowed: {', '.join(allowed)}")
+    return value.lower()
+
+
+def check_version(value: Any, what: str) -> Any:
+    """A version field's value, refused unless `parse_version` reads it (None passes)."""
+    if value is not None:
+        parse_version(value, what)
+    return value
 
 
 def _is_size(token: str) -> bool:
@@ -26,42 +57,49 @@ def _is_size(token: str) -> bool:
 
 
 def _count(value: Any) -> float:
-    number = float(value)
+    number = parse_count(value, "GPU count")
     if number != int(number) and not 0 < number < 1:
-        raise ValueError(f"GPU count {value!r} must be a whole number, or a fraction below 1")
+        raise ValueError(f"GPU count {shown(value)} must be a whole number, or a fraction below 1")
+    if number > MAX_GPUS_PER_NODE:
+        raise ValueError(f"GPU count {shown(value)} is above {MAX_GPUS_PER_NODE} per node")
     return number
 
 
 class GPUSpec(BaseModel):
     """GPU requirements of one node."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    vendor: str | None = None
-    """nvidia, amd, apple or intel; None accepts any (or follows from the names)."""
-    names: list[str] = Field(default_factory=list)
-    """Acceptable GPU models (upper-cased); empty accepts any."""
-    memory: Range | None = None
-    """Memory per GPU in MiB."""
-    count: Range = Field(default_factory=lambda: Range(min=1, max=1))
-    """How many GPUs; a value below 1 asks for that fraction of one GPU."""
-    compute_capability: str | None = None
-    """Minimum CUDA compute capability, e.g. `8.0`."""
+    vendor: str | None = Field(default=None, examples=["nvidia"])
+    """The GPU maker. Omitted: any vendor."""
+    names: list[str] = Field(default_factory=list, max_length=32, examples=[["H100", "A100"]])
+    """Acceptable GPU models, any one of them (case does not matter; `name: A100` works too).
+    Omitted or empty: any model."""
+    memory: Range | None = Field(default=None, examples=["40GB.."])
+    """Memory per GPU, a size or a size range (compared in whole GB). Omitted: any."""
+    count: Range = Field(default_factory=lambda: Range(min=1, max=1), examples=["1..4"])
+    """GPUs per node: a number, or a range (the node takes as many free GPUs as the host has,
+    within it). A fraction below 1 (e.g. 0.5) asks for that share of one GPU (not on hosts
+    split into blocks, nor for multi-node jobs)."""
+    compute_capability: str | None = Field(default=None, examples=["8.0"])
+    """Minimum CUDA compute capability, in quotes. Omitted: any."""
 
     @field_validator("vendor")
     @classmethod
     def _vendor(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        value = value.lower()
-        if value not in VENDORS:
-            raise ValueError(f"unknown GPU vendor {value!r}; allowed: {', '.join(VENDORS)}")
-        return value
+        return one_of(value, VENDORS, "GPU vendor")
 
     @field_validator("names")
     @classmethod
     def _names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            check_text(name, "GPU name", max_length=_MAX_GPU_NAME, allow_empty=True)
         return [name.strip().upper() for name in value if name.strip()]
+
+    @field_validator("compute_capability", mode="before")
+    @classmethod
+    def _capability(cls, value: Any) -> Any:
+        return check_version(value, "compute capability")
 
     @field_validator("memory", mode="before")
     @classmethod
@@ -72,6 +110,13 @@ class GPUSpec(BaseModel):
     @classmethod
     def _count_range(cls, value: Any) -> Any:
         return parse_range(value, parse_one=_count)
+
+    @field_validator("count", mode="after")
+    @classmethod
+    def _count_bound(cls, value: Range) -> Range:
+        if value.max is not None and value.max > MAX_GPUS_PER_NODE:
+            raise ValueError(f"GPU count {value} is above {MAX_GPUS_PER_NODE} per node")
+        return value
 
     @model_validator(mode="after")
     def _fraction_alone(self) -> GPUSpec:
@@ -99,13 +144,15 @@ class GPUSpec(BaseModel):
                 name = data.pop("name")
                 data["names"] = name if isinstance(name, list) else str(name).split(",")
             return cls.model_validate(data)
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"{value!r} is not a GPU spec; use e.g. A100:80GB:2 or 24GB..:1..4")
+        if not isinstance(value, str) or not value.strip() or len(value) > _MAX_GPU_TEXT:
+            raise ValueError(
+                f"{shown(value)} is not a GPU spec; use e.g. A100:80GB:2 or 24GB..:1..4"
+            )
         fields: dict[str, Any] = {}
         for token in value.strip().split(":"):
             token = token.strip()
             if not token:
-                raise ValueError(f"{value!r} has an empty part between ':'")
+                raise ValueError(f"{shown(value)} has an empty part between ':'")
             if token.lower() in VENDORS:
                 fields["vendor"] = token.lower()
             elif _is_size(token) or (".." in token and _is_size(token.replace("..", ""))):
@@ -131,23 +178,31 @@ class GPUSpec(BaseModel):
 
 
 class ResourcesSpec(BaseModel):
-    """Resources of one node. Memory and disk are in MiB, CPU in cores."""
+    """Resources of one node: CPU in cores, memory and disk as sizes (see Values below)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    gpu: GPUSpec | None = None
-    """None or a count of 0 means a CPU-only job."""
-    cpu: Range = Field(default_factory=lambda: Range(min=1))
-    memory: Range = Field(default_factory=lambda: Range(min=0))
-    disk: Range = Field(default_factory=lambda: Range(min=0))
-    os: str | None = None
-    """linux or macos; None accepts any."""
-    arch: str | None = None
-    """x86_64 or arm64; None accepts any."""
-    backend: str | None = None
-    """cuda, rocm or metal; defaults from the GPU vendor."""
-    min_driver: str | None = None
-    """Minimum GPU driver version, e.g. `535.0`."""
+    gpu: GPUSpec | None = Field(default=None, examples=["A100:80GB:2"])
+    """GPUs per node, as text (see GPUs below) or a mapping. Omitted, `null` or `0`: a
+    CPU-only job."""
+    cpu: Range = Field(default_factory=lambda: Range(min=1), examples=["4.."])
+    """CPU cores per node. The job reserves the lower bound; an upper bound is accepted but not
+    used for placement."""
+    memory: Range = Field(default_factory=lambda: Range(min=0), examples=["32GB.."])
+    """Memory per node, a size or size range; the job reserves the lower bound. Omitted: none
+    reserved."""
+    disk: Range = Field(default_factory=lambda: Range(min=0), examples=["100GB.."])
+    """Free disk per node, a size or size range; the job reserves the lower bound. Omitted:
+    none reserved."""
+    os: str | None = Field(default=None, examples=["linux"])
+    """The host's operating system. Omitted: any."""
+    arch: str | None = Field(default=None, examples=["x86_64"])
+    """The host's CPU architecture. Omitted: any."""
+    backend: str | None = Field(default=None, examples=["cuda"])
+    """The GPU software stack the host must have. Omitted: the GPU vendor's (nvidia: cuda,
+    amd: rocm, apple: metal), or any."""
+    min_driver: str | None = Field(default=None, examples=["535.0"])
+    """Minimum GPU driver version, in quotes. Omitted: any."""
 
     @property
     def gpu_label(self) -> str:
@@ -164,7 +219,10 @@ class ResourcesSpec(BaseModel):
     @field_validator("cpu", mode="before")
     @classmethod
     def _cpu(cls, value: Any) -> Any:
-        return parse_range(value)
+        cpu = parse_range(value)
+        if max(cpu.min, cpu.max or 0) > MAX_CPUS_PER_NODE:
+            raise ValueError(f"CPU count {cpu} is above {MAX_CPUS_PER_NODE} per node")
+        return cpu
 
     @field_validator("memory", "disk", mode="before")
     @classmethod
@@ -174,9 +232,22 @@ class ResourcesSpec(BaseModel):
     @field_validator("backend")
     @classmethod
     def _backend(cls, value: str | None) -> str | None:
-        if value is not None and value.lower() not in BACKENDS:
-            raise ValueError(f"unknown backend {value!r}; allowed: {', '.join(BACKENDS)}")
-        return None if value is None else value.lower()
+        return one_of(value, BACKENDS, "backend")
+
+    @field_validator("os")
+    @classmethod
+    def _os(cls, value: str | None) -> str | None:
+        return one_of(value, OS_NAMES, "OS")
+
+    @field_validator("arch")
+    @classmethod
+    def _arch(cls, value: str | None) -> str | None:
+        return one_of(value, ARCHS, "CPU architecture")
+
+    @field_validator("min_driver", mode="before")
+    @classmethod
+    def _min_driver(cls, value: Any) -> Any:
+        return check_version(value, "min_driver")
 
     @property
     def gpu_count(self) -> float:

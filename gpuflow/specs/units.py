@@ -1,39 +1,93 @@
-"""Parsing of the small value grammars users write: durations, memory sizes and ranges."""
+"""Parsing of the small value grammars users write (durations, memory sizes, ranges, versions)
+and the bounds every value that enters gpuflow must keep.
+
+Each grammar has one parser here, used by the job and fleet specs and the command-line flags
+alike. Parsers take any value (whatever YAML or a caller produced) and either return a bounded,
+finite value or raise ValueError with one short line; never another exception. Text is
+length-checked before any regular expression sees it, and the expressions are linear.
+"""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)")
+MAX_DURATION_S = 366 * 86400
+"""Longest duration anywhere (max_duration, retry.duration, --every): a year."""
+MAX_SIZE_MIB = 1024**3
+"""Largest size anywhere: 1 PiB (hosts' memory and disk, GPU memory, a job's ask)."""
+MAX_COUNT = 1_000_000
+"""Largest count in a range (CPUs, GPUs) before a field's own, tighter bound."""
+SHOWN_CHARS = 40
+"""How much of a refused value a message shows."""
+
+_SHORT_TEXT = 64
+"""Longest duration, size or version text worth reading (`1d2h3m4s` is 8)."""
+_DURATION = re.compile(r"([0-9]{1,9}(?:\.[0-9]{1,9})?)([dhms])")
 _DURATION_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_VERSION = re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,6}){0,3}")
+_NUMBER = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,9})?")
 
 
-def parse_duration(value: Any) -> int:
-    """Seconds from `90`, `"90s"`, `"10m"`, `"1h30m"`, `"7d"`. Raises ValueError otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration; use e.g. 30s, 10m, 2h or 7d")
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError(f"{value!r} is negative; a duration must be at least 0")
-        return int(value)
-    if not isinstance(value, str):
-        raise ValueError(f"{value!r} is not a duration; use e.g. 30s, 10m, 2h or 7d")
-    text = value.strip().lower()
-    if text.isdigit():
-        return int(text)
-    pos = 0
-    total = 0.0
-    for match in _DURATION_PART.finditer(text):
-        if match.start() != pos and text[pos : match.start()].strip():
-            break
-        total += float(match.group(1)) * _DURATION_SECONDS[match.group(2)]
-        pos = match.end()
-    if pos == 0 or text[pos:].strip():
-        raise ValueError(f"{value!r} is not a duration; use e.g. 30s, 10m, 2h or 7d")
-    return int(total)
+def shown(value: Any) -> str:
+    """`value` as a message shows it: its repr, on one line, at most SHOWN_CHARS + '…'."""
+    if isinstance(value, str | bytes) and len(value) > 4 * SHOWN_CHARS:
+        value = value[: 4 * SHOWN_CHARS]  # the repr of a huge value is never built
+    elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return "a number of about " + str(int(value.bit_length() * 0.30103)) + " digits"
+    elif isinstance(value, dict | list | tuple | set):
+        return f"a {'mapping' if isinstance(value, dict) else 'list'} of {len(value)} items"
+    try:
+        text = repr(value)
+    except Exception:  # a value without a readable repr is still refused in one line
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
+
+
+def finite_number(value: Any, what: str) -> float:
+    """A finite int or float (never a bool, a string or NaN); ValueError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} {shown(value)} is not a number")
+    if isinstance(value, int) and abs(value) > 2**53:
+        raise ValueError(f"{what} {shown(value)} is too large")
+    if not math.isfinite(value):
+        raise ValueError(f"{what} {shown(value)} is not a finite number")
+    return float(value)
+
+
+def _short_text(value: str, what: str, example: str) -> str:
+    if len(value) > _SHORT_TEXT:
+        raise ValueError(f"{shown(value)} is not a {what}; use e.g. {example}")
+    return value.strip().lower()
+
+
+def parse_duration(value: Any, *, maximum: int = MAX_DURATION_S) -> int:
+    """Seconds from `90`, `"90s"`, `"10m"`, `"1h30m"`, `"7d"`, at most `maximum` (a year)."""
+    example = "30s, 10m, 2h or 7d"
+    if isinstance(value, str):
+        text = _short_text(value, "duration", example).replace(" ", "")
+        if _NUMBER.fullmatch(text):
+            seconds = float(text)
+        else:
+            parts = _DURATION.findall(text)
+            if not parts or "".join(n + u for n, u in parts) != text:
+                raise ValueError(f"{shown(value)} is not a duration; use e.g. {example}")
+            seconds = sum(float(n) * _DURATION_SECONDS[u] for n, u in parts)
+    elif isinstance(value, int) and not isinstance(value, bool) and value > maximum:
+        seconds = float(maximum + 1)  # too large to be a float, and too long anyway
+    else:
+        try:
+            seconds = finite_number(value, "duration")
+        except ValueError:
+            raise ValueError(f"{shown(value)} is not a duration; use e.g. {example}") from None
+    if seconds < 0:
+        raise ValueError(f"{shown(value)} is negative; a duration must be at least 0")
+    if seconds > maximum:
+        raise ValueError(f"{shown(value)} is longer than {format_duration(maximum)}")
+    return int(seconds)
 
 
 def format_duration(seconds: float) -> str:
@@ -49,20 +103,30 @@ def format_duration(seconds: float) -> str:
     return "".join(parts)
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(tb|gb|mb|t|g|m)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"([0-9]{1,15}(?:\.[0-9]{1,9})?)(tb|gb|mb|t|g|m)?")
 _SIZE_MIB = {"tb": 1024 * 1024, "t": 1024 * 1024, "gb": 1024, "g": 1024, "mb": 1, "m": 1}
 
 
 def parse_size_mib(value: Any, *, default_unit: str = "gb") -> int:
-    """MiB from `"80GB"`, `"512MB"`, `"1TB"` or a bare number in `default_unit` (GB = GiB)."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a size; use e.g. 24GB, 512MB or 1TB")
-    if isinstance(value, int | float):
-        return int(value * _SIZE_MIB[default_unit])
-    if not isinstance(value, str) or not (match := _SIZE.match(value)):
-        raise ValueError(f"{value!r} is not a size; use e.g. 24GB, 512MB or 1TB")
-    unit = (match.group(2) or default_unit).lower()
-    return int(float(match.group(1)) * _SIZE_MIB[unit])
+    """MiB from `"80GB"`, `"512MB"`, `"1TB"` or a bare number in `default_unit` (GB = GiB),
+    from 0 to MAX_SIZE_MIB."""
+    example = "24GB, 512MB or 1TB"
+    if isinstance(value, str):
+        text = _short_text(value, "size", example).replace(" ", "")
+        if not (match := _SIZE.fullmatch(text)):
+            raise ValueError(f"{shown(value)} is not a size; use e.g. {example}")
+        number, unit = float(match.group(1)), (match.group(2) or default_unit)
+    else:
+        try:
+            number, unit = finite_number(value, "size"), default_unit
+        except ValueError:
+            raise ValueError(f"{shown(value)} is not a size; use e.g. {example}") from None
+    if number < 0:
+        raise ValueError(f"size {shown(value)} is negative")
+    mib = number * _SIZE_MIB[unit]
+    if mib > MAX_SIZE_MIB:
+        raise ValueError(f"size {shown(value)} is above {format_size_mib(MAX_SIZE_MIB)}")
+    return int(mib)
 
 
 def format_size_mib(mib: int) -> str:
@@ -74,10 +138,63 @@ def format_size_mib(mib: int) -> str:
     return f"{mib}MB"
 
 
+def parse_count(value: Any, what: str = "count") -> float:
+    """A finite, non-negative count (`2`, `"2"`, `0.5`) of at most MAX_COUNT."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not _NUMBER.fullmatch(text):
+            raise ValueError(f"{what} {shown(value)} is not a number")
+        number = float(text)
+    else:
+        number = finite_number(value, what)
+    if number < 0:
+        raise ValueError(f"{what} {shown(value)} is negative")
+    if number > MAX_COUNT:
+        raise ValueError(f"{what} {shown(value)} is above {MAX_COUNT}")
+    return number
+
+
+def parse_version(value: Any, what: str = "version") -> tuple[int, ...]:
+    """`"535.104.05"` -> (535, 104, 5), `"8.0"` -> (8, 0): dot-separated ASCII numbers, so
+    versions compare numerically. ValueError for anything else, numbers included (YAML reads
+    535.40 as 535.4: a version belongs in quotes)."""
+    if not isinstance(value, str):
+        hint = "; put it in quotes" if isinstance(value, int | float) else ""
+        raise ValueError(f"{what} {shown(value)} is not text{hint}, e.g. '535.104.05' or '8.0'")
+    text = value.strip()
+    if len(text) > _SHORT_TEXT or not _VERSION.fullmatch(text):
+        raise ValueError(
+            f"{what} {shown(value)} is not a version: write numbers joined by dots, "
+            "e.g. 535.104.05 or 8.0"
+        )
+    return tuple(int(part) for part in text.split("."))
+
+
+def readable_version(value: str | None) -> tuple[int, ...] | None:
+    """The version's numbers, or None when it is missing or unreadable (stored host facts)."""
+    if value is None:
+        return None
+    try:
+        return parse_version(value)
+    except ValueError:
+        return None
+
+
+def check_text(value: str, what: str, *, max_length: int, allow_empty: bool = False) -> str:
+    """Text that can go anywhere: no NUL, at most `max_length` characters."""
+    if not value and not allow_empty:
+        raise ValueError(f"{what} is empty")
+    if len(value) > max_length:
+        raise ValueError(f"{what} {shown(value)} is longer than {max_length} characters")
+    if "\x00" in value:
+        raise ValueError(f"{what} {shown(value)} holds a NUL character")
+    return value
+
+
 class Range(BaseModel):
     """An inclusive range; `max=None` means unbounded. Written as `2`, `1..4`, `24GB..`, `..8`."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, allow_inf_nan=False)
 
     min: float = 0
     max: float | None = None
@@ -86,6 +203,8 @@ class Range(BaseModel):
     def _ordered(self) -> Range:
         if self.min < 0:
             raise ValueError(f"range minimum {self.min:g} is negative")
+        if max(self.min, self.max or 0) > MAX_SIZE_MIB:
+            raise ValueError(f"range {self} is above {MAX_SIZE_MIB}, the largest bound")
         if self.max is not None and self.max < self.min:
             raise ValueError(
                 f"range {self.min:g}..{self.max:g} is empty: the minimum is above the maximum"
@@ -101,7 +220,7 @@ class Range(BaseModel):
         return f"{self.min:g}..{'' if self.max is None else f'{self.max:g}'}"
 
 
-def parse_range(value: Any, *, parse_one: Any = float) -> Range:
+def parse_range(value: Any, *, parse_one: Any = parse_count) -> Range:
     """A Range from `2`, `"1..4"`, `"24GB.."`, `"..80GB"` or `{min:, max:}`."""
     if isinstance(value, Range):
         return value
@@ -110,10 +229,13 @@ def parse_range(value: Any, *, parse_one: Any = float) -> Range:
         # also the form a Range serializes to, so it must read back unchanged.
         unknown = set(value) - {"min", "max"}
         if unknown:
-            raise ValueError(f"a range takes only min and max, not {', '.join(sorted(unknown))}")
+            names = ", ".join(sorted(shown(k) for k in unknown))
+            raise ValueError(f"a range takes only min and max, not {names}")
 
         def one(item: Any) -> float:
-            return float(item) if isinstance(item, int | float) else float(parse_one(item))
+            if isinstance(item, int | float) and not isinstance(item, bool):
+                return finite_number(item, "range bound")
+            return float(parse_one(item))
 
         lo, hi = value.get("min"), value.get("max")
         return Range(min=one(lo) if lo is not None else 0, max=one(hi) if hi is not None else None)

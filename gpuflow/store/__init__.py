@@ -1,14 +1,7 @@
-"""State in sqlmodel: fleets, hosts, GPUs, allocations, jobs. SQLite by default, PostgreSQL when
-GPUFLOW_DATABASE_URL points at one."""
+"""State in sqlmodel: fleets, hosts, GPUs, allocations, jobs, and plain reads. SQLite by default,
+PostgreSQL when GPUFLOW_DATABASE_URL points at one. Decisions over this state live in
+gpuflow.services."""
 
-from gpuflow.store.capacity import read_snapshot, release_allocation, take_allocation
 from gpuflow.store.db import Store, database_url, gpuflow_home
 
-__all__ = [
-    "Store",
-    "database_url",
-    "gpuflow_home",
-    "read_snapshot",
-    "release_allocation",
-    "take_allocation",
-]
+__all__ = ["Store", "database_url", "gpuflow_home"]

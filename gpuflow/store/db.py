@@ -14,13 +14,11 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, SQLModel, create_engine
 
+from gpuflow.config import ensure_home, private_dir
+from gpuflow.config import gpuflow_home as gpuflow_home  # re-exported: it lived here
 from gpuflow.errors import ConnectionFailed
 
 _PLACEMENT_LOCK_KEY = 0x6770_7566  # "gpuf": the advisory lock that serializes placement
-
-
-def gpuflow_home() -> Path:
-    return Path(os.environ.get("GPUFLOW_HOME") or Path.home() / ".gpuflow")
 
 
 def database_url() -> str:
@@ -59,7 +57,7 @@ class Store:
         on_disk = self.is_sqlite and path not in ("", ":memory:", "sqlite://")
         if self.is_sqlite:
             if on_disk:
-                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                _private_database_file(Path(path))
             kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
         else:
             kwargs["pool_pre_ping"] = True
@@ -115,6 +113,22 @@ class Store:
         self.engine.dispose()
         if self.read_engine is not self.engine:
             self.read_engine.dispose()
+
+
+def _private_database_file(path: Path) -> None:
+    """Create the SQLite file 0600 before SQLite does (it would follow the umask, typically
+    0644), and tighten one that an earlier version created; SQLite gives its -wal and -shm
+    files the database file's mode."""
+    if path.parent == gpuflow_home():
+        ensure_home(path.parent)
+    else:
+        private_dir(path.parent)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if os.fstat(fd).st_uid == os.getuid():
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
 
 
 def _sqlite_transactions(engine: Engine, begin: str) -> None:

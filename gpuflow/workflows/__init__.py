@@ -12,6 +12,9 @@ PASSTHROUGH_MODULES = (
     "gpuflow.status",
     "gpuflow.utilization",
     "gpuflow.workflows.models",
+    "gpuflow.workflows.monitor",
+    "gpuflow.workflows.outcome",
+    "gpuflow.workflows.ui",
     "pydantic",
     "annotated_types",
 )

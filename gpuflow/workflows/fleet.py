@@ -1,6 +1,8 @@
 """FleetWorkflow: one per fleet, id `fleet-<name>`. Every interval it pings each host's agent
 on the host's own task queue and records who answers, so placement only ever sees hosts whose
-agent is alive, and explanations can say when a host was last heard from."""
+agent is alive, and explanations can say when a host was last heard from. In the same loop it
+reconciles: capacity held by a job that ended, or whose workflow was closed from outside
+gpuflow, has its processes stopped and is released (docs/architecture.md, invariants 3 and 8)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,9 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
+from gpuflow.workflows import contract, steps
+from gpuflow.workflows.job import JobWorkflow
+
 with workflow.unsafe.imports_passed_through():
     from gpuflow.workflows.models import (
         FleetHostsResult,
@@ -18,11 +23,20 @@ with workflow.unsafe.imports_passed_through():
         HostHealthInput,
         HostHealthResult,
         HostPing,
+        OrphansResult,
+        ReleaseOrphansInput,
+        ReleaseResult,
+        StopProcessInput,
     )
 
 PING_INTERVAL = timedelta(seconds=30)
 PING_TIMEOUT = timedelta(seconds=10)
 ROUNDS_PER_RUN = 100
+RECONCILE_PATCH = "reconcile-allocations"
+"""Histories recorded before reconciliation existed replay without its steps."""
+ORPHAN_STOP_GRACE_S = 10.0
+ORPHAN_STOP_TIMEOUT = timedelta(seconds=30)
+"""A host that does not answer in this time must not keep an orphan's GPUs allocated."""
 
 
 @workflow.defn(name="FleetWorkflow")
@@ -47,9 +61,8 @@ class FleetWorkflow:
                 return
             self._refresh = False
             hosts: FleetHostsResult = await workflow.execute_activity(
-                "fleet_hosts",
+                contract.fleet_hosts,
                 inp,
-                result_type=FleetHostsResult,
                 summary=f"list hosts of {inp.fleet}",
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
@@ -59,9 +72,8 @@ class FleetWorkflow:
             answers = await asyncio.gather(
                 *(
                     workflow.execute_activity(
-                        "ping_host",
+                        contract.ping_host,
                         task_queue=host.task_queue,
-                        result_type=str,
                         summary=f"ping {host.name}",
                         schedule_to_close_timeout=PING_TIMEOUT,
                         retry_policy=RetryPolicy(maximum_attempts=1),
@@ -75,23 +87,75 @@ class FleetWorkflow:
                 for host, answer in zip(hosts.hosts, answers, strict=True)
             ]
             health: HostHealthResult = await workflow.execute_activity(
-                "record_host_health",
+                contract.record_host_health,
                 HostHealthInput(fleet=inp.fleet, pings=pings),
-                result_type=HostHealthResult,
                 summary="record host health",
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
             )
-            for job_id in health.waiting_jobs:
+            waiting = list(health.waiting_jobs)
+            if workflow.patched(RECONCILE_PATCH):
+                waiting += [j for j in await self._reconcile(inp) if j not in waiting]
+            for job_id in waiting:
                 try:
-                    await workflow.get_external_workflow_handle(job_id).signal("capacity_changed")
+                    await workflow.get_external_workflow_handle_for(JobWorkflow.run, job_id).signal(
+                        JobWorkflow.capacity_changed
+                    )
                 except Exception:  # the job ended meanwhile: nothing to tell
                     workflow.logger.debug("job %s no longer waits", job_id)
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
                     lambda: self._refresh or self._deleted,
-                    timeout=PING_INTERVAL,
+                    timeout=_interval(inp),
                     timeout_summary="next health check",
                 )
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(inp)
+
+    async def _reconcile(self, inp: FleetInput) -> list[str]:
+        """Stop the processes of every orphaned (job, attempt, rank), then release them; the
+        jobs that wait for capacity (to wake when something was released)."""
+        found: OrphansResult = await workflow.execute_activity(
+            contract.find_orphans,
+            inp,
+            summary=f"reconcile allocations of {inp.fleet}",
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=steps.CONTROL_RETRY,
+        )
+        if not found.orphans:
+            return []
+        # Errors are kept, not raised: a lost host must not keep the orphan's GPUs allocated.
+        await steps.on_nodes(
+            contract.stop_process,
+            (
+                (
+                    StopProcessInput(
+                        job_id=orphan.job_id,
+                        attempt=orphan.attempt,
+                        rank=node.rank,
+                        grace_s=ORPHAN_STOP_GRACE_S,
+                    ),
+                    f"stop {orphan.job_id} on {node.host_name}",
+                    node.task_queue,
+                )
+                for orphan in found.orphans
+                for node in orphan.nodes
+            ),
+            schedule_to_close_timeout=ORPHAN_STOP_TIMEOUT,
+            heartbeat_timeout=timedelta(seconds=15),
+            retry_policy=RetryPolicy(maximum_attempts=2),
+        )
+        released: ReleaseResult = await workflow.execute_activity(
+            contract.release_orphans,
+            ReleaseOrphansInput(fleet=inp.fleet, orphans=found.orphans),
+            summary=f"release {len(found.orphans)} orphaned allocation(s)",
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=steps.CONTROL_RETRY,
+        )
+        return released.waiting_jobs
+
+
+def _interval(inp: FleetInput) -> timedelta:
+    if inp.health_interval_s is None:
+        return PING_INTERVAL
+    return timedelta(seconds=inp.health_interval_s)

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from gpuflow.naming import CONTROL_TASK_QUEUE
 from gpuflow.scheduler.model import NodePlacement, Placement
 from gpuflow.specs.job import JobSpec
-from gpuflow.status import HostState, JobStatus, TerminationReason
+from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.utilization import GpuSample, UtilizationState
 
 __all__ = ["CONTROL_TASK_QUEUE"]
@@ -20,14 +20,14 @@ __all__ = ["CONTROL_TASK_QUEUE"]
 
 
 class JobResume(BaseModel):
-    """What a job carries across continue-as-new while it is running."""
+    """What a job carries across continue-as-new while it is running. (Resumes written by
+    earlier versions also carry `probe_since`, never read; pydantic ignores it.)"""
 
     attempt: int
     placement: Placement
     running_since: datetime
     utilization: UtilizationState
     probe_failures: dict[int, int] = Field(default_factory=dict)
-    probe_since: dict[int, float] = Field(default_factory=dict)
     ticks: int = 0
 
 
@@ -126,17 +126,13 @@ class ProvisionResult(BaseModel):
     message: str = ""
 
 
-class HostStateInput(BaseModel):
-    host_id: str
-    state: HostState
-    detail: str | None = None
-
-
 # ---- fleet workflow -----------------------------------------------------------------------
 
 
 class FleetInput(BaseModel):
     fleet: str
+    health_interval_s: float | None = None
+    """Seconds between health checks (and reconciliation passes); None is the default."""
 
 
 class FleetHost(BaseModel):
@@ -167,6 +163,36 @@ class HostHealthResult(BaseModel):
     waiting_jobs: list[str] = Field(default_factory=list)
 
 
+class OrphanNode(BaseModel):
+    rank: int
+    host_name: str
+    task_queue: str
+
+
+class Orphan(BaseModel):
+    """One attempt of a job that holds capacity but is not live: its job ended or its workflow
+    is closed. Reconciliation stops its processes, then releases it."""
+
+    job_id: str
+    attempt: int
+    nodes: list[OrphanNode]
+    message: str
+    """Why, for the job's row when it had not ended, e.g. `workflow terminated outside gpuflow`."""
+    job_ended: bool
+    """The job's row was already final (then its status is kept)."""
+
+
+class OrphansResult(BaseModel):
+    orphans: list[Orphan] = Field(default_factory=list)
+    checked: int = 0
+    """How many held (job, attempt)s were looked at."""
+
+
+class ReleaseOrphansInput(BaseModel):
+    fleet: str
+    orphans: list[Orphan]
+
+
 # ---- host activities ----------------------------------------------------------------------
 
 
@@ -177,8 +203,8 @@ class ProbeInput(BaseModel):
     gpu_indices: list[int] = Field(default_factory=list)
     sample: bool = True
     wait_s: float = 0.0
-    """Wait up to this long for the script to exit before answering (the first look at a
-    job that was just started: a quick exit is seen at once, without a timer)."""
+    """Wait up to this long for the script to exit before answering (a long poll: the
+    monitor asks for one tick, and the exit is answered the moment it happens)."""
 
 
 class ProbeResult(BaseModel):
@@ -238,6 +264,8 @@ class LogsInput(BaseModel):
     rank: int = 0
     offset: int = 0
     limit: int = 256 * 1024
+    wait_s: float = 0.0
+    """How long the agent may wait for new bytes before answering with none (a follow)."""
 
 
 class LogChunk(BaseModel):
@@ -251,3 +279,29 @@ def placed_message(placement: Placement) -> str:
     """What a job's `provisioning` record says."""
     hosts = ", ".join(n.host_name for n in placement.nodes)
     return f"placed on {hosts} (fleet {placement.fleet})"
+
+
+# What a host agent reports about its machine when it registers: the one GPU record shared
+# from agent to control (the agent collects it, the services layer stores it).
+class GpuFact(BaseModel):
+    index: int
+    name: str
+    """Upper-case model, e.g. `H100`."""
+    full_name: str = ""
+    vendor: str = "nvidia"
+    memory_mib: int
+    uuid: str | None = None
+    compute_capability: str | None = None
+
+
+class HostFacts(BaseModel):
+    os: str
+    arch: str
+    cpus: int
+    memory_mib: int
+    disk_mib: int
+    gpus: list[GpuFact] = Field(default_factory=list)
+    backend: str | None = None
+    driver_version: str | None = None
+    gpu_error: str | None = None
+    """Why no GPU was found, when NVML could not be used (no driver, no library)."""

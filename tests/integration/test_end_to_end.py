@@ -4,6 +4,7 @@ running real processes, the Python client; on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import signal
 import subprocess
@@ -15,12 +16,12 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from gpuflow.client import Client
+from gpuflow.control.worker import ControlWorker
 from gpuflow.errors import UnschedulableError
+from gpuflow.services.capacity import allocations_of
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.status import JobStatus, TerminationReason
-from gpuflow.store.capacity import allocations_of
 from gpuflow.store.db import Store
-from gpuflow.worker.control import ControlWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -60,7 +61,7 @@ async def test_job_runs_logs_and_releases(
     dev_env: WorkflowEnvironment, store: Store, tmp_path: Path
 ) -> None:
     fleet = f"f{uuid.uuid4().hex[:6]}"
-    client = Client(temporal=dev_env.client, store=store)
+    client = Client(temporal=dev_env.client)
     async with ControlWorker(dev_env.client, store, home=tmp_path):
         await client.apply_fleet(_fleet(fleet))
         job = await client.submit(
@@ -75,10 +76,10 @@ async def test_job_runs_logs_and_releases(
         )
         result = await client.wait(job.id, timeout_s=60)
         output = "".join([chunk async for chunk in client.logs(job.id)])
+        info = await client.get(job.id)  # the control worker answers it
     assert result.status == JobStatus.DONE and result.exit_codes == {0: 0}
     assert "hello rank=0 nodes=1" in output
     assert "sim=1" in output and "gpus=" in output
-    info = await client.get(job.id)
     assert info.status == JobStatus.DONE and info.hosts == ["h1"] and info.gpus == "1xA100"
     assert allocations_of(store, job.id) == []
 
@@ -88,7 +89,7 @@ async def test_stop_kills_the_process_and_frees_the_gpu(
 ) -> None:
     fleet = f"f{uuid.uuid4().hex[:6]}"
     pid_file = tmp_path / "pid"
-    client = Client(temporal=dev_env.client, store=store)
+    client = Client(temporal=dev_env.client)
     async with ControlWorker(dev_env.client, store, home=tmp_path):
         await client.apply_fleet(_fleet(fleet, gpus=1))
         job = await client.submit(
@@ -111,7 +112,7 @@ async def test_unschedulable_job_raises_with_reasons(
     dev_env: WorkflowEnvironment, store: Store, tmp_path: Path
 ) -> None:
     fleet = f"f{uuid.uuid4().hex[:6]}"
-    client = Client(temporal=dev_env.client, store=store)
+    client = Client(temporal=dev_env.client)
     async with ControlWorker(dev_env.client, store, home=tmp_path):
         await client.apply_fleet(_fleet(fleet))
         job = await client.submit(
@@ -147,21 +148,22 @@ async def test_killed_control_worker_resumes_with_one_process_and_one_allocation
 
     def start_worker() -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            [sys.executable, "-m", "gpuflow.worker.control_main"],
+            [sys.executable, "-m", "gpuflow.control.main"],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
 
-    client = Client(temporal=dev_env.client, store=store)
-    await client.apply_fleet(_fleet(fleet))
-    job = await client.submit(
-        _job("durable", [f"echo started >> {marker}", "sleep 6", "echo finished"], fleets=[fleet])
-    )
-    worker = start_worker()
+    client = Client(temporal=dev_env.client)
+    worker = start_worker()  # it answers the API: apply and submit go through it
     try:
-        await asyncio.sleep(1.0)
-        worker.send_signal(signal.SIGKILL)
+        await client.apply_fleet(_fleet(fleet))
+        job = await client.submit(
+            _job(
+                "durable", [f"echo started >> {marker}", "sleep 6", "echo finished"], fleets=[fleet]
+            )
+        )
+        worker.send_signal(signal.SIGKILL)  # the job just submitted: not placed yet
         worker.wait()
         worker = start_worker()
         await _wait_for(client, job.id, JobStatus.RUNNING, timeout=60)
@@ -182,7 +184,7 @@ async def test_schedule_runs_become_jobs(
     dev_env: WorkflowEnvironment, sqlite_store: Store, tmp_path: Path
 ) -> None:
     fleet = f"f{uuid.uuid4().hex[:6]}"
-    client = Client(temporal=dev_env.client, store=sqlite_store)
+    client = Client(temporal=dev_env.client)
     schedule_id = f"nightly-{uuid.uuid4().hex[:6]}"
     async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
         await client.apply_fleet(_fleet(fleet))
@@ -195,15 +197,15 @@ async def test_schedule_runs_become_jobs(
         await dev_env.client.get_schedule_handle(schedule_id).trigger()
         job_id = None
         for _ in range(100):
-            runs = [j for j in await client.list(include_finished=True) if j.name == "nightly"]
+            runs = [j for j in await client.jobs(include_finished=True) if j.name == "nightly"]
             if runs and runs[0].status.is_final:
                 job_id = runs[0].id
                 break
             await asyncio.sleep(0.2)
         listed = await client.schedules()
         await client.delete_schedule(schedule_id)
-    assert job_id is not None and job_id.startswith("job-nightly-")
-    assert (await client.get(job_id)).status == JobStatus.DONE
+        assert job_id is not None and job_id.startswith("job-nightly-")
+        assert (await client.get(job_id)).status == JobStatus.DONE
     assert any(item["id"] == schedule_id for item in listed)
 
 
@@ -212,15 +214,15 @@ async def test_fleet_health_marks_a_silent_agent_not_ready_and_back(
 ) -> None:
     """An ssh-less, non-simulated host whose agent does not poll is marked not_ready by the
     FleetWorkflow; when its agent starts, it is ready again and a waiting job runs there."""
-    from gpuflow.activities.host import HostAgent
-    from gpuflow.client import watch_fleet
+    from gpuflow.agent.activities import HostAgent
+    from gpuflow.agent.main import make_agent_worker
+    from gpuflow.agent.samplers import sampler_for_host
     from gpuflow.naming import host_task_queue
-    from gpuflow.store.fleets import apply_fleet, get_host
-    from gpuflow.worker.agent import make_agent_worker
-    from gpuflow.worker.samplers import sampler_for_host
+    from gpuflow.services.fleets import apply_fleet, get_host
+    from gpuflow.workflows.handles import watch_fleet
 
     fleet = f"f{uuid.uuid4().hex[:6]}"
-    client = Client(temporal=dev_env.client, store=sqlite_store)
+    client = Client(temporal=dev_env.client)
     async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
         # The fleet's rows first, its host made one with an agent of its own, and only then
         # its health checks: started earlier, they would serve it a simulated agent.
@@ -274,13 +276,13 @@ async def test_secret_value_reaches_the_process_but_never_temporal(
     secrets.set_secret("hf_token", value)
     assert (tmp_path / "secrets.json").stat().st_mode & 0o777 == 0o600
     fleet = f"f{uuid.uuid4().hex[:6]}"
-    client = Client(temporal=dev_env.client, store=sqlite_store)
+    client = Client(temporal=dev_env.client)
     async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
         await client.apply_fleet(_fleet(fleet))
         job = await client.submit(
             _job(
                 "secretive",
-                ['echo "token=$HF_TOKEN"'],
+                ['echo "token=$HF_TOKEN"', 'printf %s "$HF_TOKEN" | sha256sum'],
                 fleets=[fleet],
                 env={"HF_TOKEN": "${{ secrets.hf_token }}"},
             )
@@ -293,8 +295,9 @@ async def test_secret_value_reaches_the_process_but_never_temporal(
         missing_result = await client.wait(missing.id, timeout_s=60)
         history = await dev_env.client.get_workflow_handle(job.id).fetch_history()
     assert result.status == JobStatus.DONE
-    assert f"token={value}" in output
-    assert value not in history.to_json()
+    assert "token=***" in output and value not in output  # masked by the agent
+    assert hashlib.sha256(value.encode()).hexdigest() in output  # yet the process had it
+    assert value.encode() not in b"".join(e.SerializeToString() for e in history.events)
     assert missing_result.reason == TerminationReason.START_FAILED
     assert "has no secret absent" in missing_result.message
     assert missing_result.attempts == 1
@@ -313,12 +316,20 @@ async def test_logs_and_metrics_of_an_unreachable_job_are_one_line_errors(
     fleet = f"ghost{uuid.uuid4().hex[:6]}"
     with Session(sqlite_store.engine) as session:
         session.add(FleetRow(name=fleet, kind="ssh"))
-        session.add(HostRow(id=f"{fleet}/gh1", fleet=fleet, name=f"{fleet}-gh1", state="ready",
-                            task_queue=f"gpuflow-host-{fleet}/gh1"))
-        session.add(JobRow(id=f"job-{fleet}-abc123", name=fleet, status="done",
-                           hosts=[f"{fleet}-gh1"]))
+        session.add(
+            HostRow(
+                id=f"{fleet}/gh1",
+                fleet=fleet,
+                name=f"{fleet}-gh1",
+                state="ready",
+                task_queue=f"gpuflow-host-{fleet}/gh1",
+            )
+        )
+        session.add(
+            JobRow(id=f"job-{fleet}-abc123", name=fleet, status="done", hosts=[f"{fleet}-gh1"])
+        )
         session.commit()
-    client = Client(temporal=dev_env.client, store=sqlite_store)
+    client = Client(temporal=dev_env.client)
     async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
         with pytest.raises(GpuflowError) as metrics:
             await client.metrics(fleet)

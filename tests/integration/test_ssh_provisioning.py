@@ -23,7 +23,8 @@ from types import SimpleNamespace
 import pytest
 from pydantic import ValidationError
 
-from gpuflow.activities.provisioning import (
+from gpuflow.ssh import agents as ssh
+from gpuflow.ssh.provisioning import (
     AgentStatus,
     ProvisioningError,
     ProvisioningProblem,
@@ -33,7 +34,6 @@ from gpuflow.activities.provisioning import (
     ssh_host_facts,
     stop_ssh_agent,
 )
-from gpuflow.worker import ssh
 from tests.sshd.fixture import SshServer, generate_key
 
 pytestmark = pytest.mark.integration
@@ -243,7 +243,7 @@ async def test_tls_files_reach_the_host_and_the_agent_names_them(
     agent_dir = state_dir / target.host_id.replace("/", "_")
     pidfile = agent_dir / "agent.pid"
     try:
-        assert await ssh.ensure_host_agent(host, home=tmp_path, client=None) is None
+        assert await ssh.ensure_host_agent(host.id, host.ssh) is None
         first = json.loads(pidfile.read_text())
         copies = {path.name: path for path in (agent_dir / "temporal").iterdir()}
         assert sorted(copies) == ["api-key", "ca.pem", "client.key", "client.pem"]
@@ -259,11 +259,11 @@ async def test_tls_files_reach_the_host_and_the_agent_names_them(
         cmdline = Path(f"/proc/{first['pid']}/cmdline").read_bytes()
         assert b"--api-key-file" in cmdline and api_key.encode() not in cmdline
 
-        assert await ssh.ensure_host_agent(host, home=tmp_path, client=None) is None
+        assert await ssh.ensure_host_agent(host.id, host.ssh) is None
         assert json.loads(pidfile.read_text())["pid"] == first["pid"]  # nothing changed
 
         (local / "ca.pem").write_text("-----BEGIN rotated ca.pem-----\n")
-        assert await ssh.ensure_host_agent(host, home=tmp_path, client=None) is None
+        assert await ssh.ensure_host_agent(host.id, host.ssh) is None
         rotated = json.loads(pidfile.read_text())
         assert rotated["pid"] != first["pid"] and rotated["argv"] == argv
         assert copies["ca.pem"].read_text() == "-----BEGIN rotated ca.pem-----\n"

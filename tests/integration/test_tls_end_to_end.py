@@ -17,11 +17,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from gpuflow.client import Client
 from gpuflow.config import TemporalConfig, connect_temporal
+from gpuflow.control.worker import ControlWorker
 from gpuflow.errors import ConnectionFailed
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
-from gpuflow.worker.control import ControlWorker
 from tests.pki import Pki, make_pki
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
@@ -97,11 +97,15 @@ async def test_a_job_runs_end_to_end_over_mutual_tls(
 ) -> None:
     pki = tls_proxy.pki
     temporal = await connect_temporal(_config(tls_proxy, pki))
-    client = Client(temporal=temporal, store=sqlite_store)
+    client = Client(temporal=temporal)
     fleet = f"tls{uuid.uuid4().hex[:6]}"
     spec = FleetSpec.model_validate(
-        {"type": "fleet", "name": fleet, "kind": "sim",
-         "hosts": [{"name": "h1", "gpus": [{"name": "A100", "memory": "80GB"}]}]}
+        {
+            "type": "fleet",
+            "name": fleet,
+            "kind": "sim",
+            "hosts": [{"name": "h1", "gpus": [{"name": "A100", "memory": "80GB"}]}],
+        }
     )
     async with ControlWorker(temporal, sqlite_store, home=tmp_path / "home"):
         await client.apply_fleet(spec)

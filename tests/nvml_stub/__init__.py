@@ -18,7 +18,7 @@ from pathlib import Path
 SOURCE = Path(__file__).with_name("nvml_stub.c")
 LIBRARY_NAME = "libnvidia-ml.so.1"
 STATE_ENV = "GPUFLOW_NVML_STUB_STATE"
-LIBRARY_ENV = "GPUFLOW_NVML_LIBRARY"  # read by gpuflow.activities.gpus
+LIBRARY_ENV = "GPUFLOW_NVML_LIBRARY"  # read by gpuflow.agent.gpus
 
 DRIVER_NOT_LOADED = 9
 GPU_IS_LOST = 15

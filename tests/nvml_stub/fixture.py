@@ -2,7 +2,7 @@
 
 Register with `pytest_plugins = ["tests.nvml_stub.fixture"]`. The library is compiled once per
 session; each test gets its own state file (two idle H100s until the test says otherwise), and
-this process's gpuflow.activities.gpus is pointed at the stub through GPUFLOW_NVML_LIBRARY. A
+this process's gpuflow.agent.gpus is pointed at the stub through GPUFLOW_NVML_LIBRARY. A
 subprocess uses it when given `stub.env()`.
 """
 

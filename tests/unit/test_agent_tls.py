@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
-from gpuflow.activities import provisioning
-from gpuflow.activities.provisioning import AGENT_COMMAND, SshTarget, ensure_ssh_agent
+from gpuflow.agent import main as agent
+from gpuflow.agent.main import parse_args, temporal_config
 from gpuflow.config import TEMPORAL_VARIABLES
-from gpuflow.worker import agent, ssh
-from gpuflow.worker.agent import parse_args, temporal_config
+from gpuflow.ssh import agents as ssh
+from gpuflow.ssh import provisioning
+from gpuflow.ssh.provisioning import AGENT_COMMAND, SshTarget, ensure_ssh_agent
 
 API_KEY = "gpuflow-agent-test-key-5d2e81"
 REQUIRED = ["--host-id", "gpu-a/node-1", "--temporal-address", "127.0.0.1:7233"]
@@ -242,6 +243,10 @@ def pushed(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     return pushes
 
 
+def _target_of(host: Any) -> tuple[str, dict[str, Any]]:
+    return host.id, host.ssh
+
+
 def _host(state_dir: str = "/srv/agent") -> Any:
     ssh_fields = {"hostname": "127.0.0.1", "port": 2222, "python": "python3", "user": None}
     return SimpleNamespace(id="gpu-a/node-1", ssh={**ssh_fields, "state_dir": state_dir})
@@ -265,7 +270,7 @@ async def test_api_key_and_tls_files_travel_as_files_only(
     monkeypatch.setenv("GPUFLOW_AGENT_TEMPORAL_TLS_SERVER_NAME", "temporal.internal")
 
     with caplog.at_level(logging.DEBUG):
-        error = await ssh.ensure_host_agent(_host(), home=tmp_path, client=None)
+        error = await ssh.ensure_host_agent(*_target_of(_host()))
 
     assert error is None
     directory = "/srv/agent/gpu-a_node-1/temporal"
@@ -296,12 +301,12 @@ async def test_plaintext_control_worker_gives_agents_no_tls(
 ) -> None:
     monkeypatch.setenv("GPUFLOW_TEMPORAL_ADDRESS", "temporal.internal:7233")
 
-    assert await ssh.ensure_host_agent(_host(), home=tmp_path, client=None) is None
+    assert await ssh.ensure_host_agent(*_target_of(_host())) is None
     assert pushed == []
     assert requests[0]["argv_template"] == list(AGENT_COMMAND)
 
     monkeypatch.setenv("GPUFLOW_AGENT_TEMPORAL_TLS_SERVER_NAME", "temporal.internal")
-    error = await ssh.ensure_host_agent(_host(), home=tmp_path, client=None)
+    error = await ssh.ensure_host_agent(*_target_of(_host()))
     assert error is not None and "\n" not in error
     assert error.startswith("host gpu-a/node-1: ")
     assert "GPUFLOW_AGENT_TEMPORAL_TLS_SERVER_NAME is set but" in error
@@ -320,7 +325,7 @@ async def test_agents_follow_a_control_worker_that_turns_tls_off(
     monkeypatch.setenv("GPUFLOW_TEMPORAL_TLS", "false")
     monkeypatch.setenv("GPUFLOW_TEMPORAL_API_KEY", API_KEY)
 
-    assert await ssh.ensure_host_agent(_host(), home=tmp_path, client=None) is None
+    assert await ssh.ensure_host_agent(*_target_of(_host())) is None
     key_path = "/srv/agent/gpu-a_node-1/temporal/api-key"
     assert [(f["remote_path"], f["content"]) for f in pushed] == [(key_path, API_KEY.encode())]
     assert _argv(requests[0])[len(AGENT_COMMAND) :] == ["--no-tls", "--api-key-file", key_path]
@@ -334,7 +339,7 @@ async def test_unreadable_or_empty_local_files_are_named_without_content(
 ) -> None:
     monkeypatch.setenv("GPUFLOW_TEMPORAL_ADDRESS", "temporal.internal:7233")
     monkeypatch.setenv("GPUFLOW_TEMPORAL_TLS_CA", str(tmp_path / "missing.pem"))
-    error = await ssh.ensure_host_agent(_host(), home=tmp_path, client=None)
+    error = await ssh.ensure_host_agent(*_target_of(_host()))
     assert error == (
         "host gpu-a/node-1: the agent's Temporal connection: GPUFLOW_TEMPORAL_TLS_CA: cannot "
         f"read {tmp_path / 'missing.pem'} (No such file or directory)"
@@ -343,6 +348,6 @@ async def test_unreadable_or_empty_local_files_are_named_without_content(
     monkeypatch.delenv("GPUFLOW_TEMPORAL_TLS_CA")
     (tmp_path / "key").write_text(" \n")
     monkeypatch.setenv("GPUFLOW_TEMPORAL_API_KEY_FILE", str(tmp_path / "key"))
-    error = await ssh.ensure_host_agent(_host(), home=tmp_path, client=None)
+    error = await ssh.ensure_host_agent(*_target_of(_host()))
     assert error is not None and error.endswith(f"{tmp_path / 'key'} is empty")
     assert pushed == [] and requests == []

@@ -17,17 +17,16 @@ from typing import Any
 
 import pytest
 
-from gpuflow.activities import gpus
-from gpuflow.activities.gpus import (
+from gpuflow.agent import simulated
+from gpuflow.agent.gpus import (
     LIBRARY_ENV,
     NvmlError,
     NvmlSampler,
-    ProcessCpuSampler,
-    SimulatedSampler,
     discover_gpus,
     inspect_gpus,
     model_name,
 )
+from gpuflow.agent.simulated import ProcessCpuSampler, SimulatedSampler
 from gpuflow.specs.fleet import SimulatedUtilization
 from tests.nvml_stub import NvmlStub
 
@@ -175,7 +174,7 @@ def test_library_that_cannot_be_loaded_is_named(
 
 
 def _discover_in_subprocess(env: dict[str, str]) -> dict[str, Any]:
-    code = "from gpuflow.activities.gpus import inspect_gpus as i; print(i().model_dump_json())"
+    code = "from gpuflow.agent.gpus import inspect_gpus as i; print(i().model_dump_json())"
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True,
         check=True, timeout=60,
@@ -268,8 +267,8 @@ def test_process_cpu_is_cpu_seconds_over_wall_seconds(monkeypatch: pytest.Monkey
             None,  # the root exited
         ]
     )
-    monkeypatch.setattr(gpus, "_process_tree", lambda root: next(readings))
-    monkeypatch.setattr(gpus, "_CLOCK_TICKS", 100)
+    monkeypatch.setattr(simulated, "_process_tree", lambda root: next(readings))
+    monkeypatch.setattr(simulated, "_CLOCK_TICKS", 100)
     sampler = ProcessCpuSampler(10)
     assert sampler.cpu_percent(1000.0) is None
     assert sampler.cpu_percent(1005.0) == pytest.approx(50.0)  # 2.5 CPU s over 5 s

@@ -5,9 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from gpuflow.errors import SpecError
-from gpuflow.specs import GPUSpec, JobSpec, load_fleet, load_job, merge_job
+from gpuflow.errors import MAX_MESSAGE, SpecError
+from gpuflow.specs import (
+    FleetSpec,
+    GPUSpec,
+    JobFlags,
+    JobSpec,
+    load_fleet,
+    load_job,
+    merge_job,
+    parse_duration,
+)
+from gpuflow.specs.units import parse_version
 from gpuflow.status import RetryEvent
 
 GIB = 1024
@@ -191,7 +202,9 @@ def test_each_alternative_is_checked_like_resources(tmp_path: Path) -> None:
     [
         ("{idel: 1}", "unknown scorer weight 'idel'; allowed: gpu, cpu, memory, fragmentation"),
         ("{idle: -1}", "scorer weights must be 0 or more: idle"),
-        ("{idle: .nan}", "scorer weights must be 0 or more: idle"),
+        ("{idle: .nan}", "scorer_weights.idle: Input should be a finite number"),
+        ("{idle: .inf}", "scorer_weights.idle: Input should be a finite number"),
+        ("{idle: 1e6}", "scorer weights must be at most 1000: idle"),
     ],
 )
 def test_scorer_weights_are_checked_by_name_and_sign(
@@ -206,3 +219,133 @@ def test_scorer_weights_are_checked_by_name_and_sign(
         text.replace("scorer: fragmentation", "scorer_weights: {idle: 0, binpack: 0.1}")
     )
     assert load_fleet(path).scorer_weights == {"idle": 0.0, "binpack": 0.1}
+
+
+# ---- bounds where values enter: the SDK's models, flags, profiles ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"max_duration": 1e20}, "longer than 366d"),
+        ({"retry": {"duration": 10**20}}, "longer than 366d"),
+        ({"env": {"A=B": "x"}}, "env name 'A=B'"),
+        ({"env": {"A": "x\x00"}}, "NUL"),
+        ({"commands": ["a\x00"]}, "NUL"),
+        ({"working_dir": "/tmp/\x00"}, "NUL"),
+        ({"resources": {"cpu": float("nan")}}, "not a finite number"),
+        ({"resources": {"cpu": {"min": float("inf")}}}, "finite"),
+        ({"resources": {"gpu": 1, "min_driver": "²"}}, "not a version"),
+        ({"resources": {"memory": -1}}, "negative"),
+        ({"placement": {"gpus": ["h:²"]}}, "HOST:INDEX"),
+    ],
+)
+def test_the_sdk_models_refuse_what_files_refuse(fields: dict[str, object], message: str) -> None:
+    # The Python client builds JobSpec directly: the bounds live in the models, not the loader.
+    with pytest.raises(ValidationError, match=message):
+        JobSpec.model_validate({"name": "x", "commands": ["true"], **fields})
+
+
+@pytest.mark.parametrize(
+    ("host", "message"),
+    [
+        ({"driver_version": "²"}, "not a version"),
+        ({"port": 0}, "greater than or equal to 1"),
+        ({"memory": "-5GB"}, "not a size"),
+        ({"gpus": [{"name": "A100", "memory": 0}]}, "greater than or equal to 1"),
+    ],
+)
+def test_fleet_models_refuse_what_the_scheduler_cannot_read(
+    host: dict[str, object], message: str
+) -> None:
+    spec = {"type": "fleet", "name": "f", "kind": "sim", "hosts": [{"name": "a", **host}]}
+    with pytest.raises(ValidationError, match=message):
+        FleetSpec.model_validate(spec)
+
+
+def test_versions_compare_as_numbers_and_keep_their_text() -> None:
+    assert parse_version("535.104.05") == (535, 104, 5) > parse_version("535.9")
+    assert parse_version(" 8.0 ") == (8, 0)
+    for bad in ("²", "8.", ".8", "8..0", "v8", "1.2.3.4.5", "٣", 8.0):
+        with pytest.raises(ValueError):
+            parse_version(bad)
+
+
+def test_durations_are_bounded_and_linear() -> None:
+    assert parse_duration("1h 30m") == 5400
+    assert parse_duration(366 * 86400) == 366 * 86400
+    for bad in (float("inf"), float("nan"), 10**30, "1" * 50_000, "1h" * 10_000, True, "-5s"):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+
+
+def test_flags_combine_with_the_files_policy_and_name_themselves(tmp_path: Path) -> None:
+    (tmp_path / "profile.yaml").write_text(
+        "utilization_policy: {min_gpu_utilization: 10, time_window: 30m}\n"
+    )
+    (tmp_path / "job.yaml").write_text(
+        "name: x\ncommands: [a]\nresources: {gpu: 1}\nprofile: profile.yaml\n"
+    )
+    job = load_job(tmp_path / "job.yaml", flags=JobFlags(time_window="5m"))
+    assert job.utilization_policy is not None
+    assert (job.utilization_policy.min_gpu_utilization, job.utilization_policy.time_window) == (
+        10,
+        300,
+    )
+    (tmp_path / "job.yaml").write_text("name: x\ncommands: [a]\nresources: {gpu: 1}\n")
+    with pytest.raises(SpecError, match="--min-gpu-utilization needs --time-window too"):
+        load_job(tmp_path / "job.yaml", flags=JobFlags(min_gpu_utilization=5))
+    with pytest.raises(SpecError, match=r"^--gpu: GPU count '²' is not a number$"):
+        load_job(tmp_path / "job.yaml", flags=JobFlags(gpu="A100:²"))
+
+
+def test_a_bad_value_from_the_profile_names_the_profile(tmp_path: Path) -> None:
+    (tmp_path / "defaults.yaml").write_text("max_duration: 2y\n")
+    (tmp_path / "job.yaml").write_text("name: x\ncommands: [a]\nprofile: defaults.yaml\n")
+    with pytest.raises(SpecError, match=r"defaults\.yaml: max_duration: '2y' is not a duration"):
+        load_job(tmp_path / "job.yaml")
+
+
+def test_profiles_by_name_live_under_gpuflow_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUFLOW_HOME", str(tmp_path))
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "gpu.yaml").write_text("max_duration: 2h\n")
+    (tmp_path / "job.yaml").write_text("name: x\ncommands: [a]\nprofile: gpu\n")
+    assert load_job(tmp_path / "job.yaml").max_duration == 7200
+    (tmp_path / "job.yaml").write_text("name: x\ncommands: [a]\nprofile: cpu\n")
+    with pytest.raises(SpecError, match=r"profile: no profile named 'cpu' in .*profiles \(for a"):
+        load_job(tmp_path / "job.yaml")
+
+
+def test_refusals_are_one_short_line_whatever_they_quote() -> None:
+    error = SpecError("a\nb " + "x" * 5000)
+    assert "\n" not in str(error) and len(str(error)) == MAX_MESSAGE
+    many = {"name": "x", "commands": ["a"], **{f"bad{i}": i for i in range(50)}}
+    with pytest.raises(SpecError, match=r"and 47 more$") as caught:
+        merge_job(many)
+    assert len(str(caught.value)) <= MAX_MESSAGE
+
+
+def test_a_fleet_spec_reads_back_from_its_json() -> None:
+    """The spec travels to the control plane as JSON: sizes keep their unit (a bare number
+    would read as GB)."""
+    spec = FleetSpec.model_validate(
+        {
+            "type": "fleet",
+            "name": "f",
+            "kind": "sim",
+            "hosts": [
+                {
+                    "name": "a",
+                    "memory": "1.5GB",
+                    "disk": "512MB",
+                    "gpus": [{"name": "A100", "memory": "80GB"}],
+                }
+            ],
+        }
+    )
+    document = spec.model_dump(mode="json")
+    assert document["hosts"][0]["memory"] == "1536MB"
+    assert FleetSpec.model_validate(document) == spec

@@ -316,12 +316,21 @@ def test_quiet_until_only_while_every_gpu_reads_busy() -> None:
 
     state = UtilizationState()
     assert quiet_until(state, POLICY) is None  # nothing reported yet
-    update(state, 0, [GpuSample(gpu=0, ts=100.0, utilization=90, memory_used_mib=1,
-                                memory_total_mib=2),
-                      GpuSample(gpu=1, ts=130.0, utilization=95, memory_used_mib=1,
-                                memory_total_mib=2)], policy=POLICY)
+    update(
+        state,
+        0,
+        [
+            GpuSample(gpu=0, ts=100.0, utilization=90, memory_used_mib=1, memory_total_mib=2),
+            GpuSample(gpu=1, ts=130.0, utilization=95, memory_used_mib=1, memory_total_mib=2),
+        ],
+        policy=POLICY,
+    )
     assert quiet_until(state, POLICY) == 100.0 + POLICY.time_window
-    update(state, 0, [GpuSample(gpu=1, ts=160.0, utilization=1, memory_used_mib=1,
-                                memory_total_mib=2)], policy=POLICY)
+    update(
+        state,
+        0,
+        [GpuSample(gpu=1, ts=160.0, utilization=1, memory_used_mib=1, memory_total_mib=2)],
+        policy=POLICY,
+    )
     assert quiet_until(state, POLICY) is None  # GPU 1 reads idle: check at the normal pace
     assert quiet_until(state, None) is None

@@ -3,21 +3,24 @@ and scripted host activities registered under the agent's activity names."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
+from temporalio.api.testservice.v1 import SleepRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from gpuflow.activities.control import ControlActivities
+from gpuflow.control.activities import ControlActivities
+from gpuflow.services.fleets import apply_fleet
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.store.db import Store
-from gpuflow.store.fleets import apply_fleet
 from gpuflow.utilization import GpuSample
 from gpuflow.workflows import workflow_runner
 from gpuflow.workflows.job import JobWorkflow
@@ -32,6 +35,9 @@ from gpuflow.workflows.models import (
     StopProcessInput,
     StopProcessResult,
 )
+
+HEARTBEAT_STEP_S = 20.0
+"""Server seconds a scripted long poll skips between heartbeats (under PROBE_HEARTBEAT)."""
 
 
 def sim_fleet(
@@ -64,13 +70,19 @@ class ScriptedHosts:
             ProbeResult(state="exited", exit_code=0) if n >= 2 else ProbeResult(state="running")
         )
     )
-    at_start: Callable[[StartProcessInput], ProbeResult | None] = field(
-        default=lambda inp: None
-    )
+    at_start: Callable[[StartProcessInput], ProbeResult | None] = field(default=lambda inp: None)
     """The exit a start reports (a script that ended within the start's wait), or None."""
+    long_poll: bool = False
+    """Answer 'running' as an agent does, at the end of the probe's wait (skipping the
+    time-skipping server's clock by `wait_s`). False answers at once, as an agent of an older
+    version did (it waited 5 s at most); the workflow then waits out the tick on a timer.
+    Only for jobs that are not stopped mid-probe: a skip cut short leaves the test server's
+    clock stuck."""
     started: list[StartProcessInput] = field(default_factory=list)
     stopped: list[StopProcessInput] = field(default_factory=list)
     probes: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    client: Client | None = None
+    """Set by `workers`: the time-skipping server's client whose clock a long poll skips."""
 
     def activities(self) -> list[Any]:
         @activity.defn(name="start_process")
@@ -95,7 +107,10 @@ class ScriptedHosts:
         async def probe_process(inp: ProbeInput) -> ProbeResult:
             key = (inp.job_id, inp.attempt, inp.rank)
             self.probes[key] = self.probes.get(key, 0) + 1
-            return self.probe(inp, self.probes[key])
+            answer = self.probe(inp, self.probes[key])
+            if answer.state == "running" and inp.wait_s > 0:
+                await self.wait(inp.wait_s)
+            return answer
 
         @activity.defn(name="stop_process")
         async def stop_process(inp: StopProcessInput) -> StopProcessResult:
@@ -107,6 +122,21 @@ class ScriptedHosts:
             return LogChunk(data="", next_offset=0)
 
         return [start_process, probe_process, stop_process, read_logs]
+
+    async def wait(self, seconds: float) -> None:
+        """A probe's wait for an exit that does not come, in server time."""
+        if not self.long_poll or self.client is None:
+            return
+        # In steps under the probe's heartbeat timeout, each after a heartbeat (flushed at
+        # once: see the host workers' throttle), as an agent's wait heartbeats.
+        while seconds > 0:
+            step = min(seconds, HEARTBEAT_STEP_S)
+            activity.heartbeat()
+            await asyncio.sleep(0.01)
+            request = SleepRequest()
+            request.duration.FromTimedelta(timedelta(seconds=step))
+            await self.client.test_service.unlock_time_skipping_with_sleep(request)
+            seconds -= step
 
 
 def idle_samples(
@@ -139,6 +169,7 @@ async def workers(
     control: ControlActivities | None = None,
 ) -> AsyncIterator[None]:
     control = control or ControlActivities(store)
+    hosts.client = client
     async with AsyncExitStack() as stack:
         executor = stack.enter_context(ThreadPoolExecutor(max_workers=4))
         await stack.enter_async_context(
@@ -158,6 +189,10 @@ async def workers(
                         client,
                         task_queue=f"gpuflow-host-{fleet.name}/{host.name}",
                         activities=hosts.activities(),
+                        # Heartbeats reach the server at once: a cancelled probe learns it
+                        # at its next one, and a long poll's skipped time never outruns them.
+                        default_heartbeat_throttle_interval=timedelta(milliseconds=5),
+                        max_heartbeat_throttle_interval=timedelta(milliseconds=5),
                     )
                 )
         yield

@@ -11,13 +11,14 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
+from gpuflow.services.capacity import allocations_of
+from gpuflow.services.jobs import find_job, job_events
 from gpuflow.status import JobStatus, TerminationReason
-from gpuflow.store.capacity import allocations_of
 from gpuflow.store.db import Store
-from gpuflow.store.jobs import find_job, job_events
 from gpuflow.workflows import workflow_runner
 from gpuflow.workflows.job import JobWorkflow
 from gpuflow.workflows.models import JobProgress, ProbeInput, ProbeResult
+from gpuflow.workflows.outcome import job_result
 from tests.workflow.harness import ScriptedHosts, idle_samples, job, sim_fleet, start_job, workers
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -41,7 +42,7 @@ async def test_job_runs_to_done_and_releases_its_gpus(
     hosts = ScriptedHosts()
     async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
         handle = await start_job(time_env.client, task_queue, job())
-        result = await handle.result()
+        result = await job_result(handle)
     assert result.status == JobStatus.DONE
     assert result.reason == TerminationReason.DONE
     assert result.exit_codes == {0: 0}
@@ -72,8 +73,8 @@ async def test_only_processes_that_may_be_left_are_stopped(
         )
     )
     async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
-        clean = await (await start_job(time_env.client, task_queue, job("clean"))).result()
-        leaky = await (await start_job(time_env.client, task_queue, job("leaky"))).result()
+        clean = await job_result(await start_job(time_env.client, task_queue, job("clean")))
+        leaky = await job_result(await start_job(time_env.client, task_queue, job("leaky")))
     assert clean.status == leaky.status == JobStatus.DONE
     assert [s.job_id for s in hosts.stopped] == [leaky.job_id]
     assert allocations_of(sqlite_store, clean.job_id) == []
@@ -88,7 +89,7 @@ async def test_no_capacity_without_retry_fails_with_per_host_reasons(
         handle = await start_job(
             time_env.client, task_queue, job(resources={"gpu": "A100:4"}, fleets=[fleet.name])
         )
-        result = await handle.result()
+        result = await job_result(handle)
     assert result.status == JobStatus.FAILED
     assert result.reason == TerminationReason.NO_CAPACITY
     assert result.message == "no capacity: h1: has 2 GPUs, job needs 4 GPUs"
@@ -119,11 +120,11 @@ async def test_waits_for_capacity_then_runs_when_another_job_stops(
         progress = await second.query("progress", result_type=JobProgress)
         assert progress.waiting_reasons == ["h1: 0 of 2 GPUs free, job needs 2"]
         await first.signal("stop")
-        first_result = await first.result()
+        first_result = await job_result(first)
         assert first_result.status == JobStatus.STOPPED
         await _wait_status(second, JobStatus.RUNNING)
         await second.signal("stop")
-        second_result = await second.result()
+        second_result = await job_result(second)
     assert second_result.status == JobStatus.STOPPED
     assert [s.job_id for s in hosts.stopped] == [first_result.job_id, second_result.job_id]
 
@@ -140,7 +141,7 @@ async def test_no_capacity_gives_up_when_retry_duration_is_spent(
                 resources={"gpu": "H100:1"}, retry={"on_events": ["no-capacity"], "duration": "10m"}
             ),
         )
-        result = await handle.result()
+        result = await job_result(handle)
     assert result.reason == TerminationReason.NO_CAPACITY
     assert "h1:" in result.message and "H100" in result.message
     history = await handle.fetch_history()
@@ -162,7 +163,7 @@ async def test_falls_back_to_the_next_fleet_in_order(
             task_queue,
             job(resources={"gpu": "40GB..:1"}, fleets=[small.name, big.name]),
         )
-        result = await handle.result()
+        result = await job_result(handle)
     assert result.status == JobStatus.DONE
     assert hosts.started[0].node.fleet == big.name
 
@@ -176,11 +177,11 @@ async def test_failed_process_is_retried_only_on_error_event(
         retried = await start_job(
             time_env.client, task_queue, job(retry={"on_events": ["error"], "max_attempts": 3})
         )
-        retried_result = await retried.result()
+        retried_result = await job_result(retried)
         not_retried = await start_job(
             time_env.client, task_queue, job("other", retry={"on_events": ["interruption"]})
         )
-        not_retried_result = await not_retried.result()
+        not_retried_result = await job_result(not_retried)
     assert retried_result.status == JobStatus.FAILED
     assert retried_result.reason == TerminationReason.PROCESS_FAILED
     assert retried_result.attempts == 3
@@ -201,7 +202,7 @@ async def test_idle_gpu_is_terminated_and_never_retried(
             task_queue,
             job(utilization_policy={"min_gpu_utilization": 50, "time_window": "10m"}, retry=True),
         )
-        result = await handle.result()
+        result = await job_result(handle)
     gpu = hosts.started[0].node.gpu_indices[0]
     assert result.status == JobStatus.TERMINATED
     assert result.reason == TerminationReason.GPU_UNDERUTILIZED
@@ -227,7 +228,7 @@ async def test_busy_gpu_keeps_running_past_the_window(
             task_queue,
             job(utilization_policy={"min_gpu_utilization": 50, "time_window": "1m"}),
         )
-        result = await handle.result()
+        result = await job_result(handle)
     assert result.status == JobStatus.DONE
 
 
@@ -238,7 +239,7 @@ async def test_max_duration_terminates_with_compensation(
     hosts = ScriptedHosts(probe=lambda inp, n: ProbeResult(state="running"))
     async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
         handle = await start_job(time_env.client, task_queue, job(max_duration="2h"))
-        result = await handle.result()
+        result = await job_result(handle)
     assert result.reason == TerminationReason.MAX_DURATION_EXCEEDED
     assert result.status == JobStatus.TERMINATED
     assert result.message == "ran longer than max_duration 2h"
@@ -256,7 +257,7 @@ async def test_cancel_still_compensates(
         await _wait_status(handle, JobStatus.RUNNING)
         await handle.cancel()
         with pytest.raises(WorkflowFailureError):
-            await handle.result()
+            await job_result(handle)
     assert len(hosts.stopped) == 1
     assert allocations_of(sqlite_store, handle.id) == []
     assert find_job(sqlite_store, handle.id).status == "stopped"
@@ -278,7 +279,7 @@ async def test_long_job_continues_as_new_and_replays(
             task_queue,
             job(utilization_policy={"min_gpu_utilization": 50, "time_window": "1h"}),
         )
-        result = await handle.result(follow_runs=True)
+        result = await job_result(handle)
         first_run = time_env.client.get_workflow_handle(
             handle.id, run_id=handle.first_execution_run_id
         )
@@ -308,7 +309,7 @@ async def test_histories_replay_deterministically(
             task_queue,
             job(utilization_policy={"min_gpu_utilization": 20, "time_window": "5m"}),
         )
-        await idle.result()
+        await job_result(idle)
         waiting = await start_job(
             time_env.client,
             task_queue,
@@ -318,7 +319,7 @@ async def test_histories_replay_deterministically(
                 retry={"on_events": ["no-capacity"], "duration": "5m"},
             ),
         )
-        await waiting.result()
+        await job_result(waiting)
     replayer = Replayer(
         workflows=[JobWorkflow],
         data_converter=pydantic_data_converter,
@@ -351,7 +352,7 @@ async def test_busy_job_history_stays_small(
             task_queue,
             job(utilization_policy={"min_gpu_utilization": 50, "time_window": "24h"}),
         )
-        result = await handle.result()
+        result = await job_result(handle)
         history = await handle.fetch_history()
     assert result.status == JobStatus.DONE
     hours = (started[-1] - started[0]) / 3600
@@ -362,7 +363,7 @@ async def test_busy_job_history_stays_small(
 async def test_failed_provisioning_releases_without_waiting_for_an_agent(
     time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
 ) -> None:
-    from gpuflow.activities.control import ControlActivities
+    from gpuflow.control.activities import ControlActivities
     from gpuflow.store.tables import HostRow
 
     fleet = sim_fleet(sqlite_store)
@@ -386,7 +387,7 @@ async def test_failed_provisioning_releases_without_waiting_for_an_agent(
         control=ControlActivities(sqlite_store, ensure_agent=unreachable),
     ):
         handle = await start_job(time_env.client, task_queue, job())
-        result = await handle.result()
+        result = await job_result(handle)
     assert result.reason == TerminationReason.PROVISIONING_FAILED
     assert "connection refused" in result.message
     assert hosts.started == [] and hosts.stopped == []
@@ -408,19 +409,23 @@ async def test_resource_alternatives_are_tried_on_every_fleet_before_the_next(
         fleets=[a100.name, h100.name],
     )
     async with workers(time_env.client, sqlite_store, task_queue, ScriptedHosts(), [a100, h100]):
-        result = await (await start_job(time_env.client, task_queue, spec)).result()
+        result = await job_result(await start_job(time_env.client, task_queue, spec))
         assert result.status == JobStatus.DONE
         assert find_job(sqlite_store, result.job_id).hosts == ["h9"]
 
         fallback = job("fallback", resources={"gpu": "A100:8"}, alternatives=[{"gpu": "A100:2"}])
-        placed = await (await start_job(time_env.client, task_queue, fallback)).result()
+        placed = await job_result(await start_job(time_env.client, task_queue, fallback))
         assert placed.status == JobStatus.DONE
         row = find_job(sqlite_store, placed.job_id)
         assert row.hosts == ["h1"] and row.gpus == "2xA100"
 
-        nothing = job("nothing", resources={"gpu": "A100:8"}, alternatives=[{"gpu": "H100:4"}],
-                      fleets=[a100.name])
-        failed = await (await start_job(time_env.client, task_queue, nothing)).result()
+        nothing = job(
+            "nothing",
+            resources={"gpu": "A100:8"},
+            alternatives=[{"gpu": "H100:4"}],
+            fleets=[a100.name],
+        )
+        failed = await job_result(await start_job(time_env.client, task_queue, nothing))
     assert failed.reason == TerminationReason.NO_CAPACITY
     assert failed.message == (
         "no capacity: option 1 (A100:8): h1: has 2 GPUs, job needs 8 GPUs; "
@@ -441,8 +446,8 @@ async def test_a_job_that_ends_within_its_start_needs_no_probe(
     )
     async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
         quick = await start_job(time_env.client, task_queue, job("quick"))
-        done = await quick.result()
-        broken = await (await start_job(time_env.client, task_queue, job("broken"))).result()
+        done = await job_result(quick)
+        broken = await job_result(await start_job(time_env.client, task_queue, job("broken")))
     assert (done.status, done.exit_codes) == (JobStatus.DONE, {0: 0})
     assert (broken.status, broken.reason) == (JobStatus.FAILED, TerminationReason.PROCESS_FAILED)
     assert broken.message == "node 0 exited with code 3"

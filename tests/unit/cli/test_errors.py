@@ -93,13 +93,29 @@ def test_unreachable_temporal_is_one_line(tmp_path: Path) -> None:
     assert "GPUFLOW_TEMPORAL_ADDRESS" in line
 
 
-def test_unreachable_database_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cli_never_reads_the_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI needs only Temporal: an unreachable database is no concern of `ps`; the one
+    thing it could not reach is Temporal."""
     monkeypatch.setenv("GPUFLOW_DATABASE_URL", "postgresql://gpuflow:s3cret@127.0.0.1:1/none")
     result = runner.invoke(app, ["ps"])
     assert result.exit_code == 1
     line = _one_error_line(result.output)
-    assert "cannot reach the database postgresql+psycopg://gpuflow:***@127.0.0.1:1/none" in line
+    assert "cannot reach Temporal at 127.0.0.1:1" in line
+    assert "database" not in result.output
     assert "s3cret" not in result.output
+
+
+def test_unreachable_database_is_one_line() -> None:
+    """Where the database is read (the control worker), an unreachable one is one line with
+    its password hidden."""
+    from gpuflow.errors import GpuflowError
+    from gpuflow.store.db import Store
+
+    with pytest.raises(GpuflowError) as raised:
+        Store("postgresql://gpuflow:s3cret@127.0.0.1:1/none").init()
+    message = str(raised.value)
+    assert "cannot reach the database postgresql+psycopg://gpuflow:***@127.0.0.1:1/none" in message
+    assert "s3cret" not in message
 
 
 def test_bad_fleet_file(tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ from types import ModuleType
 
 import pytest
 
+from gpuflow.scheduler.frag import DEFAULT_MIX
+
 ROOT = Path(__file__).resolve().parents[3]
 
 NODES = """sn,cpu_milli,memory_mib,gpu,model
@@ -99,6 +101,8 @@ def test_run_places_through_the_scheduler_and_reports(
             "1,2",
             "--scorers",
             "fragmentation,fgd,binpack,spread,random",
+            "--mix",
+            "learned,true",
             "--json",
             str(out),
         ]
@@ -106,9 +110,63 @@ def test_run_places_through_the_scheduler_and_reports(
     report = json.loads(out.read_text())
     assert set(report) == {"tiny"}
     assert set(report["tiny"]) == {"fragmentation", "fgd", "binpack", "spread", "random"}
-    for row in report["tiny"].values():
-        assert 0 <= row["unallocated_pct_at_130"] <= row["unallocated_pct_at_100"] <= 100
-        assert row["placements_per_s"] > 0
+    for by_mix in report["tiny"].values():
+        assert set(by_mix) == {"learned", "true"}
+        for row in by_mix.values():
+            assert 0 <= row["unallocated_pct_at_130"] <= row["unallocated_pct_at_100"] <= 100
+            assert row["placements_per_s"] > 0
+
+
+def test_learned_mix_is_learned_from_arrived_pods_only(
+    bench: ModuleType, trace_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler is never handed the trace's mix: each mix it scores with is the one the
+    product's learner makes from the pods that arrived before (and including) the one placed."""
+    nodes = bench.load_nodes(trace_dir / "openb_node_list_gpu_node.csv")
+    pods = bench.load_pods(trace_dir / "openb_pod_list_tiny.csv")
+    seen: list[tuple[int, int]] = []
+    placed = bench.place
+
+    def spy(job: object, snapshot: object) -> object:
+        fleet = snapshot.fleets[0]  # type: ignore[attr-defined]
+        pinned = sum(1 for r in fleet.workload if r.gpu_names)
+        seen.append((len(fleet.workload), pinned))
+        return placed(job, snapshot)
+
+    monkeypatch.setattr(bench, "place", spy)
+    sequence = bench.arrivals(pods, 18 * 1000, seed=3)
+    bench.run(nodes, pods, seed=3, scorer="fragmentation", mix="learned")
+    first = bench.job_of(sequence[0])
+    # the first placement scores with the first pod's kind blended into the built-in mix
+    built_in = {
+        (r.gpus, r.gpu_fraction, float(r.cpus), r.memory_mib, r.gpu_names) for r in DEFAULT_MIX
+    }
+    assert seen[0][0] == len(built_in | {bench.kind_of(first)[0]})
+    assert len(seen) == len(sequence)
+    assert seen[0][1] == (1 if sequence[0].gpu_spec else 0)
+    seen.clear()
+    bench.run(nodes, pods, seed=3, scorer="fragmentation", mix="true")
+    assert seen[0][0] == len(bench.workload_of(pods))  # the idealised mode: the whole trace's
+
+
+@pytest.mark.parametrize(("shape", "size"), [("2gpu", 2), ("1gpu", 1)])
+def test_synthetic_fleets_split_the_same_gpus(
+    bench: ModuleType, trace_dir: Path, shape: str, size: int
+) -> None:
+    nodes = bench.load_nodes(trace_dir / "openb_node_list_gpu_node.csv")
+    split = bench.fleet_of(nodes, shape)
+    assert sum(n.gpus for n in split) == sum(n.gpus for n in nodes) == 18
+    assert {n.gpus for n in split} == {size}
+    assert sum(n.cpu_milli for n in split) == sum(n.cpu_milli for n in nodes)
+    g2 = [n for n in split if n.model == "G2"]
+    assert len(g2) == 8 // size and g2[0].cpu_milli == 64000 * size // 8
+
+
+def test_low_cpu_fleet_keeps_four_cpus_per_gpu(bench: ModuleType, trace_dir: Path) -> None:
+    nodes = bench.load_nodes(trace_dir / "openb_node_list_gpu_node.csv")
+    low = bench.fleet_of(nodes, "lowcpu")
+    assert [n.cpu_milli for n in low] == [16000, 16000, 32000, 8000]
+    assert [n.gpus for n in low] == [n.gpus for n in nodes]
 
 
 @pytest.mark.parametrize(

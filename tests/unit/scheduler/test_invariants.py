@@ -1,4 +1,4 @@
-"""DESIGN.md invariants, checked on random fleets and random streams of jobs:
+"""Invariants of docs/architecture.md, checked on random fleets and random streams of jobs:
 
 1. allocated GPUs, blocks, GPU fractions, CPU, memory and disk never exceed a host's capacity;
 2. a gang is placed whole (N distinct idle hosts of one fleet) or not at all;

@@ -1,4 +1,5 @@
-"""Placement behaviour: scenarios of the issue, and the rules of DESIGN.md ("Placement")."""
+"""Placement behaviour: scenarios of the issue, and the rules of docs/architecture.md
+("Placement")."""
 
 from __future__ import annotations
 

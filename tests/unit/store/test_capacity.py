@@ -5,15 +5,15 @@ from __future__ import annotations
 import threading
 
 from gpuflow.scheduler.model import Placement, Unschedulable
-from gpuflow.specs import FleetSpec, JobSpec
-from gpuflow.store.capacity import (
+from gpuflow.services.capacity import (
     allocations_of,
     read_snapshot,
     release_allocation,
     take_allocation,
 )
+from gpuflow.services.fleets import apply_fleet
+from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.store.db import Store
-from gpuflow.store.fleets import apply_fleet
 
 
 def _fleet(store: Store, gpus: int = 4, hosts: int = 1, blocks: int = 1) -> FleetSpec:

@@ -1,0 +1,1 @@
+"""What runs on a GPU host: the host agent, its activities, NVML, samplers and host facts."""

@@ -1,0 +1,400 @@
+"""Host agent activities: start, probe and stop job processes, sample GPUs, read logs.
+
+They run on the host's own task queue. Processes are started in their own session with an exit
+code file written by a wrapper, and their pid and start time are kept on disk, so an agent that
+restarts still knows which processes are its own and how they ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from gpuflow import secrets
+from gpuflow.agent import processes
+from gpuflow.agent.job_env import job_environment
+from gpuflow.agent.launch import claimed_pid, drop_dead_claim, wrapper_command
+from gpuflow.agent.masking import mask, maskable
+from gpuflow.agent.processes import RunPaths
+from gpuflow.config import private_dir
+from gpuflow.utilization import GpuSample
+from gpuflow.workflows.models import (
+    LogChunk,
+    LogsInput,
+    ProbeInput,
+    ProbeResult,
+    ProcessHandle,
+    StartProcessInput,
+    StopProcessInput,
+    StopProcessResult,
+)
+
+
+class GpuSampler(Protocol):
+    def sample(
+        self, job_key: str, root_pid: int, indices: list[int], now: float
+    ) -> list[GpuSample]: ...
+
+    def forget(self, job_key: str) -> None: ...
+
+
+PROBE_WAIT_MAX_S = 15 * 60.0
+"""Longest a probe waits for an exit (the workflow asks for one monitor tick, minutes at most)."""
+EXIT_POLL_S = 0.05
+"""How often a waiting probe looks for the exit code file: an exit is answered this soon."""
+GROUP_POLL_S = 1.0
+WRAPPER_EXIT_CHECKS = 10
+"""Looks (20 ms apart) for the wrapper to be gone after it wrote the exit code."""
+"""How often a waiting probe checks that the job's process group still lives (a stopped or
+killed job writes no exit code)."""
+
+LOG_WAIT_MAX_S = 10.0
+"""Longest a log read waits for new bytes: well inside the read's timeout."""
+
+
+def _utc(timestamp: float | None) -> datetime | None:
+    return None if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
+
+
+class HostAgent:
+    """The activities of one host. `state_dir` survives agent restarts."""
+
+    def __init__(
+        self,
+        *,
+        host_id: str,
+        state_dir: Path,
+        sampler: GpuSampler,
+        secrets_path: Path | None = None,
+    ) -> None:
+        self.host_id = host_id
+        self.secrets_path = secrets_path
+        """Where this host's secrets live; None is GPUFLOW_HOME/secrets.json."""
+        self.state_dir = Path(state_dir)
+        self.sampler = sampler
+        self.sample_every_s: float | None = None
+        """While a probe waits on a running job, read its GPUs this often (for this process's
+        metrics, which would otherwise move only when a probe answers, once a tick); None reads
+        them only when the probe answers."""
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self._injected: dict[str, dict[str, str]] = {}
+        """Secret values given to each job this agent started, by job directory: a log is
+        masked with them even after the secrets file changed."""
+        self._lock = asyncio.Lock()
+
+    def _paths(self, job_id: str, attempt: int, rank: int) -> RunPaths:
+        return RunPaths(self.state_dir / "jobs" / job_id / f"{attempt}-{rank}")
+
+    def _reap(self) -> None:
+        for key, child in list(self._children.items()):
+            if child.poll() is not None:
+                del self._children[key]
+
+    def _group(self, paths: RunPaths) -> int | None:
+        """The job's process group id while any of its processes lives, else None."""
+        try:
+            state = json.loads(paths.state.read_text())
+        except (OSError, ValueError):
+            return None
+        self._reap()
+        pgid = int(state["pid"])
+        leader_start = processes.proc_start_time(pgid)
+        if leader_start is not None and leader_start != state.get("start_time"):
+            return None  # the pid now belongs to an unrelated process
+        return pgid if processes.group_alive(pgid) else None
+
+    @activity.defn(name="start_process")
+    async def start_process(self, inp: StartProcessInput) -> ProcessHandle:
+        node = inp.node
+        paths = self._paths(inp.job_id, inp.attempt, node.rank)
+        if activity.in_activity():  # alive: an agent that dies from here on is seen in seconds
+            activity.heartbeat()
+        async with self._lock:
+            if paths.state.exists():  # started before: the same handle, never a second process
+                state = json.loads(paths.state.read_text())
+                return ProcessHandle(
+                    job_id=inp.job_id,
+                    attempt=inp.attempt,
+                    rank=node.rank,
+                    pid=int(state["pid"]),
+                    log_path=str(paths.log),
+                    already_running=True,
+                    started_at=_utc(state.get("started_at")),
+                    exited=self._exit(paths),
+                )
+            try:
+                job_env = secrets.resolve(inp.env, host=self.host_id, path=self.secrets_path)
+            except (secrets.MissingSecret, secrets.SecretsFileError) as exc:
+                # The job's (or the host's secrets file's) fault, not an interruption: the job
+                # ends failed with this message instead of being retried elsewhere.
+                raise ApplicationError(str(exc), non_retryable=True) from None
+            referenced = secrets.referenced(inp.env)
+            given = {name: job_env[key] for key, name in referenced.items()}
+            self._injected[str(paths.root)] = given
+            # A start cut off before it recorded the process: adopt what it launched.
+            pid = await claimed_pid(claim=paths.claim, pid=paths.pid)
+            adopted = pid is not None
+            if pid is None:
+                drop_dead_claim(paths.claim)
+                for directory in (self.state_dir, paths.root.parent.parent, paths.root.parent):
+                    private_dir(directory)
+                private_dir(paths.root)
+                processes.write_private(paths.script, "set -e\n" + "\n".join(inp.commands) + "\n")
+                processes.write_private(paths.log, "")  # the wrapper's `>` keeps this mode
+                cwd = inp.working_dir or str(paths.root)
+                Path(cwd).mkdir(parents=True, exist_ok=True)
+                child = subprocess.Popen(
+                    [
+                        "bash",
+                        "-c",
+                        wrapper_command(
+                            script=paths.script,
+                            log=paths.log,
+                            exit_code=paths.exit_code,
+                            claim=paths.claim,
+                            pid=paths.pid,
+                        ),
+                    ],
+                    cwd=cwd,
+                    env=job_environment(inp, job_env),
+                    start_new_session=True,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                self._children[str(paths.root)] = child
+                # The pid of the wrapper that won the claim: this one's, unless a wrapper of
+                # an earlier, cut-off start claimed the run first.
+                pid = await claimed_pid(claim=paths.claim, pid=paths.pid, launched=True)
+                if pid is None:
+                    raise ApplicationError(
+                        f"the job's wrapper on {self.host_id} exited before it started the script"
+                    )
+            state = {
+                "pid": pid,
+                "start_time": processes.proc_start_time(pid),
+                "started_at": time.time(),
+                "gpus": node.gpu_indices,
+                # Names only: the values are looked up again to mask the log.
+                "secrets": sorted(set(referenced.values())),
+            }
+            tmp = paths.state.with_suffix(".tmp")
+            processes.write_private(tmp, json.dumps(state))
+            tmp.replace(paths.state)
+            activity.logger.info(
+                "started %s attempt %s rank %s as pid %s",
+                inp.job_id,
+                inp.attempt,
+                node.rank,
+                pid,
+            )
+        return ProcessHandle(
+            job_id=inp.job_id,
+            attempt=inp.attempt,
+            rank=node.rank,
+            pid=pid,
+            log_path=str(paths.log),
+            already_running=adopted,
+            started_at=_utc(state["started_at"]),
+            exited=await self._exit_within(paths, inp.wait_s),
+        )
+
+    @activity.defn(name="probe_process")
+    async def probe_process(self, inp: ProbeInput) -> ProbeResult:
+        paths = self._paths(inp.job_id, inp.attempt, inp.rank)
+        if not paths.state.exists():
+            return ProbeResult(state="missing")
+        # A long poll: answer at once when the script exits, else at the end of the wait with
+        # fresh samples (the workflow needs no timer between probes).
+        sampling = inp.sample and bool(inp.gpu_indices)
+        exited = await self._exit_within(
+            paths, inp.wait_s, on_wait=self._reading(paths, inp.gpu_indices) if sampling else None
+        )
+        if exited is not None:
+            return exited
+        pgid = self._group(paths)
+        if pgid is None:
+            self.sampler.forget(str(paths.root))
+            if paths.stopped.exists():
+                return ProbeResult(state="stopped", exit_code=None)
+            return ProbeResult(state="missing")  # died without a trace (e.g. host reboot)
+        if not inp.sample or not inp.gpu_indices:
+            return ProbeResult(state="running")
+        try:
+            samples = await asyncio.to_thread(
+                self.sampler.sample, str(paths.root), pgid, inp.gpu_indices, time.time()
+            )
+        except Exception as exc:  # a sampler fault is reported, never fatal
+            return ProbeResult(state="running", sample_error=str(exc))
+        return ProbeResult(state="running", samples=samples)
+
+    def _reading(self, paths: RunPaths, indices: list[int]) -> Callable[[], None] | None:
+        """A reading of the job's GPUs taken while a probe waits; its samples go to the
+        metrics only (the probe answers with a reading of its own)."""
+        if self.sample_every_s is None:
+            return None
+
+        def read() -> None:
+            pgid = self._group(paths)
+            if pgid is not None:
+                with contextlib.suppress(Exception):  # a sampler fault is the probe's to report
+                    self.sampler.sample(str(paths.root), pgid, indices, time.time())
+
+        return read
+
+    async def _exit_within(
+        self, paths: RunPaths, wait_s: float, *, on_wait: Callable[[], None] | None = None
+    ) -> ProbeResult | None:
+        """The script's exit, waiting up to `wait_s` for it. The exit code is a file the job's
+        wrapper writes (it survives an agent restart), looked for every EXIT_POLL_S; a group
+        that died without writing one (stopped, killed) ends the wait too. Heartbeats carry a
+        cancellation (the job is being stopped) to the wait."""
+        deadline = time.monotonic() + min(max(wait_s, 0.0), PROBE_WAIT_MAX_S)
+        next_group_check = time.monotonic() + GROUP_POLL_S
+        next_reading = time.monotonic()  # the first reading at once: a new job shows up
+        while not paths.exit_code.exists() and time.monotonic() < deadline:
+            if activity.in_activity():
+                activity.heartbeat()
+            now = time.monotonic()
+            if now >= next_group_check:
+                next_group_check = now + GROUP_POLL_S
+                if self._group(paths) is None:
+                    break
+            if on_wait is not None and now >= next_reading:
+                next_reading = now + (self.sample_every_s or 0.0)
+                await asyncio.to_thread(on_wait)
+            await asyncio.sleep(min(EXIT_POLL_S, max(deadline - now, 0.0)))
+        return self._exit(paths)
+
+    def _exit(self, paths: RunPaths) -> ProbeResult | None:
+        if not paths.exit_code.exists():
+            return None
+        # The job's script has ended; leftovers in its group are stopped at finalize.
+        self.sampler.forget(str(paths.root))
+        try:
+            code = int(paths.exit_code.read_text().strip())
+        except (OSError, ValueError):
+            code = None
+        # The wrapper writes the exit code as its last step and then exits itself: a group
+        # still alive a moment after that holds processes the script left behind.
+        leftovers = self._group(paths) is not None
+        for _ in range(WRAPPER_EXIT_CHECKS):
+            if not leftovers:
+                break
+            time.sleep(0.02)
+            leftovers = self._group(paths) is not None
+        return ProbeResult(state="exited", exit_code=code, leftovers=leftovers)
+
+    @activity.defn(name="stop_process")
+    async def stop_process(self, inp: StopProcessInput) -> StopProcessResult:
+        """SIGTERM to the job's whole process group, SIGKILL after the grace period."""
+        paths = self._paths(inp.job_id, inp.attempt, inp.rank)
+        pgid = self._group(paths) if paths.state.exists() else None
+        if pgid is None:
+            return StopProcessResult(was_running=False)
+        if not paths.exit_code.exists():
+            paths.stopped.touch()
+        processes.signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + inp.grace_s
+        while time.monotonic() < deadline:
+            if self._group(paths) is None:
+                self.sampler.forget(str(paths.root))
+                return StopProcessResult(was_running=True, signal="TERM")
+            activity.heartbeat()
+            await asyncio.sleep(0.2)
+        processes.signal_group(pgid, signal.SIGKILL)
+        for _ in range(50):
+            if self._group(paths) is None:
+                break
+            await asyncio.sleep(0.1)
+        self.sampler.forget(str(paths.root))
+        return StopProcessResult(was_running=True, signal="KILL")
+
+    @activity.defn(name="read_logs")
+    async def read_logs(self, inp: LogsInput) -> LogChunk:
+        """Log bytes from `offset`, every secret value the job was given masked. A value that a
+        read would cut is held back for the next one; with `wait_s`, waits that long for new
+        bytes before answering with none."""
+        job_dir = self.state_dir / "jobs" / inp.job_id
+        attempt = inp.attempt
+        if attempt is None:
+            attempts = (
+                sorted(
+                    int(p.name.split("-")[0]) for p in job_dir.glob(f"*-{inp.rank}") if p.is_dir()
+                )
+                if job_dir.exists()
+                else []
+            )
+            if not attempts:
+                return LogChunk(data="", next_offset=0, eof=True)
+            attempt = attempts[-1]
+        paths = self._paths(inp.job_id, attempt, inp.rank)
+        values = maskable(self._secret_values(paths))
+        deadline = time.monotonic() + min(inp.wait_s, LOG_WAIT_MAX_S)
+        while True:
+            # Whether anything can still write is decided before reading, so no byte can follow
+            # a read taken as final (a killed job writes no exit code: its group is the test).
+            final = paths.state.exists() and self._group(paths) is None
+            # Past the limit by the longest value, so that a full read always shows one whole.
+            size = inp.limit + max((len(v) for v in values), default=0)
+            try:
+                with paths.log.open("rb") as handle:
+                    handle.seek(inp.offset)
+                    data = handle.read(size)
+            except OSError:
+                return LogChunk(data="", next_offset=inp.offset, attempt=attempt, eof=True)
+            eof = len(data) < size
+            masked, consumed = mask(data, values, final=final and eof)
+            if masked or final or time.monotonic() >= deadline:
+                return LogChunk(
+                    data=masked.decode("utf-8", errors="replace"),
+                    next_offset=inp.offset + consumed,
+                    attempt=attempt,
+                    eof=eof,
+                )
+            activity.heartbeat()
+            await asyncio.sleep(0.2)
+
+    def _secret_values(self, paths: RunPaths) -> list[str]:
+        """The secret values to mask in this job's log: those given at start (while this agent
+        runs) and those its secret names have now. Refuses when the secrets file is broken and
+        the values are not known otherwise: an unmasked log must not leave the host."""
+        try:
+            names: list[str] = json.loads(paths.state.read_text()).get("secrets", [])
+        except (OSError, ValueError):
+            names = []
+        known = self._injected.get(str(paths.root), {})
+        try:
+            stored = secrets.load(self.secrets_path) if names else {}
+        except secrets.SecretsFileError as exc:
+            if set(names) <= known.keys():
+                return list(known.values())
+            raise ApplicationError(
+                f"cannot mask the job's secrets in its log: {exc}", non_retryable=True
+            ) from None
+        return [*known.values(), *(stored[name] for name in names if name in stored)]
+
+    @activity.defn(name="ping_host")
+    async def ping_host(self) -> str:
+        return self.host_id
+
+    def activities(self) -> list[Any]:
+        """What a host agent registers: the host half of workflows.contract."""
+        return [
+            self.start_process,
+            self.probe_process,
+            self.stop_process,
+            self.read_logs,
+            self.ping_host,
+        ]

@@ -1,0 +1,97 @@
+"""A host's view of a job's processes: the files of one run (job, attempt, rank), /proc, and
+process groups. Used by the host agent's activities; Linux only, as the agent is."""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def proc_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot; None if it is gone or a zombie."""
+    stat = proc_stat(pid)
+    return None if stat is None else int(stat[19])
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name (state first); None if gone or a
+    zombie."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return None if fields[0] in ("Z", "X") else fields
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read, whatever the umask or a leftover's mode."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any live process is still in the job's process group (the wrapper started it as
+    a session and group leader, so children that ignore SIGTERM are found here too)."""
+    if proc_stat(pgid) is not None:
+        return True
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False  # no process at all in the group: no need to look through /proc
+    except PermissionError:
+        pass
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            stat = proc_stat(int(entry.name))
+            if stat is not None and int(stat[2]) == pgid:
+                return True
+    return False
+
+
+@dataclass
+class RunPaths:
+    """Where one run (job, attempt, rank) keeps its script, log, state and exit code."""
+
+    root: Path
+
+    @property
+    def script(self) -> Path:
+        return self.root / "job.sh"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "output.log"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "process.json"
+
+    @property
+    def exit_code(self) -> Path:
+        return self.root / "exit_code"
+
+    @property
+    def stopped(self) -> Path:
+        return self.root / "stopped"
+
+    @property
+    def claim(self) -> Path:
+        return self.root / "claimed"
+
+    @property
+    def pid(self) -> Path:
+        return self.root / "pid"
+
+
+def signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        os.kill(pid, sig)

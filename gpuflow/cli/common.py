@@ -1,0 +1,64 @@
+"""What every `gpuflow` command shares: the consoles, running an async command with one-line
+errors, JSON output and connecting the client (tests replace these attributes)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from temporalio.service import RPCError
+
+from gpuflow.errors import ConnectionFailed, GpuflowError
+
+console = Console()
+err = Console(stderr=True)
+T = TypeVar("T")
+
+
+def run(coro_fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
+    """Run an async command; a GpuflowError becomes one line on stderr and exit code 1."""
+
+    @functools.wraps(coro_fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return asyncio.run(coro_fn(*args, **kwargs))
+        except GpuflowError as exc:
+            # The message may quote user input: print it as text, never as Rich markup.
+            err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+        except RPCError as exc:
+            from gpuflow.cli.stack import temporal_lost
+
+            # Temporal went away (or refused) after the connection was made.
+            err.print(f"[bold red]error:[/] {temporal_lost(exc)}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            err.print("interrupted")
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+async def open_client() -> Any:
+    from gpuflow.cli.stack import stack_address, stack_down_message
+    from gpuflow.client import Client
+
+    try:
+        return await Client.connect()
+    except ConnectionFailed as exc:
+        # Against the embedded stack, the transport's own words only hide the likely cause.
+        address = stack_address()
+        if address is None or not str(exc).startswith("cannot reach Temporal"):
+            raise
+        raise ConnectionFailed(stack_down_message(address)) from None

@@ -1,0 +1,68 @@
+"""`gpuflow fleet`: apply, list and delete fleets of hosts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gpuflow.cli import common
+from gpuflow.cli.common import run
+
+fleet_app = typer.Typer(help="Fleets of hosts.", no_args_is_help=True)
+
+
+@fleet_app.command("apply")
+@run
+async def fleet_apply(
+    file: Path = typer.Option(..., "--file", "-f", help="Fleet file."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Create or update a fleet."""
+    from gpuflow.cli.render import fleets_table
+    from gpuflow.specs.load import load_fleet
+
+    spec = load_fleet(file)
+    client = await common.open_client()
+    try:
+        with common.console.status(f"applying fleet {spec.name} ({len(spec.hosts) or 1} host(s))…"):
+            info = await client.apply_fleet(spec)
+    finally:
+        await client.close()
+    if as_json:
+        common.print_json(info.model_dump(mode="json"))
+        return
+    common.console.print(f"fleet [bold]{info.name}[/] applied")
+    common.console.print(fleets_table([info], width=common.console.width))
+
+
+@fleet_app.command("list")
+@run
+async def fleet_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List fleets and their hosts."""
+    from gpuflow.cli.render import fleets_table
+
+    client = await common.open_client()
+    try:
+        with common.console.status("reading the fleets…"):
+            fleets = await client.fleets()
+    finally:
+        await client.close()
+    if as_json:
+        common.print_json([fleet.model_dump(mode="json") for fleet in fleets])
+    elif not fleets:
+        common.console.print("no fleets (gpuflow fleet apply -f FILE adds one)")
+    else:
+        common.console.print(fleets_table(fleets, width=common.console.width))
+
+
+@fleet_app.command("delete")
+@run
+async def fleet_delete(name: str = typer.Argument(...)) -> None:
+    """Delete a fleet that runs no job."""
+    client = await common.open_client()
+    try:
+        await client.delete_fleet(name)
+    finally:
+        await client.close()
+    common.console.print(f"fleet {name} deleted")

@@ -1,0 +1,208 @@
+"""`gpuflow apply`, `ps`, `logs`, `stop`, `metrics`, `offers`: jobs and what they see."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from pathlib import Path
+
+import typer
+from rich.text import Text
+
+from gpuflow.cli import common
+from gpuflow.cli.common import run
+from gpuflow.errors import GpuflowError
+
+# ---- jobs -----------------------------------------------------------------------------------
+
+
+@run
+async def apply(
+    files: list[Path] = typer.Option(..., "--file", "-f", help="Job file(s)."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Submit and return."),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
+    profile: str | None = typer.Option(None, "--profile", help="Profile (defaults) to inherit."),
+    gpu: str | None = typer.Option(None, "--gpu", help="Override resources.gpu, e.g. A100:2."),
+    fleet: list[str] | None = typer.Option(None, "--fleet", help="Fleets to try, in order."),
+    max_duration: str | None = typer.Option(None, "--max-duration"),
+    min_gpu_utilization: int | None = typer.Option(None, "--min-gpu-utilization"),
+    time_window: str | None = typer.Option(None, "--time-window"),
+) -> None:
+    """Submit job files, show where they go, and follow them until they end."""
+    from gpuflow.cli.follow import follow_jobs
+    from gpuflow.cli.plan import plan_jobs, print_plans
+    from gpuflow.specs.flags import JobFlags
+    from gpuflow.specs.load import load_job
+
+    flags = JobFlags(
+        gpu=gpu,
+        fleets=tuple(fleet or ()),
+        max_duration=max_duration,
+        min_gpu_utilization=min_gpu_utilization,
+        time_window=time_window,
+    )
+    specs = [load_job(path, profile=profile, flags=flags) for path in files]
+    client = await common.open_client()
+    try:
+        with common.console.status(f"planning {len(specs)} job(s)…"):
+            plans = await plan_jobs(client, specs)
+        print_plans(common.console, plans)
+        if not yes:
+            if not sys.stdin.isatty():
+                raise GpuflowError("no terminal to confirm on: pass -y to submit")
+            if not typer.confirm(f"Submit {len(specs)} job(s)?", default=True):
+                raise typer.Exit(1)
+        jobs = []
+        for spec in specs:
+            job = await client.submit(spec)
+            common.console.print(f"submitted [bold]{job.name}[/] as [dim]{job.id}[/]")
+            jobs.append(job)
+        if detach:
+            return
+        ok = await follow_jobs(common.console, client, [job.id for job in jobs])
+    finally:
+        await client.close()
+    if not ok:
+        raise typer.Exit(1)
+
+
+@run
+async def ps(
+    all_jobs: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List jobs: where they run, or why they wait and where they stand in line."""
+    from gpuflow.cli.render import jobs_table
+    from gpuflow.cli.waiting import line_positions, waiting_summary
+
+    client = await common.open_client()
+    try:
+        jobs = await client.jobs(include_finished=all_jobs)
+    finally:
+        await client.close()
+    if as_json:
+        positions = line_positions(jobs)
+        common.print_json(
+            [
+                {**job.model_dump(mode="json"), "waiting": waiting_summary(job, positions)}
+                for job in jobs
+            ]
+        )
+    elif not jobs:
+        common.console.print("no jobs" + ("" if all_jobs else " running (gpuflow ps -a shows all)"))
+    else:
+        common.console.print(jobs_table(jobs, width=common.console.width))
+
+
+@run
+async def logs(
+    job: str = typer.Argument(..., help="Job name or id."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until it ends."),
+    node: int = typer.Option(0, "--node", help="Node rank."),
+) -> None:
+    """Print a job's output."""
+    client = await common.open_client()
+    try:
+        # aclosing: leaving early (a closed pipe) still deletes the log reader from Temporal.
+        async with contextlib.aclosing(client.logs(job, rank=node, follow=follow)) as chunks:
+            async for chunk in chunks:
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+    finally:
+        await client.close()
+
+
+@run
+async def stop(
+    job: str = typer.Argument(..., help="Job name or id."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Do not wait for it to end."),
+) -> None:
+    """Stop a job: its processes are stopped and its GPUs released."""
+    from gpuflow.cli.render import ago, status_text
+
+    client = await common.open_client()
+    try:
+        info = await client.get(job)
+        if info.status.is_final:
+            when = f" {ago(info.finished_at)}" if info.finished_at else ""
+            why = f": {info.reason}" if info.reason and info.reason != "done" else ""
+            common.console.print(
+                f"job {info.name} already ended ({info.status.value}{when}{why})", highlight=False
+            )
+            return
+        from gpuflow.client import StopStep
+
+        with common.console.status(f"stopping {info.name}…"):
+            info = await client.stop(info.id, wait=not detach)
+    finally:
+        await client.close()
+    common.console.print(Text.assemble(f"{info.name}: ", status_text(info.status, info.reason)))
+    if info.ended_by not in (StopStep.STOP_SIGNAL, StopStep.ALREADY_ENDED):
+        # The workflow did not answer the stop signal: say how the job was made to end.
+        common.console.print(f"  {info.ended_by.description}", style="dim")
+
+
+@run
+async def metrics(
+    job: str = typer.Argument(..., help="Job name or id."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    watch: bool = typer.Option(False, "--watch", "-w", help="Refresh every 2 seconds."),
+) -> None:
+    """GPU utilization and memory of a job, per node and GPU."""
+    from rich.live import Live
+
+    from gpuflow.cli.render import metrics_table
+
+    client = await common.open_client()
+    try:
+        state = await client.metrics(job)
+        progress = await client.progress(job)
+        if as_json:
+            common.print_json(state.model_dump(mode="json"))
+            return
+        if not watch:
+            if not state.gpus:
+                common.console.print("no GPU samples yet")
+            width = common.console.width
+            common.console.print(metrics_table(state, progress.placement, width=width))
+            return
+        table = metrics_table(state, progress.placement, width=common.console.width)
+        with Live(table, console=common.console) as live:
+            while not (await client.get(job)).status.is_final:
+                await asyncio.sleep(2)
+                state = await client.metrics(job)
+                live.update(metrics_table(state, progress.placement, width=common.console.width))
+    finally:
+        await client.close()
+
+
+@run
+async def offers(
+    file: Path = typer.Option(..., "--file", "-f", help="Job file."),
+    profile: str | None = typer.Option(None, "--profile"),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Dry run: where the job would go (a gang of N hosts for N nodes), the hosts that fit
+    with their scores, and why the others do not."""
+    from gpuflow.cli.plan import print_offers
+    from gpuflow.specs.load import load_job
+
+    spec = load_job(file, profile=profile)
+    client = await common.open_client()
+    try:
+        with common.console.status("reading the fleets…"):
+            per_option = await client.offers_per_option(spec)
+    finally:
+        await client.close()
+    if as_json:
+        # A job with resource alternatives gets one entry per option, in the order tried.
+        if len(per_option) == 1:
+            common.print_json(per_option[0].offers.model_dump(mode="json"))
+        else:
+            common.print_json({"options": [o.model_dump(mode="json") for o in per_option]})
+        return
+    for option in per_option:
+        if len(per_option) > 1:
+            common.console.print(f"[bold]option {option.option}[/]: GPU {option.gpu}")
+        print_offers(common.console, option.offers, nodes=spec.nodes)

@@ -1,0 +1,135 @@
+"""What `gpuflow offers` and the plan before `gpuflow apply` show.
+
+Both read the scheduler's verdict (`Offers.placement`), never the list of hosts that fit on
+their own: for a gang of N nodes, hosts that each fit are not a placement, and saying so would
+contradict the scheduler.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+
+from gpuflow.cli.render import gang_table, offers_table, titled
+from gpuflow.scheduler.together import JobPlan
+from gpuflow.specs.job import JobSpec
+
+MAX_REASONS = 10
+
+
+async def plan_jobs(client: Any, specs: list[JobSpec]) -> list[JobPlan]:
+    """The jobs planned together, in order, on one snapshot of the fleets (by the control
+    plane, which holds the fleets)."""
+    plans: list[JobPlan] = await client.plan(specs)
+    return plans
+
+
+def _hosts(placement: Any) -> str:
+    return ", ".join(node.host_name for node in placement.nodes)
+
+
+def _jobs(names: list[str]) -> str:
+    return ", ".join(names)
+
+
+def _gpus(placement: Any) -> str:
+    return "; ".join(
+        f"{node.host_name}:{','.join(map(str, node.gpu_indices)) or '-'}"
+        for node in placement.nodes
+    )
+
+
+def verdict(placement: Any, nodes: int) -> str:
+    """One line: where the job would go."""
+    if nodes > 1:
+        return (
+            f"a gang of {nodes} on {_hosts(placement)} (fleet {placement.fleet}, GPUs "
+            f"{_gpus(placement)})"
+        )
+    gpus = ",".join(map(str, placement.nodes[0].gpu_indices)) or "-"
+    return f"{_hosts(placement)} (fleet {placement.fleet}, GPUs {gpus})"
+
+
+def print_plans(console: Console, plans: list[JobPlan]) -> None:
+    """The plan of every job about to be submitted; each sees what the jobs above it take."""
+    if len(plans) > 1:
+        console.print(
+            f"plan for {len(plans)} jobs, in submission order: each job's plan counts the "
+            "GPUs the jobs above it take",
+            highlight=False,
+        )
+    for k, plan in enumerate(plans):
+        placed_before = [p.job.name for p in plans[:k] if p.placement is not None]
+        print_plan(console, plan, after=placed_before)
+
+
+def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
+    spec = plan.job
+    labels = [option.resources.gpu_label for option in spec.resource_options()]
+    console.print(
+        f"[bold]{spec.name}[/]: {spec.nodes} node(s), GPU {' or '.join(labels)}, "
+        f"fleets {', '.join(spec.fleets) or 'any'}",
+        highlight=False,
+    )
+    placement = plan.placement
+    if placement is not None and plan.taken is not None:
+        which = f"option {plan.taken + 1} ({labels[plan.taken]}): " if len(labels) > 1 else ""
+        console.print(f"  goes to {which}{verdict(placement, spec.nodes)}", highlight=False)
+        if plan.displaced and plan.alone is not None:
+            console.print(
+                f"  [dim](alone it would go to {_hosts(plan.alone)}; "
+                f"{_jobs(after)} {'takes' if len(after) == 1 else 'take'} it first)[/]",
+                highlight=False,
+            )
+        return
+    if plan.displaced and plan.alone is not None:
+        console.print(
+            f"  [yellow]nothing left for it[/] once {_jobs(after)} "
+            f"{'is' if len(after) == 1 else 'are'} placed "
+            f"(alone it would go to {_hosts(plan.alone)}); it waits for capacity if its retry "
+            "policy allows, else it fails:",
+            highlight=False,
+        )
+    else:
+        console.print(
+            "  [yellow]nothing fits now[/]; the job waits for capacity if its retry "
+            "policy allows, else it fails:",
+            highlight=False,
+        )
+    for k, offers in enumerate(plan.options):
+        prefix = f"option {k + 1} ({labels[k]}): " if len(labels) > 1 else ""
+        for rejection in offers.rejections[:MAX_REASONS]:
+            console.print(f"    {prefix}{rejection}", highlight=False)
+
+
+def print_offers(console: Console, offers: Any, *, nodes: int) -> None:
+    """One resource option of `gpuflow offers`: the verdict, what fits and why the rest do not."""
+    width = console.width
+    if nodes > 1:
+        _print_gang(console, offers, nodes=nodes, width=width)
+    elif offers.fits:
+        console.print(titled("fits", offers_table(offers, width=width)))
+        if offers.placement is not None:
+            console.print(f"goes to {verdict(offers.placement, nodes)}", highlight=False)
+    else:
+        console.print("[bold red]nothing fits[/]")
+    if offers.rejections:
+        console.print("[bold]does not fit[/]")
+        for rejection in offers.rejections:
+            console.print(f"  {rejection}", highlight=False)
+
+
+def _print_gang(console: Console, offers: Any, *, nodes: int, width: int) -> None:
+    if offers.placement is not None:
+        console.print(gang_table(offers.placement, width=width))
+        console.print(f"goes to {verdict(offers.placement, nodes)}", highlight=False)
+        return
+    console.print(
+        f"[bold red]no gang of {nodes} whole idle hosts in one fleet[/] "
+        f"(a {nodes}-node job takes {nodes} idle hosts of one fleet, or nothing)",
+        highlight=False,
+    )
+    if offers.fits:
+        title = f"idle hosts that could each take one node (fewer than {nodes} in each fleet)"
+        console.print(titled(title, offers_table(offers, width=width)))

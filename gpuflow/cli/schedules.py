@@ -1,0 +1,75 @@
+"""`gpuflow schedule`: submit a job on a cron (Temporal Schedules)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gpuflow.cli import common
+from gpuflow.cli.common import run
+from gpuflow.errors import GpuflowError
+
+# ---- schedules ------------------------------------------------------------------------------
+
+schedule_app = typer.Typer(
+    help="Submit a job on a cron (Temporal Schedules).", no_args_is_help=True
+)
+
+
+@schedule_app.command("create")
+@run
+async def schedule_create(
+    file: Path = typer.Option(..., "--file", "-f", help="Job file."),
+    cron: str | None = typer.Option(None, "--cron", help="Cron expression, e.g. '0 3 * * *'."),
+    every: str | None = typer.Option(None, "--every", help="Interval, e.g. 6h."),
+    schedule_id: str | None = typer.Option(None, "--id", help="Schedule id."),
+    profile: str | None = typer.Option(None, "--profile"),
+) -> None:
+    """Create a schedule; each run is a job of its own."""
+    from gpuflow.specs.load import load_job
+    from gpuflow.specs.units import parse_duration
+
+    spec = load_job(file, profile=profile)
+    try:
+        every_s = parse_duration(every) if every is not None else None
+    except ValueError as exc:
+        raise GpuflowError(f"--every: {exc}") from None
+    client = await common.open_client()
+    try:
+        created = await client.schedule(spec, cron=cron, every_s=every_s, schedule_id=schedule_id)
+    finally:
+        await client.close()
+    common.console.print(f"schedule [bold]{created}[/] created; runs show up in `gpuflow ps`")
+
+
+@schedule_app.command("list")
+@run
+async def schedule_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List schedules with their next runs."""
+    from gpuflow.cli.render import schedules_table
+
+    client = await common.open_client()
+    try:
+        schedules = await client.schedules()
+    finally:
+        await client.close()
+    if as_json:
+        common.print_json(schedules)
+        return
+    if not schedules:
+        common.console.print("no schedules")
+        return
+    common.console.print(schedules_table(schedules, width=common.console.width))
+
+
+@schedule_app.command("delete")
+@run
+async def schedule_delete(schedule_id: str = typer.Argument(...)) -> None:
+    """Delete a schedule (jobs it started keep running)."""
+    client = await common.open_client()
+    try:
+        await client.delete_schedule(schedule_id)
+    finally:
+        await client.close()
+    common.console.print(f"schedule {schedule_id} deleted")

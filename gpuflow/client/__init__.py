@@ -1,0 +1,31 @@
+"""The Python SDK: Temporal only (no database, no SSH, no scheduler I/O of its own).
+
+from gpuflow import Client, JobSpec
+client = await Client.connect()
+job = await client.submit(JobSpec(name="train", commands=["python train.py"]))
+outcome = await client.wait(job.id)
+"""
+
+from gpuflow.client.core import Client
+from gpuflow.client.models import (
+    FleetInfo,
+    JobInfo,
+    JobOutcome,
+    OptionOffers,
+    Progress,
+    StopOutcome,
+    StopStep,
+    taken_option,
+)
+
+__all__ = [
+    "Client",
+    "FleetInfo",
+    "JobInfo",
+    "JobOutcome",
+    "OptionOffers",
+    "Progress",
+    "StopOutcome",
+    "StopStep",
+    "taken_option",
+]

@@ -1,0 +1,105 @@
+"""How the client calls the control plane's API workflow (gpuflow/workflows/api.py).
+
+Each call is an update-with-start of `gpuflow-api`: the first client to call starts the workflow
+(USE_EXISTING), every later one finds it. A request the control plane refuses (a validator's
+refusal, an unknown fleet, no such job) comes back as the gpuflow error it raised, one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import timedelta
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel
+from temporalio.client import Client as TemporalClient
+from temporalio.client import (
+    WithStartWorkflowOperation,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
+
+from gpuflow import errors
+from gpuflow.naming import CONTROL_TASK_QUEUE
+from gpuflow.workflows.api import API_WORKFLOW_ID
+
+R = TypeVar("R")
+
+API_TIMEOUT_S = 60.0
+"""How long a request waits for a control worker to answer: an update waits for a worker
+without limit, and a user waiting for one that is down deserves a line saying so."""
+
+
+class Api(Protocol):
+    """The seam between the client and the control plane (a test may answer it in-process)."""
+
+    async def call(
+        self, update: str, arg: BaseModel, result_type: type[R], *, timeout_s: float = ...
+    ) -> R: ...
+
+
+def _as_gpuflow_error(exc: WorkflowUpdateFailedError) -> errors.GpuflowError:
+    cause: BaseException | None = exc.cause
+    while cause is not None and not isinstance(cause, ApplicationError):
+        cause = cause.__cause__ or getattr(cause, "cause", None)
+    if cause is None:
+        return errors.GpuflowError(f"the control plane could not answer: {exc.cause}")
+    return error_from(cause)
+
+
+def error_from(cause: ApplicationError) -> errors.GpuflowError:
+    """The gpuflow error the control plane raised (its type travels as the failure's type)."""
+    kind = getattr(errors, cause.type or "", None)
+    if isinstance(kind, type) and issubclass(kind, errors.GpuflowError):
+        if kind is errors.UnschedulableError:
+            return errors.UnschedulableError(cause.message, [])
+        return kind(cause.message)
+    return errors.GpuflowError(cause.message)
+
+
+class TemporalApi:
+    """The API over Temporal: the client's only path to the control plane."""
+
+    def __init__(
+        self,
+        temporal: TemporalClient,
+        *,
+        task_queue: str = CONTROL_TASK_QUEUE,
+        workflow_id: str = API_WORKFLOW_ID,
+    ) -> None:
+        self.temporal = temporal
+        self.task_queue = task_queue
+        self.workflow_id = workflow_id
+
+    async def call(
+        self, update: str, arg: BaseModel, result_type: type[R], *, timeout_s: float = API_TIMEOUT_S
+    ) -> R:
+        start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+            "ControlApiWorkflow",
+            id=self.workflow_id,
+            task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            static_summary="gpuflow's API: the client's requests to the control plane",
+        )
+        try:
+            result: Any = await self.temporal.execute_update_with_start_workflow(
+                update,
+                arg,
+                start_workflow_operation=start,
+                result_type=result_type,
+                rpc_timeout=timedelta(seconds=timeout_s),
+            )
+        except WorkflowUpdateFailedError as exc:
+            raise _as_gpuflow_error(exc) from None
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            # The start's own outcome failed with the same timeout: read it, so it is not
+            # reported later as an exception nobody retrieved.
+            with contextlib.suppress(Exception):
+                await start.workflow_handle()
+            raise errors.ConnectionFailed(
+                f"the control plane did not answer within {timeout_s:.0f}s; is a control worker "
+                "running? (`gpuflow up`, or `python -m gpuflow.worker.control_main`)"
+            ) from None
+        return result  # type: ignore[no-any-return]

@@ -1,0 +1,455 @@
+"""The Python client. The CLI is built on it. It needs nothing but Temporal: every request that
+needs the database or the fleets' SSH keys goes to the control plane's API workflow
+(gpuflow/workflows/api.py), which alone holds them.
+
+client = await Client.connect()
+job = await client.submit(JobSpec(name="train", commands=["python train.py"]))
+result = await client.wait(job.id)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client as TemporalClient
+from temporalio.client import (
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowQueryFailedError,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import TypedSearchAttributes
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from gpuflow.client.api import Api, TemporalApi
+from gpuflow.client.models import (
+    FleetInfo,
+    JobInfo,
+    JobOutcome,
+    OptionOffers,
+    Progress,
+    StopOutcome,
+    StopStep,
+    taken_option,
+)
+from gpuflow.config import TemporalConfig, connect_temporal
+from gpuflow.errors import GpuflowError, NotFoundError, SpecError, UnschedulableError
+from gpuflow.log_reader import LogReader
+from gpuflow.naming import CONTROL_TASK_QUEUE, job_workflow_id
+from gpuflow.scheduler import Offers
+from gpuflow.scheduler.together import JobPlan
+from gpuflow.sealed import seal
+from gpuflow.specs.fleet import FleetSpec
+from gpuflow.specs.job import JobSpec
+from gpuflow.status import TerminationReason
+from gpuflow.utilization import UtilizationState
+from gpuflow.workflows.api import (
+    JOB_MEMO,
+    Empty,
+    FleetRecord,
+    FleetRef,
+    HostQueueRequest,
+    HostQueueResult,
+    JobRecord,
+    JobRef,
+    JobsRequest,
+    OffersRequest,
+    OptionOffersRecord,
+    PlanRecord,
+    PlanRequest,
+    SecretDeleted,
+    SecretKey,
+    SecretNames,
+    SecretRef,
+    SubmitRequest,
+)
+from gpuflow.workflows.models import JobInput, JobProgress, JobResult, LogsInput
+from gpuflow.workflows.ui import initial_search_attributes
+
+APPLY_TIMEOUT_S = 360.0
+LOG_WAIT_S = 5.0
+"""How long a followed log read waits on the host for new output before answering empty."""
+
+
+def _log_error(job: str, rank: int, exc: Exception) -> GpuflowError:
+    """One line for a failed log read: the agent's refusal as it said it, anything else as a
+    host that did not answer."""
+    cause: BaseException = getattr(exc, "cause", None) or exc
+    cause = getattr(cause, "cause", None) or cause
+    if isinstance(cause, ApplicationError) and cause.non_retryable:
+        return GpuflowError(f"job {job}: cannot read the log of node {rank}: {cause}")
+    return GpuflowError(
+        f"job {job}: cannot read the log of node {rank} from its host ({cause}); "
+        "is the host's agent running?"
+    )
+
+
+async def _closes(handle: Any, within_s: float) -> bool:
+    """Whether the workflow closes (in any way) within `within_s` seconds."""
+    try:
+        await asyncio.wait_for(handle.result(), within_s)
+    except TimeoutError:
+        return False
+    except WorkflowFailureError:
+        return True  # cancelled, terminated or failed: closed all the same
+    except RPCError as exc:
+        return exc.status == RPCStatusCode.NOT_FOUND
+    return True
+
+
+def _search_attributes_enabled() -> bool:
+    return os.environ.get("GPUFLOW_SEARCH_ATTRIBUTES", "1") not in ("0", "false", "no")
+
+
+ScheduleList = list[dict[str, Any]]
+
+
+class Client:
+    """Async, typed access to gpuflow. Keyword-only arguments throughout. It holds a Temporal
+    connection and nothing else: no database, no SSH key (see gpuflow/workflows/api.py)."""
+
+    def __init__(self, *, temporal: TemporalClient, api: Api | None = None) -> None:
+        self.temporal = temporal
+        self._api = api or TemporalApi(temporal)
+
+    @classmethod
+    async def connect(cls, *, config: TemporalConfig | None = None) -> Client:
+        return cls(temporal=await connect_temporal(config))
+
+    # ---- jobs -------------------------------------------------------------------------------
+
+    async def submit(self, spec: JobSpec) -> JobInfo:
+        """Start the job's workflow. The spec is already valid; the control plane refuses
+        unknown fleets before anything is created."""
+        request = SubmitRequest(
+            job_id=job_workflow_id(spec.name, secrets.token_hex(3)),
+            spec=spec,
+            search_attributes=_search_attributes_enabled(),
+        )
+        return JobInfo.from_record(await self._api.call("submit", request, JobRecord))
+
+    async def get(self, job: str) -> JobInfo:
+        """A job by id, or the newest job of that name."""
+        return JobInfo.from_record(await self._api.call("job", JobRef(ref=job), JobRecord))
+
+    async def jobs(self, *, include_finished: bool = False) -> list[JobInfo]:
+        """The jobs not ended yet (with `include_finished`, the ended ones too), newest first."""
+        records = await self._api.call(
+            "jobs", JobsRequest(include_finished=include_finished), list[JobRecord]
+        )
+        return [JobInfo.from_record(record) for record in records]
+
+    async def progress(self, job: str) -> Progress:
+        info = await self.get(job)
+        handle = self.temporal.get_workflow_handle(info.id)
+        try:
+            progress = await handle.query("progress", result_type=JobProgress)
+            return Progress.from_progress(progress)
+        except RPCError as exc:
+            raise GpuflowError(f"job {info.name}: cannot read its progress ({exc})") from None
+
+    async def stop(
+        self, job: str, *, wait: bool = True, timeout_s: float = 120, grace_s: float = 15
+    ) -> StopOutcome:
+        """Stop the job: its processes stopped, its GPUs released, status `stopped`.
+
+        With `wait`, the job is made to end even when its workflow does not answer: a workflow
+        still open `grace_s` after the stop signal is cancelled, one still open `grace_s` later
+        is terminated, and then its fleet's reconciliation (asked to run now) stops its
+        processes and releases its GPUs. Returns once the job's row has ended (at most
+        `timeout_s`); `ended_by` says which step ended it."""
+        info = await self.get(job)
+        if info.status.is_final:
+            return StopOutcome(**info.model_dump(), ended_by=StopStep.ALREADY_ENDED)
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        handle = self.temporal.get_workflow_handle(info.id)
+        step = StopStep.STOP_SIGNAL
+        try:
+            await handle.signal("stop")
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise GpuflowError(f"job {info.name}: cannot stop it ({exc})") from None
+            step = StopStep.WORKFLOW_CLOSED
+        if not wait:
+            return StopOutcome(**info.model_dump(), ended_by=StopStep.REQUESTED)
+        if step == StopStep.STOP_SIGNAL and not await _closes(handle, grace_s):
+            step = StopStep.CANCELLATION
+            with contextlib.suppress(RPCError):  # closed meanwhile: the next wait says so
+                await handle.cancel()
+            if not await _closes(handle, grace_s):
+                step = StopStep.TERMINATION
+                with contextlib.suppress(RPCError):
+                    await handle.terminate(
+                        reason="gpuflow stop: the workflow did not end after a stop signal "
+                        "and a cancellation"
+                    )
+        if step in (StopStep.TERMINATION, StopStep.WORKFLOW_CLOSED):
+            # Nothing of the workflow runs to release what the job holds: its fleet's
+            # reconciliation does, now rather than at its next health check.
+            if info.fleet is None:
+                return StopOutcome(**(await self.get(info.id)).model_dump(), ended_by=step)
+            with contextlib.suppress(RPCError):
+                await self.temporal.get_workflow_handle(f"fleet-{info.fleet}").signal("refresh")
+        while True:
+            info = await self.get(info.id)
+            if info.status.is_final:
+                return StopOutcome(**info.model_dump(), ended_by=step)
+            if asyncio.get_running_loop().time() > deadline:
+                raise GpuflowError(
+                    f"job {info.name}: its workflow was closed ({step.value}), but its GPUs were "
+                    f"not released within {timeout_s:.0f}s; is a control worker running?"
+                )
+            await asyncio.sleep(0.25)
+
+    async def wait(
+        self, job: str, *, timeout_s: float | None = None, raise_on_failure: bool = True
+    ) -> JobOutcome:
+        """How the job ended, once it has. With `raise_on_failure`, a job that found no
+        capacity raises UnschedulableError carrying the per-host reasons."""
+        info = await self.get(job)
+        handle = self.temporal.get_workflow_handle(info.id, result_type=JobResult)
+        try:
+            result: JobResult = await asyncio.wait_for(handle.result(), timeout_s)
+        except WorkflowFailureError as exc:
+            carried = _result_in_failure(exc)
+            if carried is None:
+                raise GpuflowError(f"job {info.name} failed inside gpuflow: {exc.cause}") from None
+            result = carried
+        if raise_on_failure and result.reason == TerminationReason.NO_CAPACITY:
+            reasons = result.message.removeprefix("no capacity: ").split("; ")
+            raise UnschedulableError(f"job {info.name}: {result.message}", reasons)
+        return JobOutcome.from_result(result)
+
+    async def describe(self, job: str) -> str:
+        """Whether the job's workflow is still open, as Temporal sees it."""
+        info = await self.get(job)
+        desc = await self.temporal.get_workflow_handle(info.id).describe()
+        status = desc.status or WorkflowExecutionStatus.RUNNING
+        return status.name.lower()
+
+    async def metrics(self, job: str) -> UtilizationState:
+        info = await self.get(job)
+        handle = self.temporal.get_workflow_handle(info.id)
+        try:
+            state: UtilizationState = await handle.query(
+                "utilization_window", result_type=UtilizationState
+            )
+        except (RPCError, WorkflowQueryFailedError) as exc:
+            raise GpuflowError(f"job {info.name}: cannot read its GPU metrics ({exc})") from None
+        return state
+
+    async def logs(
+        self, job: str, *, rank: int = 0, follow: bool = False, poll_s: float = 1.0
+    ) -> AsyncIterator[str]:
+        """The job's output on one node, from the start; with `follow`, until the job ends.
+        One log reader workflow serves the whole call and is deleted from Temporal at its end
+        (close the iterator, e.g. with `contextlib.aclosing`, when leaving it early)."""
+        info = await self.get(job)
+        offset = 0
+        async with LogReader(self.temporal, job_id=info.id) as reader:
+            while True:
+                info = await self.get(info.id)
+                try:
+                    placement = (await self.progress(info.id)).placement
+                except GpuflowError:
+                    placement = None
+                if placement is None and not info.status.is_final:
+                    if not follow:
+                        return
+                    await asyncio.sleep(poll_s)
+                    continue
+                queue = await self._log_queue(info, placement, rank)
+                if queue is None:
+                    return
+                asked = asyncio.get_running_loop().time()
+                request = LogsInput(
+                    job_id=info.id, rank=rank, offset=offset, wait_s=LOG_WAIT_S if follow else 0
+                )
+                try:
+                    chunk = await reader.read(queue, request)
+                except (WorkflowUpdateFailedError, RPCError) as exc:
+                    raise _log_error(info.name, rank, exc) from None
+                if chunk.data:
+                    yield chunk.data
+                offset = chunk.next_offset
+                if chunk.eof:
+                    if not follow or info.status.is_final:
+                        return
+                    # Let output gather between reads, unless the agent has waited already.
+                    waited = asyncio.get_running_loop().time() - asked
+                    await asyncio.sleep(max(0.0, poll_s - waited))
+
+    async def _log_queue(self, info: JobInfo, placement: Any, rank: int) -> str | None:
+        if placement is not None:
+            for node in placement.nodes:
+                if node.rank == rank:
+                    return str(node.task_queue)
+            raise NotFoundError(f"job {info.name} has no node {rank}")
+        found = await self._api.call(
+            "host_queue", HostQueueRequest(job_id=info.id, rank=rank), HostQueueResult
+        )
+        return found.task_queue
+
+    # ---- schedules ----------------------------------------------------------------------------
+
+    async def schedule(
+        self,
+        spec: JobSpec,
+        *,
+        cron: str | None = None,
+        every_s: int | None = None,
+        schedule_id: str | None = None,
+    ) -> str:
+        """A Temporal Schedule that submits the job on a cron or every `every_s` seconds.
+        Each run is a job of its own, `job-<name>-<time>`."""
+        if (cron is None) == (every_s is None):
+            raise SpecError("give exactly one of cron or every")
+        if every_s is not None and every_s < 60:
+            raise SpecError(f"every is {every_s}s; a schedule runs at most once a minute")
+        schedule_id = schedule_id or f"schedule-{spec.name}"
+        action = ScheduleActionStartWorkflow(
+            "JobWorkflow",
+            JobInput(spec=spec, search_attributes=_search_attributes_enabled()),
+            id=f"job-{spec.name}",
+            typed_search_attributes=(
+                initial_search_attributes(spec)
+                if _search_attributes_enabled()
+                else TypedSearchAttributes.empty
+            ),
+            task_queue=CONTROL_TASK_QUEUE,
+            memo={JOB_MEMO: {"name": spec.name, "priority": spec.priority}},
+            static_summary=f"job {spec.name} (from {schedule_id})",
+        )
+        calendar = (
+            ScheduleSpec(cron_expressions=[cron])
+            if cron
+            else ScheduleSpec(
+                intervals=[ScheduleIntervalSpec(every=timedelta(seconds=every_s or 0))]
+            )
+        )
+        try:
+            await self.temporal.create_schedule(
+                schedule_id,
+                Schedule(
+                    action=action,
+                    spec=calendar,
+                    policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+                ),
+            )
+        except ScheduleAlreadyRunningError:
+            raise SpecError(f"schedule {schedule_id} exists; delete it first") from None
+        except RPCError as exc:
+            raise SpecError(f"schedule {schedule_id}: {exc.message}") from None
+        return schedule_id
+
+    async def schedules(self) -> ScheduleList:
+        out = []
+        async for item in await self.temporal.list_schedules():
+            info = item.info
+            out.append(
+                {
+                    "id": item.id,
+                    "next": [t.isoformat() for t in (info.next_action_times if info else [])][:3],
+                    "recent": [
+                        a.action.workflow_id
+                        for a in (info.recent_actions if info else [])
+                        if hasattr(a.action, "workflow_id")
+                    ][-3:],
+                }
+            )
+        return out
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        try:
+            await self.temporal.get_schedule_handle(schedule_id).delete()
+        except RPCError as exc:
+            raise NotFoundError(f"schedule {schedule_id}: {exc.message}") from None
+
+    # ---- fleets and offers ------------------------------------------------------------------
+
+    async def apply_fleet(self, spec: FleetSpec) -> FleetInfo:
+        """Create or update the fleet. The control plane reads its hosts' facts (it holds the
+        SSH keys; a `local` fleet is the control worker's own machine), starts its health
+        checks and wakes the jobs waiting for capacity."""
+        # Reading an ssh fleet's hosts may take minutes (the activity's own limit is 5).
+        record = await self._api.call("apply_fleet", spec, FleetRecord, timeout_s=APPLY_TIMEOUT_S)
+        return FleetInfo.from_record(record)
+
+    async def delete_fleet(self, name: str) -> None:
+        """Delete a fleet that runs no job; its health checks end."""
+        await self._api.call("delete_fleet", FleetRef(name=name), type(None))
+
+    async def fleets(self) -> list[FleetInfo]:
+        records = await self._api.call("fleets", Empty(), list[FleetRecord])
+        return [FleetInfo.from_record(record) for record in records]
+
+    async def offers(self, spec: JobSpec) -> Offers:
+        """The dry run: what fits (with scores) and why every other host does not, for the
+        resource option the job would take now (the first that fits anywhere; the first
+        option when none does). `offers_per_option` has them all."""
+        per_option = await self.offers_per_option(spec)
+        return (taken_option(per_option) or per_option[0]).offers
+
+    async def offers_per_option(self, spec: JobSpec) -> list[OptionOffers]:
+        """The dry run of each resource option (`resources`, then `alternatives`), in the
+        order a job tries them, all on one snapshot."""
+        records = await self._api.call("offers", OffersRequest(spec=spec), list[OptionOffersRecord])
+        return [OptionOffers.from_record(record) for record in records]
+
+    async def plan(self, specs: list[JobSpec]) -> list[JobPlan]:
+        """The jobs planned together, in order, on one snapshot of the fleets: each job's plan
+        counts what the jobs before it take (`gpuflow apply -f a.yaml -f b.yaml`)."""
+        records = await self._api.call("plan", PlanRequest(specs=specs), list[PlanRecord])
+        return [
+            JobPlan(
+                job=r.job, options=r.options, taken=r.taken, alone=r.alone, alone_fits=r.alone_fits
+            )
+            for r in records
+        ]
+
+    # ---- secrets ------------------------------------------------------------------------------
+
+    async def set_secret(self, name: str, value: str) -> None:
+        """Store a secret with the control plane, for jobs to refer to as
+        `${{ secrets.NAME }}`. The value is sealed to the control plane's key here: Temporal
+        (payloads, history, UI) only ever sees its ciphertext (gpuflow/sealed.py)."""
+        if not value:
+            raise SpecError(f"secret {name}: the value is empty")
+        key = await self._api.call("secret_key", Empty(), SecretKey)
+        await self._api.call("set_secret", seal(name, value, key.public_key), type(None))
+
+    async def secrets(self) -> list[str]:
+        """The names of the stored secrets (never their values)."""
+        return (await self._api.call("secret_names", Empty(), SecretNames)).names
+
+    async def delete_secret(self, name: str) -> bool:
+        """Whether there was such a secret to delete."""
+        return (await self._api.call("delete_secret", SecretRef(name=name), SecretDeleted)).deleted
+
+    async def close(self) -> None:
+        """Nothing to release: the Temporal connection closes with its last reference."""
+
+
+def _result_in_failure(exc: WorkflowFailureError) -> JobResult | None:
+    """The JobResult a job's workflow carries in its failure's details when it ends other than
+    done, or None (a failure of gpuflow itself)."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError) and cause.details:
+        detail = cause.details[0]
+        with contextlib.suppress(ValueError, TypeError):
+            return JobResult.model_validate(detail)
+    return None

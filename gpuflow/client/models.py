@@ -1,0 +1,145 @@
+"""What the client returns: its own public models, never a workflow payload or a store row.
+
+Workflow payloads must stay replay-compatible and store rows follow the schema; these follow
+the client's users. Each is built from the API's answer (gpuflow/workflows/api.py) or a
+workflow's result by a `from_*` constructor, the one place where the two meet.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from gpuflow.scheduler.model import Placement
+from gpuflow.scheduler.offers import Offers
+from gpuflow.status import JobStatus, TerminationReason
+from gpuflow.workflows.api import FleetRecord, JobRecord, OptionOffersRecord
+from gpuflow.workflows.models import JobProgress, JobResult
+
+
+class JobInfo(BaseModel):
+    """A job as `gpuflow ps` shows it."""
+
+    id: str
+    name: str
+    status: JobStatus
+    reason: str | None = None
+    message: str | None = None
+    fleet: str | None = None
+    hosts: list[str] = Field(default_factory=list)
+    gpus: str | None = None
+    attempt: int = 1
+    priority: int = 0
+    submitted_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @classmethod
+    def from_record(cls, record: JobRecord) -> JobInfo:
+        return cls.model_validate(record.model_dump())
+
+
+class JobOutcome(BaseModel):
+    """How a job ended (`Client.wait`)."""
+
+    job_id: str
+    status: JobStatus
+    reason: TerminationReason
+    message: str
+    attempts: int
+    exit_codes: dict[int, int | None] = Field(default_factory=dict)
+    """Exit code of each node (by rank); None where the process was not seen to exit."""
+
+    @classmethod
+    def from_result(cls, result: JobResult) -> JobOutcome:
+        return cls.model_validate(result.model_dump())
+
+
+class Progress(BaseModel):
+    """Where a running job is (`Client.progress`)."""
+
+    job_id: str
+    name: str
+    status: JobStatus
+    attempt: int
+    placement: Placement | None = None
+    reason: TerminationReason | None = None
+    message: str = ""
+    waiting_reasons: list[str] = Field(default_factory=list)
+    simulated: bool = False
+
+    @classmethod
+    def from_progress(cls, progress: JobProgress) -> Progress:
+        return cls.model_validate(progress.model_dump())
+
+
+class FleetInfo(BaseModel):
+    name: str
+    kind: str
+    scorer: str
+    hosts: list[dict[str, Any]]
+    workload: dict[str, Any] | None = None
+    """The request mix the fragmentation scorer uses (gpuflow/store/mix.py `mix_info`)."""
+
+    @classmethod
+    def from_record(cls, record: FleetRecord) -> FleetInfo:
+        return cls.model_validate(record.model_dump())
+
+
+class OptionOffers(BaseModel):
+    """The dry run of one resource option of a job."""
+
+    option: int
+    """1 for `resources`, 2 for the first of `alternatives`, ..."""
+    gpu: str
+    offers: Offers
+
+    @classmethod
+    def from_record(cls, record: OptionOffersRecord) -> OptionOffers:
+        return cls(option=record.option, gpu=record.gpu, offers=record.offers)
+
+
+def taken_option(per_option: list[OptionOffers]) -> OptionOffers | None:
+    """The resource option a job submitted now would run with: the first one that places
+    (hosts that fit one by one are not enough for a gang); None when none does."""
+    return next((o for o in per_option if o.offers.placement is not None), None)
+
+
+class StopStep(StrEnum):
+    """Which step of `Client.stop` ended the job."""
+
+    ALREADY_ENDED = "already_ended"
+    REQUESTED = "requested"
+    STOP_SIGNAL = "stop_signal"
+    CANCELLATION = "cancellation"
+    TERMINATION = "termination"
+    WORKFLOW_CLOSED = "workflow_closed"
+
+    @property
+    def description(self) -> str:
+        return _STOP_STEP_DESCRIPTION[self]
+
+
+_STOP_STEP_DESCRIPTION = {
+    StopStep.ALREADY_ENDED: "it had already ended",
+    StopStep.REQUESTED: "stop requested, not waited for",
+    StopStep.STOP_SIGNAL: "ended by the stop signal",
+    StopStep.CANCELLATION: "its workflow did not answer the stop signal: ended by cancelling it",
+    StopStep.TERMINATION: (
+        "its workflow answered neither stop nor cancel: terminated, its processes stopped and "
+        "its GPUs released by reconciliation"
+    ),
+    StopStep.WORKFLOW_CLOSED: (
+        "its workflow had already closed: its processes stopped and its GPUs released by "
+        "reconciliation"
+    ),
+}
+
+
+class StopOutcome(JobInfo):
+    """The job after `Client.stop`, and the step that ended it."""
+
+    ended_by: StopStep

@@ -1,0 +1,262 @@
+"""Control activities: placement, release and bookkeeping against the database, and making sure
+a host's agent is up. They run on the control task queue and are idempotent."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, select
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+
+from gpuflow.control import reconcile
+from gpuflow.metrics import store as metrics
+from gpuflow.scheduler.model import Placement, Unschedulable
+from gpuflow.services.capacity import release_allocation_in, take_allocation_in
+from gpuflow.services.fleets import get_host, set_host_state
+from gpuflow.services.jobs import jobs_waiting_for_capacity, record_status_in
+from gpuflow.status import HostState
+from gpuflow.store.db import Store
+from gpuflow.store.tables import FleetRow, HostRow
+from gpuflow.workflows.models import (
+    FleetHost,
+    FleetHostsResult,
+    FleetInput,
+    HostHealthInput,
+    HostHealthResult,
+    JobStatusInput,
+    OrphansResult,
+    PlaceInput,
+    PlaceResult,
+    ProvisionInput,
+    ProvisionResult,
+    ReleaseInput,
+    ReleaseOrphansInput,
+    ReleaseResult,
+    placed_message,
+)
+
+# Makes sure the agent of a host is up; returns an error message or None. Set by the worker:
+# sim hosts get an in-process agent, ssh hosts an asyncssh-started one.
+AgentStarter = Callable[[HostRow], Awaitable[str | None]]
+
+
+class ControlActivities:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        ensure_agent: AgentStarter | None = None,
+        temporal: Client | None = None,
+    ) -> None:
+        self.store = store
+        self.ensure_agent = ensure_agent
+        self.temporal = temporal
+        """Asks Temporal whether jobs' workflows are still open (reconciliation); without it,
+        only allocations of jobs whose row has ended are reconciled."""
+
+    @activity.defn(name="place_job")
+    async def place_job(self, inp: PlaceInput) -> PlaceResult:
+        def place() -> Placement | Unschedulable:
+            with self.store.placement_transaction() as session:
+                if inp.before is not None:
+                    _record(session, inp.before)
+                result = take_allocation_in(
+                    session,
+                    job_id=inp.job_id,
+                    attempt=inp.attempt,
+                    job=inp.spec,
+                    fleets=inp.fleets,
+                )
+                if inp.placed is not None and not isinstance(result, Unschedulable):
+                    message = placed_message(result)
+                    placed = inp.placed.model_copy(
+                        update={
+                            "message": message,
+                            "placement": result,
+                            "event_key": inp.placed.event_key + message[:80],
+                        }
+                    )
+                    _record(session, placed)
+                    metrics.observe_wait(session, placed)
+                return result
+
+        started = time.perf_counter()
+        result = await asyncio.to_thread(place)
+        metrics.observe_placement(time.perf_counter() - started, result)
+        if isinstance(result, Unschedulable):
+            return PlaceResult(reasons=result.lines or [result.message()])
+        return PlaceResult(placement=result)
+
+    @activity.defn(name="release_job")
+    async def release_job(self, inp: ReleaseInput) -> ReleaseResult:
+        def release() -> int:
+            with self.store.placement_transaction() as session:
+                released = release_allocation_in(session, job_id=inp.job_id)
+                if inp.record is not None:
+                    _record(session, inp.record)
+                return released
+
+        released = await asyncio.to_thread(release)
+        return ReleaseResult(
+            released_nodes=released, waiting_jobs=await asyncio.to_thread(self._pending_jobs)
+        )
+
+    def _pending_jobs(self) -> list[str]:
+        return jobs_waiting_for_capacity(self.store)
+
+    @activity.defn(name="record_job_status")
+    async def record_job_status(self, inp: JobStatusInput) -> None:
+        def write() -> None:
+            with self.store.session() as session:
+                _record(session, inp)
+                try:
+                    session.commit()
+                except IntegrityError:  # a concurrent duplicate of this very call won
+                    session.rollback()
+
+        await asyncio.to_thread(write)
+
+    @activity.defn(name="provision_host")
+    async def provision_host(self, inp: ProvisionInput) -> ProvisionResult:
+        host = await asyncio.to_thread(get_host, self.store, inp.host_id)
+        if host is None:
+            raise ApplicationError(
+                f"host {inp.host_id} is no longer in any fleet", non_retryable=True
+            )
+        if self.ensure_agent is None:
+            return ProvisionResult(host_id=inp.host_id, ready=True)
+        error = await self.ensure_agent(host)
+        if error is not None:
+            await asyncio.to_thread(
+                set_host_state, self.store, inp.host_id, HostState.UNREACHABLE, error
+            )
+            return ProvisionResult(host_id=inp.host_id, ready=False, message=error)
+        return ProvisionResult(host_id=inp.host_id, ready=True)
+
+    @activity.defn(name="fleet_hosts")
+    async def fleet_hosts(self, inp: FleetInput) -> FleetHostsResult:
+        def read() -> FleetHostsResult:
+            with self.store.read() as session:
+                fleet = session.get(FleetRow, inp.fleet)
+                if fleet is None:
+                    return FleetHostsResult(deleted=True)
+                declared = (
+                    {h["name"]: h.get("state", "ready") for h in fleet.spec.get("hosts", [])}
+                    if fleet.kind == "sim"
+                    else {}
+                )
+                rows = session.exec(select(HostRow).where(HostRow.fleet == inp.fleet)).all()
+                return FleetHostsResult(
+                    hosts=[
+                        FleetHost(
+                            host_id=h.id,
+                            name=h.name,
+                            task_queue=h.task_queue,
+                            simulated=h.simulated,
+                        )
+                        for h in rows
+                        if h.state != HostState.MAINTENANCE
+                        and declared.get(h.name, "ready") == "ready"
+                    ]
+                )
+
+        result = await asyncio.to_thread(read)
+        if self.ensure_agent is not None:
+            # Simulated hosts are served inside control workers: make sure one serves them
+            # before they are pinged (a fleet applied after this worker started).
+            for host in result.hosts:
+                if host.simulated:
+                    row = await asyncio.to_thread(get_host, self.store, host.host_id)
+                    if row is not None:
+                        await self.ensure_agent(row)
+        return result
+
+    @activity.defn(name="record_host_health")
+    async def record_host_health(self, inp: HostHealthInput) -> HostHealthResult:
+        def write() -> HostHealthResult:
+            now = datetime.now(UTC)
+            became_ready = []
+            with self.store.session() as session:
+                for ping in inp.pings:
+                    host = session.get(HostRow, ping.host_id)
+                    if host is None or host.state == HostState.MAINTENANCE:
+                        continue
+                    if ping.answered:
+                        if host.state != HostState.READY:
+                            became_ready.append(host.id)
+                        host.state, host.state_detail = HostState.READY, None
+                        host.last_heartbeat = now
+                    elif host.state == HostState.READY:
+                        host.state = HostState.NOT_READY
+                        host.state_detail = "agent not answering"
+                    session.add(host)
+                session.commit()
+            return HostHealthResult(
+                became_ready=became_ready, waiting_jobs=self._pending_jobs() if became_ready else []
+            )
+
+        return await asyncio.to_thread(write)
+
+    @activity.defn(name="find_orphans")
+    async def find_orphans(self, inp: FleetInput) -> OrphansResult:
+        """Allocations in the fleet whose job ended or whose workflow is closed."""
+        return await reconcile.find_orphans(self.store, self.temporal, fleet=inp.fleet)
+
+    @activity.defn(name="release_orphans")
+    async def release_orphans(self, inp: ReleaseOrphansInput) -> ReleaseResult:
+        """Release what `find_orphans` found (their processes already stopped) and record it."""
+        return await asyncio.to_thread(reconcile.release_orphans, self.store, inp)
+
+    def activities(self) -> list[Any]:
+        """What the control worker registers: the control half of workflows.contract."""
+        return [
+            self.find_orphans,
+            self.release_orphans,
+            self.place_job,
+            self.release_job,
+            self.record_job_status,
+            self.provision_host,
+            self.fleet_hosts,
+            self.record_host_health,
+        ]
+
+
+def _record(session: Session, inp: JobStatusInput) -> None:
+    """The job's status and event, inside the caller's transaction."""
+    placement = inp.placement
+    record_status_in(
+        session,
+        job_id=inp.job_id,
+        name=inp.name,
+        spec=inp.spec.model_dump(mode="json") if inp.spec else None,
+        status=inp.status,
+        event_key=inp.event_key,
+        attempt=inp.attempt,
+        reason=inp.reason.value if inp.reason else None,
+        message=inp.message,
+        fleet=placement.fleet if placement else None,
+        hosts=[n.host_name for n in placement.nodes] if placement else None,
+        gpus=_gpu_summary(placement) if placement else None,
+        at=inp.at,
+        waiting_for_capacity=inp.waiting_for_capacity,
+    )
+
+
+def _gpu_summary(placement: Any) -> str:
+    parts = []
+    for node in placement.nodes:
+        if not node.gpu_indices:
+            continue
+        names = sorted(set(node.gpu_names)) or ["GPU"]
+        if node.gpu_fraction is not None:
+            parts.append(f"{node.gpu_fraction:g}x{names[0]}")
+        else:
+            parts.append(f"{len(node.gpu_indices)}x{'/'.join(names)}")
+    return ", ".join(parts) if parts else "-"

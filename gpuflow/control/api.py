@@ -1,0 +1,376 @@
+"""The activities behind the API workflow (gpuflow/workflows/api.py): everything the client asks
+that needs the database, the fleets' SSH keys or a host's facts runs here, in the control worker,
+which alone holds them.
+
+A job's row is written by its workflow's first place step only (gpuflow/workflows/job.py), so a
+job just submitted may have no row yet: `api_job` and `api_jobs` add the open JobWorkflows that
+have none, as `pending` / `submitted`, from Temporal (describe and visibility), so `ps` and
+`wait` see a job from the moment `submit` returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from gpuflow import sealed, secrets
+from gpuflow.control.fleets import host_facts
+from gpuflow.errors import GpuflowError, NotFoundError, SpecError
+from gpuflow.naming import CONTROL_TASK_QUEUE
+from gpuflow.scheduler import blocks_busy, explain
+from gpuflow.scheduler.together import plan_together
+from gpuflow.services.capacity import read_snapshot
+from gpuflow.services.fleets import apply_fleet, delete_fleet, list_fleets, list_hosts
+from gpuflow.services.jobs import find_job, jobs_waiting_for_capacity, list_jobs
+from gpuflow.services.mix import mix_info
+from gpuflow.specs.fleet import FleetSpec
+from gpuflow.status import JobStatus
+from gpuflow.store.db import Store
+from gpuflow.store.tables import JobRow
+from gpuflow.workflows.api import (
+    JOB_MEMO,
+    Empty,
+    FleetRecord,
+    FleetRef,
+    HostQueueRequest,
+    HostQueueResult,
+    JobRecord,
+    JobRef,
+    JobsRequest,
+    OffersRequest,
+    OptionOffersRecord,
+    PlanRecord,
+    PlanRequest,
+    SecretDeleted,
+    SecretKey,
+    SecretNames,
+    SecretRef,
+    SubmitRequest,
+)
+from gpuflow.workflows.handles import watch_fleet
+from gpuflow.workflows.models import JobInput
+from gpuflow.workflows.ui import initial_search_attributes
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _one_line(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """A user error (unknown fleet, no such job) fails the update at once with its one line and
+    its type, for the client to raise again; anything else is retried."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except GpuflowError as exc:
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from None
+
+    return wrapper
+
+
+def job_record(row: JobRow) -> JobRecord:
+    return JobRecord(
+        id=row.id,
+        name=row.name,
+        status=row.status,
+        reason=row.termination_reason,
+        message=row.message,
+        fleet=row.fleet,
+        hosts=list(row.hosts),
+        gpus=row.gpus,
+        attempt=row.attempt,
+        priority=int((row.spec or {}).get("priority", 0)),
+        submitted_at=row.submitted_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+    )
+
+
+def _unrecorded(job_id: str, memo: dict[str, Any], started: datetime | None) -> JobRecord:
+    return JobRecord(
+        id=job_id,
+        name=str(memo.get("name", job_id)),
+        status=JobStatus.PENDING.value,
+        message="submitted",
+        priority=int(memo.get("priority", 0)),
+        submitted_at=started or datetime.now(UTC),
+    )
+
+
+class ApiActivities:
+    """The API's activities, over the control worker's store and Temporal client."""
+
+    def __init__(self, store: Store, temporal: Client, *, home: Path) -> None:
+        self.store = store
+        self.temporal = temporal
+        self.home = home
+        """Where the control plane's key (gpuflow/sealed.py) and secrets file are."""
+
+    # ---- jobs -----------------------------------------------------------------------------------
+
+    @activity.defn(name="api_submit")
+    @_one_line
+    async def submit(self, req: SubmitRequest) -> JobRecord:
+        """Start the job's workflow once its fleets are known; a retry finds it started."""
+        spec = req.spec
+        known = {fleet.name for fleet in await asyncio.to_thread(list_fleets, self.store)}
+        unknown = [name for name in spec.fleets if name not in known]
+        if unknown:
+            raise SpecError(
+                f"fleets: {', '.join(unknown)} not found "
+                f"(known: {', '.join(sorted(known)) or 'none; apply one with gpuflow fleet apply'})"
+            )
+        gpu = spec.resources.gpu_label
+        with contextlib.suppress(WorkflowAlreadyStartedError):
+            await self.temporal.start_workflow(
+                "JobWorkflow",
+                JobInput(job_id=req.job_id, spec=spec, search_attributes=req.search_attributes),
+                id=req.job_id,
+                search_attributes=(
+                    initial_search_attributes(spec) if req.search_attributes else None
+                ),
+                memo={JOB_MEMO: {"name": spec.name, "priority": spec.priority}},
+                task_queue=CONTROL_TASK_QUEUE,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                static_summary=f"job {spec.name}: {spec.nodes} node(s), GPU {gpu}",
+                static_details=(
+                    f"fleets: {', '.join(spec.fleets) or 'any'}\n\n"
+                    f"commands:\n\n" + "\n".join(f"    {c}" for c in spec.commands)
+                ),
+            )
+        return await self.job(JobRef(ref=req.job_id))
+
+    @activity.defn(name="api_job")
+    @_one_line
+    async def job(self, ref: JobRef) -> JobRecord:
+        try:
+            return job_record(await asyncio.to_thread(find_job, self.store, ref.ref))
+        except NotFoundError:
+            pass
+        if ref.ref.startswith("job-"):  # an id: its workflow may be open without a row yet
+            try:
+                desc = await self.temporal.get_workflow_handle(ref.ref).describe()
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise
+            else:
+                memo = await desc.memo_value(JOB_MEMO, {})
+                return _unrecorded(ref.ref, memo, desc.start_time)
+        for record in await self._open_unrecorded(set()):
+            if record.name == ref.ref:
+                return record
+        raise NotFoundError(f"no job named {ref.ref!r} (see `gpuflow ps -a`)")
+
+    @activity.defn(name="api_jobs")
+    @_one_line
+    async def jobs(self, req: JobsRequest) -> list[JobRecord]:
+        rows = await asyncio.to_thread(list_jobs, self.store, include_finished=req.include_finished)
+        records = [job_record(row) for row in rows]
+        records += await self._open_unrecorded({r.id for r in records})
+        return sorted(records, key=lambda r: r.submitted_at, reverse=True)
+
+    async def _open_unrecorded(self, recorded: set[str]) -> list[JobRecord]:
+        """Open JobWorkflows without a row (submitted, not yet through their first place step)."""
+        out: list[JobRecord] = []
+        query = "WorkflowType = 'JobWorkflow' AND ExecutionStatus = 'Running'"
+        try:
+            async for wf in self.temporal.list_workflows(query, limit=500):
+                if wf.id in recorded or wf.status != WorkflowExecutionStatus.RUNNING:
+                    continue
+                if await asyncio.to_thread(_has_row, self.store, wf.id):
+                    continue  # recorded since the list was read
+                out.append(_unrecorded(wf.id, await wf.memo_value(JOB_MEMO, {}), wf.start_time))
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.UNIMPLEMENTED:
+                raise
+            return []  # a server without visibility (the time-skipping test server)
+        return out
+
+    @activity.defn(name="api_host_queue")
+    @_one_line
+    async def host_queue(self, req: HostQueueRequest) -> HostQueueResult:
+        """The task queue of the host that ran a node of an ended job (its logs are there)."""
+        row = await asyncio.to_thread(find_job, self.store, req.job_id)
+        hosts = {h.name: h for h in await asyncio.to_thread(list_hosts, self.store)}
+        if req.rank < len(row.hosts) and row.hosts[req.rank] in hosts:
+            return HostQueueResult(task_queue=hosts[row.hosts[req.rank]].task_queue)
+        return HostQueueResult()
+
+    # ---- fleets ---------------------------------------------------------------------------------
+
+    @activity.defn(name="api_apply_fleet")
+    @_one_line
+    async def apply_fleet(self, spec: FleetSpec) -> FleetRecord:
+        """Gather the hosts' facts here (the SSH keys are here), write the fleet, start its health
+        checks and wake the jobs that wait for capacity."""
+        facts = await host_facts(spec)
+        await asyncio.to_thread(apply_fleet, self.store, spec, facts)
+        await watch_fleet(self.temporal, spec.name)
+        waiting = await asyncio.to_thread(jobs_waiting_for_capacity, self.store)
+        await asyncio.gather(
+            *(
+                self.temporal.get_workflow_handle(job_id).signal("capacity_changed")
+                for job_id in waiting
+            ),
+            return_exceptions=True,  # one that ended meanwhile needs no signal
+        )
+        return next(f for f in await self.fleets(Empty()) if f.name == spec.name)
+
+    @activity.defn(name="api_delete_fleet")
+    @_one_line
+    async def delete_fleet(self, ref: FleetRef) -> None:
+        await asyncio.to_thread(delete_fleet, self.store, ref.name)
+        with contextlib.suppress(RPCError):  # its health checks end
+            await self.temporal.get_workflow_handle(f"fleet-{ref.name}").signal("refresh")
+
+    @activity.defn(name="api_fleets")
+    @_one_line
+    async def fleets(self, _: Empty) -> list[FleetRecord]:
+        return await asyncio.to_thread(_read_fleets, self.store)
+
+    # ---- the scheduler's dry runs ---------------------------------------------------------------
+
+    @activity.defn(name="api_offers")
+    @_one_line
+    async def offers(self, req: OffersRequest) -> list[OptionOffersRecord]:
+        def read() -> list[OptionOffersRecord]:
+            with self.store.read() as session:
+                snapshot = read_snapshot(session)
+            return [
+                OptionOffersRecord(
+                    option=k + 1, gpu=option.resources.gpu_label, offers=explain(option, snapshot)
+                )
+                for k, option in enumerate(req.spec.resource_options())
+            ]
+
+        return await asyncio.to_thread(read)
+
+    @activity.defn(name="api_plan")
+    @_one_line
+    async def plan(self, req: PlanRequest) -> list[PlanRecord]:
+        def read() -> list[PlanRecord]:
+            with self.store.read() as session:
+                snapshot = read_snapshot(session)
+            return [
+                PlanRecord(
+                    job=p.job,
+                    options=p.options,
+                    taken=p.taken,
+                    alone=p.alone,
+                    alone_fits=p.alone_fits,
+                )
+                for p in plan_together(req.specs, snapshot)
+            ]
+
+        return await asyncio.to_thread(read)
+
+    # ---- secrets (sealed by the client to this control plane's key) ----------------------------
+
+    @activity.defn(name="api_secret_key")
+    @_one_line
+    async def secret_key(self, _: Empty) -> SecretKey:
+        private = await asyncio.to_thread(sealed.control_key, self.home)
+        return SecretKey(public_key=sealed.public_key(private))
+
+    @activity.defn(name="api_set_secret")
+    @_one_line
+    async def set_secret(self, secret: sealed.SealedSecret) -> None:
+        def write() -> None:
+            value = sealed.open_sealed(secret, sealed.control_key(self.home))
+            secrets.set_secret(secret.name, value, secrets.secrets_file(self.home))
+
+        await asyncio.to_thread(write)
+
+    @activity.defn(name="api_secrets")
+    @_one_line
+    async def secret_names(self, _: Empty) -> SecretNames:
+        stored = await asyncio.to_thread(secrets.load, secrets.secrets_file(self.home))
+        return SecretNames(names=sorted(stored))
+
+    @activity.defn(name="api_delete_secret")
+    @_one_line
+    async def delete_secret(self, ref: SecretRef) -> SecretDeleted:
+        path = secrets.secrets_file(self.home)
+        return SecretDeleted(deleted=await asyncio.to_thread(secrets.delete_secret, ref.name, path))
+
+    def activities(self) -> list[Any]:
+        return [
+            self.submit,
+            self.job,
+            self.jobs,
+            self.host_queue,
+            self.apply_fleet,
+            self.delete_fleet,
+            self.fleets,
+            self.offers,
+            self.plan,
+            self.secret_key,
+            self.set_secret,
+            self.secret_names,
+            self.delete_secret,
+        ]
+
+
+def _has_row(store: Store, job_id: str) -> bool:
+    with store.read() as session:
+        return session.get(JobRow, job_id) is not None
+
+
+def _read_fleets(store: Store) -> list[FleetRecord]:
+    with store.read() as session:
+        snapshot = read_snapshot(session)
+        mixes = {f.name: mix_info(session, f) for f in snapshot.fleets}
+    out = []
+    for fleet in snapshot.fleets:
+        hosts = []
+        for host in fleet.hosts:
+            busy, total = blocks_busy(host)
+            hosts.append(
+                {
+                    "name": host.name,
+                    "state": host.state.value,
+                    "state_detail": host.state_detail,
+                    "os": host.os,
+                    "arch": host.arch,
+                    "backend": host.backend,
+                    "gpus": [
+                        {
+                            "index": g.index,
+                            "name": g.name,
+                            "memory_mib": g.memory_mib,
+                            "used": g.used,
+                        }
+                        for g in host.gpus
+                    ],
+                    "gpu_used": sum(g.used for g in host.gpus),
+                    "cpus": host.cpus,
+                    "cpus_used": host.cpus_used,
+                    "memory_mib": host.memory_mib,
+                    "memory_used_mib": host.memory_used_mib,
+                    "blocks": total,
+                    "blocks_busy": busy,
+                    "simulated": host.simulated,
+                }
+            )
+        out.append(
+            FleetRecord(
+                name=fleet.name,
+                kind=fleet.kind,
+                scorer=fleet.scorer,
+                hosts=hosts,
+                workload=mixes[fleet.name],
+            )
+        )
+    return out

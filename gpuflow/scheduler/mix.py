@@ -1,0 +1,192 @@
+"""A fleet's request mix, learned from the jobs it has been asked to run.
+
+The fragmentation scorer (frag.py) keeps capacity usable for the fleet's usual requests. Those
+are the requests its recent jobs made, each kind weighted by how often it came, recent jobs
+weighing more:
+
+- **Recency**: a job's weight halves every `half_life` jobs that arrived after it (decay by job
+  count, not by time: what matters is which requests will compete for the capacity that frees
+  up, and a quiet week changes nothing about that). The half-life is the number of jobs the
+  fleet holds when full, taken as one per GPU (most jobs take one GPU or a share of one), at
+  least `MIN_HALF_LIFE`: the mix then describes the jobs of about one turnover of the fleet's
+  capacity, the ones its free capacity will be fought over by.
+- **Thin history**: the built-in mix (frag.DEFAULT_MIX) is a prior worth `PRIOR_JOBS` jobs, as
+  in additive smoothing: with an effective history of n jobs (the sum of their decayed weights)
+  the learned shares weigh n / (n + PRIOR_JOBS), the built-in ones the rest. A fleet with no
+  history uses the built-in mix alone; after 8 jobs it is half learned, after 100 about 93%.
+- **Kinds** are the scheduler's own reading of a job (`resolve`): whole GPUs at least (or a
+  share of one GPU), CPUs and memory at least, the GPU models it accepts. A job of several
+  nodes is that many requests of its per-node shape.
+
+Everything here is pure: the store feeds it the fleet's recent jobs, the placement benchmark
+the trace's pods as they arrive.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gpuflow.scheduler.frag import DEFAULT_MIX
+from gpuflow.scheduler.model import TypicalRequest
+from gpuflow.scheduler.request import resolve
+from gpuflow.specs import JobSpec
+
+MIN_HALF_LIFE = 64
+"""Jobs. A share estimated from n jobs has a standard error up to 1 / (2 sqrt(n)); 64 keeps it
+within about 6 points however small the fleet."""
+
+PRIOR_JOBS = 8.0
+"""How many jobs the built-in mix counts as: about one per kind it lists (7), so each of its
+kinds weighs like one observed job until history outweighs it."""
+
+DRIFT = 0.1
+"""Total variation distance (the share of the weight that moved) at which a long-lived
+scheduler state replaces the mix it scores with (`MixLearner.refreshed`)."""
+
+Kind = tuple[int, float | None, float, int, frozenset[str]]
+"""(whole GPUs, share of one GPU or None, CPUs, MiB, accepted GPU models)."""
+
+
+@dataclass(frozen=True)
+class LearnedMix:
+    """The mix to score with and where it comes from (shown by `gpuflow fleet list`)."""
+
+    requests: tuple[TypicalRequest, ...]
+    source: str
+    """`learned` when some history went into it, `built-in` when none did."""
+    jobs: float
+    """Effective number of jobs behind the learned part (sum of decayed weights)."""
+    observed: int = 0
+    """Jobs the learner had seen when it made this mix."""
+    shares: dict[Kind, float] | None = field(default=None, compare=False, repr=False)
+    """Each kind's share, when the learner made it (for `MixLearner.refreshed`)."""
+
+
+def half_life(fleet_gpus: int) -> float:
+    """Jobs after which a job's weight has halved, for a fleet of this many GPUs."""
+    return float(max(MIN_HALF_LIFE, fleet_gpus))
+
+
+def kind_of(job: JobSpec) -> tuple[Kind, int]:
+    """What one node of the job asks for, and for how many nodes."""
+    request = resolve(job)
+    gpus = request.gpu_min if request.wants_gpu and request.fraction is None else 0
+    kind = (gpus, request.fraction, request.cpus, request.memory_mib, request.names)
+    return kind, max(1, request.nodes)
+
+
+def typical(kind: Kind, weight: float) -> TypicalRequest:
+    gpus, fraction, cpus, memory_mib, names = kind
+    return TypicalRequest(
+        weight=weight,
+        gpus=gpus,
+        gpu_fraction=fraction,
+        cpus=cpus,
+        memory_mib=memory_mib,
+        gpu_names=names,
+    )
+
+
+class MixLearner:
+    """Decayed counts of request kinds, fed one job at a time (oldest first).
+
+    The newest job has weight 1 and each older one 2 ** (-age / half_life); counts are kept
+    scaled by the newest weight so a job costs one dict update, and rescaled before they
+    overflow.
+    """
+
+    def __init__(self, half_life_jobs: float) -> None:
+        if half_life_jobs <= 0:
+            raise ValueError("half_life_jobs must be positive")
+        self._growth = 2.0 ** (1.0 / half_life_jobs)
+        self._scale = 1.0
+        self._counts: dict[Kind, float] = {}
+        self._total = 0.0
+        self.observed = 0
+        """Jobs seen (each node of a job counts)."""
+        self._next_check = 0.0
+
+    def observe(self, kind: Kind, count: int = 1) -> None:
+        self._scale *= self._growth
+        if self._scale > 1e100:
+            factor = 1.0 / self._scale
+            self._counts = {k: v * factor for k, v in self._counts.items()}
+            self._total *= factor
+            self._scale = 1.0
+        self.observed += count
+        added = self._scale * count
+        self._counts[kind] = self._counts.get(kind, 0.0) + added
+        self._total += added
+
+    def observe_job(self, job: JobSpec) -> None:
+        kind, nodes = kind_of(job)
+        self.observe(kind, nodes)
+
+    @property
+    def jobs(self) -> float:
+        """Effective number of jobs: the decayed weights summed (the newest counts 1)."""
+        return self._total / self._scale
+
+    def shares(self) -> dict[Kind, float]:
+        """Each kind's share of the mix: the learned shares blended with the built-in mix."""
+        jobs = self.jobs
+        learned = jobs / (jobs + PRIOR_JOBS)
+        shares = {kind: learned * count / self._total for kind, count in self._counts.items()}
+        for kind, share in _BUILT_IN.items():
+            shares[kind] = shares.get(kind, 0.0) + (1.0 - learned) * share
+        return shares
+
+    def mix(self) -> LearnedMix:
+        """The mix to score with (see the module docstring)."""
+        if self._total <= 0:
+            return LearnedMix(DEFAULT_MIX, "built-in", 0.0)
+        shares = self.shares()
+        requests = tuple(typical(kind, share) for kind, share in shares.items())
+        return LearnedMix(requests, "learned", self.jobs, self.observed, shares)
+
+    def refreshed(self, in_use: LearnedMix | None) -> LearnedMix | None:
+        """The current mix when it has drifted from `in_use` by at least DRIFT, else None.
+
+        For a scheduler that keeps one snapshot over many placements (the benchmark): each new
+        mix starts its memo tables afresh, so it is replaced when it has really moved, not on
+        every job. New jobs move the mix at most by their share of the weight, so the distance
+        is measured only every DRIFT / 4 of the effective history. The product reads a new
+        snapshot, and with it the current mix, for every placement."""
+        if in_use is None:
+            return self.mix()
+        if self.observed < self._next_check:
+            return None
+        self._next_check = self.observed + max(1.0, DRIFT / 4 * self.jobs)
+        current = self.shares()
+        if drift(in_use.shares or _shares(in_use.requests), current) >= DRIFT:
+            return self.mix()
+        return None
+
+
+def drift(a: dict[Kind, float], b: dict[Kind, float]) -> float:
+    """Total variation distance between two mixes' shares (0 alike .. 1 disjoint)."""
+    total = math.fsum(abs(share - b.get(kind, 0.0)) for kind, share in a.items())
+    total += math.fsum(share for kind, share in b.items() if kind not in a)
+    return 0.5 * total
+
+
+def _shares(mix: Iterable[TypicalRequest]) -> dict[Kind, float]:
+    shares: dict[Kind, float] = {}
+    for item in mix:
+        kind = (item.gpus, item.gpu_fraction, float(item.cpus), item.memory_mib, item.gpu_names)
+        shares[kind] = shares.get(kind, 0.0) + item.weight
+    total = math.fsum(shares.values()) or 1.0
+    return {kind: weight / total for kind, weight in shares.items()}
+
+
+_BUILT_IN = _shares(DEFAULT_MIX)
+
+
+def learned_mix(jobs: Iterable[JobSpec], fleet_gpus: int) -> LearnedMix:
+    """The mix of a fleet whose recent jobs are `jobs`, oldest first."""
+    learner = MixLearner(half_life(fleet_gpus))
+    for job in jobs:
+        learner.observe_job(job)
+    return learner.mix()

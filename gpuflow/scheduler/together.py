@@ -1,0 +1,75 @@
+"""Planning several jobs at once (`gpuflow apply -f a.yaml -f b.yaml`): each job is explained on
+the snapshot less what the jobs before it would take, so a plan never promises two jobs the same
+GPUs. Pure: the caller's snapshot is changed (the planned placements are applied to it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuflow.scheduler.model import Placement, Snapshot
+from gpuflow.scheduler.offers import Offers
+from gpuflow.scheduler.place import explain
+from gpuflow.scheduler.usage import apply_placement
+from gpuflow.specs import JobSpec
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """One job's dry run within a plan of several."""
+
+    job: JobSpec
+    options: list[Offers]
+    """One entry per resource option (`resources`, then `alternatives`), in the order tried."""
+    taken: int | None
+    """Index into `options` of the option the job would run with; None when none places."""
+    alone: Placement | None = None
+    """What the job would get if the jobs before it did not exist, when that differs."""
+    alone_fits: bool = False
+    """Whether the job would place at all if the jobs before it did not exist."""
+
+    @property
+    def placement(self) -> Placement | None:
+        return self.options[self.taken].placement if self.taken is not None else None
+
+    @property
+    def displaced(self) -> bool:
+        """The jobs before it send it to other hosts, or leave it nowhere to go."""
+        return self.alone_fits and _key(self.alone) != _key(self.placement)
+
+
+def taken_index(options: list[Offers]) -> int | None:
+    """The first option that places (a whole gang, for a multi-node job), as the job tries."""
+    return next((k for k, offers in enumerate(options) if offers.placement is not None), None)
+
+
+def plan_together(jobs: list[JobSpec], snapshot: Snapshot) -> list[JobPlan]:
+    """Each job's dry run, in the order given (the order they are submitted in), on `snapshot`
+    less the placements planned for the jobs before it."""
+    alone = [[explain(option, snapshot) for option in job.resource_options()] for job in jobs]
+    plans: list[JobPlan] = []
+    taken_before = False
+    for job, alone_options in zip(jobs, alone, strict=True):
+        options = alone_options
+        if taken_before:
+            options = [explain(option, snapshot) for option in job.resource_options()]
+        taken = taken_index(options)
+        first_alone = taken_index(alone_options)
+        alone_placement = alone_options[first_alone].placement if first_alone is not None else None
+        plan = JobPlan(
+            job=job,
+            options=options,
+            taken=taken,
+            alone=alone_placement,
+            alone_fits=alone_placement is not None,
+        )
+        plans.append(plan)
+        if plan.placement is not None:
+            apply_placement(snapshot, plan.placement)
+            taken_before = True
+    return plans
+
+
+def _key(placement: Placement | None) -> tuple[str, ...]:
+    """The hosts a placement takes (other GPUs of the same hosts are no news to the user)."""
+    return tuple(n.host_id for n in placement.nodes) if placement is not None else ()

@@ -1,0 +1,1 @@
+"""Decisions over the store: capacity, fleets by kind, job records, the learned mix."""

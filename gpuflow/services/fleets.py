@@ -1,0 +1,233 @@
+"""Fleets and their hosts in the database."""
+
+from __future__ import annotations
+
+import re
+import socket
+from datetime import UTC, datetime
+
+from sqlmodel import Session, col, select
+
+from gpuflow.errors import GpuflowError, NotFoundError
+from gpuflow.naming import host_id, host_task_queue
+from gpuflow.specs.fleet import FleetSpec, HostDecl
+from gpuflow.status import HostState
+from gpuflow.store.db import Store
+from gpuflow.store.tables import AllocationRow, FleetRow, GpuRow, HostRow
+from gpuflow.workflows.models import HostFacts
+
+
+def local_host_name() -> str:
+    name = re.sub(r"[^a-z0-9-]", "-", socket.gethostname().lower()).strip("-")
+    return (name if name and name[0].isalpha() else f"host-{name}")[:41] or "localhost"
+
+
+def _host_rows(spec: FleetSpec, facts: dict[str, HostFacts]) -> list[tuple[HostRow, list[GpuRow]]]:
+    rows = []
+    if spec.kind == "local":
+        name = local_host_name()
+        fact = facts[name]
+        blocks = spec.blocks or 1
+        decl = HostDecl(name=name, cpus=fact.cpus, blocks=blocks)
+        rows.append(_from_facts(spec, decl, fact, simulated=False, blocks=decl.block_count()))
+        return rows
+    for decl in spec.hosts:
+        if spec.kind == "sim":
+            gpus = []
+            index = 0
+            for gpu in decl.gpus:
+                for _ in range(gpu.count):
+                    gpus.append(
+                        GpuRow(
+                            host_id=host_id(spec.name, decl.name),
+                            index=index,
+                            name=gpu.name,
+                            vendor=gpu.vendor,
+                            memory_mib=gpu.memory,
+                            uuid=f"SIM-{spec.name}-{decl.name}-{index}",
+                            compute_capability=gpu.compute_capability,
+                        )
+                    )
+                    index += 1
+            host = HostRow(
+                id=host_id(spec.name, decl.name),
+                fleet=spec.name,
+                name=decl.name,
+                state=decl.state,
+                state_detail=None if decl.state == "ready" else "declared",
+                os=decl.os,
+                arch=decl.arch,
+                cpus=decl.cpus,
+                memory_mib=decl.memory,
+                disk_mib=decl.disk,
+                backend=decl.effective_backend,
+                driver_version=decl.driver_version,
+                labels={**spec.labels, **decl.labels},
+                taints=list(decl.taints),
+                blocks=decl.block_count(),
+                simulated=True,
+                task_queue=host_task_queue(host_id(spec.name, decl.name)),
+                # A state declared in the fleet file has no heartbeat whose age could mean anything.
+                last_heartbeat=datetime.now(UTC) if decl.state == "ready" else None,
+                sim_utilization={
+                    **spec.utilization.model_dump(),
+                    "memory_total_mib": decl.gpus[0].memory if decl.gpus else 0,
+                },
+            )
+            rows.append((host, gpus))
+        else:
+            fact = facts[decl.name]
+            host, gpus = _from_facts(spec, decl, fact, simulated=False, blocks=decl.block_count())
+            host.address = decl.hostname or "127.0.0.1"
+            host.ssh = decl.ssh_settings()
+            rows.append((host, gpus))
+    return rows
+
+
+def _from_facts(
+    spec: FleetSpec, decl: HostDecl, fact: HostFacts, *, simulated: bool, blocks: int
+) -> tuple[HostRow, list[GpuRow]]:
+    hid = host_id(spec.name, decl.name)
+    if blocks > 1 and (len(fact.gpus) % blocks or fact.cpus % blocks):
+        raise GpuflowError(
+            f"host {decl.name}: blocks={blocks} must divide its {len(fact.gpus)} GPUs "
+            f"and {fact.cpus} CPUs evenly"
+        )
+    host = HostRow(
+        id=hid,
+        fleet=spec.name,
+        name=decl.name,
+        state=HostState.READY,
+        os=fact.os,
+        arch=fact.arch,
+        cpus=fact.cpus,
+        memory_mib=fact.memory_mib,
+        disk_mib=fact.disk_mib,
+        backend=fact.backend,
+        driver_version=fact.driver_version,
+        labels={**spec.labels, **decl.labels},
+        taints=list(decl.taints),
+        blocks=blocks,
+        simulated=simulated,
+        task_queue=host_task_queue(hid),
+        last_heartbeat=datetime.now(UTC),
+    )
+    gpus = [
+        GpuRow(
+            host_id=hid,
+            index=gpu.index,
+            name=gpu.name,
+            vendor=gpu.vendor,
+            memory_mib=gpu.memory_mib,
+            uuid=gpu.uuid,
+            compute_capability=gpu.compute_capability,
+        )
+        for gpu in fact.gpus
+    ]
+    return host, gpus
+
+
+def apply_fleet(store: Store, spec: FleetSpec, facts: dict[str, HostFacts] | None = None) -> None:
+    """Create or update the fleet, its hosts and GPUs in one transaction.
+
+    Hosts that left the spec are removed, unless a job still holds them: those go to
+    maintenance, so nothing new lands there and the running job keeps its allocation.
+    """
+    rows = _host_rows(spec, facts or {})
+    with store.placement_transaction() as session:
+        fleet = session.get(FleetRow, spec.name)
+        if fleet is None:
+            fleet = FleetRow(name=spec.name, kind=spec.kind)
+        elif fleet.kind != spec.kind:
+            raise GpuflowError(
+                f"fleet {spec.name} is a {fleet.kind} fleet; delete it first to make it {spec.kind}"
+            )
+        fleet.scorer = spec.scorer
+        fleet.spec = spec.model_dump(mode="json")
+        session.add(fleet)
+        wanted = {host.id for host, _ in rows}
+        existing = session.exec(select(HostRow).where(HostRow.fleet == spec.name)).all()
+        for old in existing:
+            if old.id in wanted:
+                continue
+            if _holds_allocations(session, old.id):
+                old.state = HostState.MAINTENANCE
+                old.state_detail = "removed from the fleet spec; draining"
+                session.add(old)
+            else:
+                _delete_host(session, old.id)
+        for host, gpus in rows:
+            current = session.get(HostRow, host.id)
+            if current is not None:
+                for field, value in host.model_dump(exclude={"id"}).items():
+                    setattr(current, field, value)
+                session.add(current)
+            else:
+                session.add(host)
+            for gpu in session.exec(select(GpuRow).where(GpuRow.host_id == host.id)):
+                session.delete(gpu)
+            session.flush()
+            for gpu in gpus:
+                session.add(gpu)
+
+
+def _holds_allocations(session: Session, hid: str) -> bool:
+    return (
+        session.exec(select(AllocationRow).where(AllocationRow.host_id == hid)).first() is not None
+    )
+
+
+def _delete_host(session: Session, hid: str) -> None:
+    for gpu in session.exec(select(GpuRow).where(GpuRow.host_id == hid)):
+        session.delete(gpu)
+    host = session.get(HostRow, hid)
+    if host is not None:
+        session.delete(host)
+
+
+def delete_fleet(store: Store, name: str) -> None:
+    with store.placement_transaction() as session:
+        fleet = session.get(FleetRow, name)
+        if fleet is None:
+            raise NotFoundError(f"no fleet named {name!r}")
+        hosts = session.exec(select(HostRow).where(HostRow.fleet == name)).all()
+        busy = [h.name for h in hosts if _holds_allocations(session, h.id)]
+        if busy:
+            raise GpuflowError(
+                f"fleet {name} still runs jobs on {', '.join(busy)}; stop them first"
+            )
+        for host in hosts:
+            _delete_host(session, host.id)
+        session.delete(fleet)
+
+
+def set_host_state(store: Store, hid: str, state: HostState, detail: str | None = None) -> None:
+    with store.session() as session:
+        host = session.get(HostRow, hid)
+        if host is None:
+            return
+        host.state = state
+        host.state_detail = detail
+        if state == HostState.READY:
+            host.last_heartbeat = datetime.now(UTC)
+        session.add(host)
+        session.commit()
+
+
+def get_host(store: Store, hid: str) -> HostRow | None:
+    with store.read() as session:
+        return session.get(HostRow, hid)
+
+
+def list_hosts(store: Store, *, kind: str | None = None) -> list[HostRow]:
+    with store.read() as session:
+        query = select(HostRow).order_by(col(HostRow.fleet), col(HostRow.name))
+        if kind is not None:
+            fleets = [f.name for f in session.exec(select(FleetRow).where(FleetRow.kind == kind))]
+            query = query.where(col(HostRow.fleet).in_(fleets))
+        return list(session.exec(query))
+
+
+def list_fleets(store: Store) -> list[FleetRow]:
+    with store.read() as session:
+        return list(session.exec(select(FleetRow).order_by(col(FleetRow.name))))

@@ -1,0 +1,202 @@
+"""Jobs and their events: what `gpuflow ps` shows. Workflow state stays the truth of progress;
+these rows are written by idempotent bookkeeping activities."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import defer
+from sqlmodel import Session, col, select
+
+from gpuflow.errors import NotFoundError
+from gpuflow.status import JobStatus, TerminationReason
+from gpuflow.store.db import Store
+from gpuflow.store.tables import JobEventRow, JobRow
+
+
+def record_job(store: Store, *, job_id: str, name: str, spec: dict[str, Any]) -> JobRow:
+    """Insert the job once (a repeated call keeps the first row); the job's row."""
+    with store.session() as session:
+        row = session.get(JobRow, job_id)
+        if row is not None:
+            return row
+        row = JobRow(id=job_id, name=name, status=JobStatus.PENDING, spec=spec)
+        session.add(row)
+        try:
+            session.commit()
+        except IntegrityError:  # the job's workflow wrote it first
+            session.rollback()
+            return find_job(store, job_id)
+        return row
+
+
+def record_status_in(
+    session: Session,
+    *,
+    job_id: str,
+    name: str,
+    spec: dict[str, Any] | None,
+    status: JobStatus,
+    event_key: str,
+    attempt: int | None = None,
+    reason: str | None = None,
+    message: str = "",
+    fleet: str | None = None,
+    hosts: list[str] | None = None,
+    gpus: str | None = None,
+    at: datetime | None = None,
+    waiting_for_capacity: bool = False,
+) -> None:
+    """Create the job's row if needed, set its status and add the event, inside the caller's
+    transaction (which commits); a repeated call (same event key) changes nothing."""
+    # The spec is written once and never read back here: leave it unloaded.
+    unloaded = [defer(JobRow.spec)]  # type: ignore[arg-type]
+    if session.get(JobRow, job_id, options=unloaded) is None:
+        session.add(JobRow(id=job_id, name=name, status=JobStatus.PENDING, spec=spec or {}))
+        session.flush()
+    _apply_status(
+        session,
+        job_id=job_id,
+        status=status,
+        attempt=attempt,
+        reason=reason,
+        message=message,
+        fleet=fleet,
+        hosts=hosts,
+        gpus=gpus,
+        at=at,
+    )
+    job = session.get(JobRow, job_id)
+    if job is not None:
+        # Read after the status is applied: a job that ended (or ignored a late pending
+        # record because it had ended) waits for nothing.
+        job.waiting_for_capacity = waiting_for_capacity and job.status == JobStatus.PENDING
+        session.add(job)
+    exists = session.exec(
+        select(JobEventRow).where(JobEventRow.job_id == job_id, JobEventRow.key == event_key)
+    ).first()
+    if exists is None:
+        session.add(JobEventRow(job_id=job_id, key=event_key, kind=status.value, message=message))
+
+
+def _apply_status(
+    session: Session,
+    *,
+    job_id: str,
+    status: JobStatus,
+    attempt: int | None,
+    reason: str | None,
+    message: str | None,
+    fleet: str | None,
+    hosts: list[str] | None,
+    gpus: str | None,
+    at: datetime | None,
+) -> None:
+    job = session.get(JobRow, job_id)
+    if job is None:
+        return
+    if JobStatus(job.status).is_final and not status.is_final:
+        return
+    at = at or datetime.now(UTC)
+    job.status = status
+    if attempt is not None:
+        job.attempt = attempt
+    if reason is not None or status.is_final:
+        job.termination_reason = reason
+    if message is not None or status.is_final:
+        job.message = message
+    if fleet is not None:
+        job.fleet = fleet
+    if hosts is not None:
+        job.hosts = hosts
+    if gpus is not None:
+        job.gpus = gpus
+    if status == JobStatus.RUNNING and job.started_at is None:
+        job.started_at = at
+    if status.is_final:
+        job.finished_at = job.finished_at or at
+    session.add(job)
+
+
+def record_reconciled_in(
+    session: Session,
+    *,
+    job_id: str,
+    attempt: int,
+    reason: TerminationReason,
+    message: str,
+    event_message: str,
+) -> None:
+    """What reconciliation did to one attempt of a job, inside the caller's transaction: a job
+    that had not ended ends now (`reason`, `message`), and its events say why. A repeated call
+    changes nothing."""
+    job = session.get(JobRow, job_id, options=[defer(JobRow.spec)])  # type: ignore[arg-type]
+    if job is not None and not JobStatus(job.status).is_final:
+        _apply_status(
+            session,
+            job_id=job_id,
+            status=reason.status,
+            attempt=None,
+            reason=reason.value,
+            message=message,
+            fleet=None,
+            hosts=None,
+            gpus=None,
+            at=None,
+        )
+        job.waiting_for_capacity = False
+        session.add(job)
+    key = f"{attempt}:reconciled"
+    exists = session.exec(
+        select(JobEventRow).where(JobEventRow.job_id == job_id, JobEventRow.key == key)
+    ).first()
+    if exists is None:
+        kind = job.status if job is not None else reason.status.value
+        session.add(JobEventRow(job_id=job_id, key=key, kind=kind, message=event_message))
+
+
+def jobs_waiting_for_capacity(store: Store, *, limit: int = 500) -> list[str]:
+    """Ids of the jobs that wait for capacity (the ones freed or added capacity should wake)."""
+    with store.read() as session:
+        rows = session.exec(
+            select(JobRow.id)
+            .where(col(JobRow.waiting_for_capacity), col(JobRow.status) == JobStatus.PENDING)
+            .limit(limit)
+        )
+        return list(rows)
+
+
+def list_jobs(store: Store, *, include_finished: bool = False, limit: int = 200) -> list[JobRow]:
+    with store.read() as session:
+        query = select(JobRow).order_by(col(JobRow.submitted_at).desc()).limit(limit)
+        if not include_finished:
+            finals = [s.value for s in JobStatus if s.is_final]
+            query = query.where(col(JobRow.status).not_in(finals))
+        return list(session.exec(query))
+
+
+def find_job(store: Store, ref: str) -> JobRow:
+    """A job by workflow id, or the newest job with that name."""
+    with store.read() as session:
+        job = session.get(JobRow, ref)
+        if job is not None:
+            return job
+        job = session.exec(
+            select(JobRow).where(JobRow.name == ref).order_by(col(JobRow.submitted_at).desc())
+        ).first()
+        if job is None:
+            raise NotFoundError(f"no job named {ref!r} (see `gpuflow ps -a`)")
+        return job
+
+
+def job_events(store: Store, job_id: str) -> list[JobEventRow]:
+    with store.read() as session:
+        return list(
+            session.exec(
+                select(JobEventRow)
+                .where(JobEventRow.job_id == job_id)
+                .order_by(col(JobEventRow.ts), col(JobEventRow.id))
+            )
+        )

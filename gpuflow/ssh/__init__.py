@@ -1,0 +1,1 @@
+"""SSH: sessions, host keys, provisioning, and pushing and starting host agents."""

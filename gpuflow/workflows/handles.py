@@ -1,0 +1,26 @@
+"""How a process outside the workflows (the client, the embedded stack) starts and signals
+them: by reference to the workflow class and its handlers, so strict mypy sees a rename."""
+
+from __future__ import annotations
+
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+
+from gpuflow.naming import CONTROL_TASK_QUEUE
+from gpuflow.workflows.fleet import FleetWorkflow
+from gpuflow.workflows.models import FleetInput
+
+
+async def watch_fleet(temporal: Client, fleet: str) -> None:
+    """Start the fleet's health checks (FleetWorkflow), or make a running one check now."""
+    await temporal.start_workflow(
+        FleetWorkflow.run,
+        FleetInput(fleet=fleet),
+        id=f"fleet-{fleet}",
+        task_queue=CONTROL_TASK_QUEUE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        static_summary=f"health checks of fleet {fleet}",
+    )
+    # By id, not by the started run: the run may have continued as new since.
+    handle = temporal.get_workflow_handle_for(FleetWorkflow.run, f"fleet-{fleet}")
+    await handle.signal(FleetWorkflow.refresh)

@@ -1,0 +1,142 @@
+"""The job workflow's state and how it records it: the store (through a control step), the
+UI details and the search attributes. Workflow code; JobWorkflow is built on it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from temporalio import workflow
+
+from gpuflow.workflows import contract, steps
+
+with workflow.unsafe.imports_passed_through():
+    from gpuflow import utilization
+    from gpuflow.scheduler.model import Placement
+    from gpuflow.specs.job import JobSpec
+    from gpuflow.status import JobStatus, TerminationReason
+    from gpuflow.workflows import monitor, ui
+    from gpuflow.workflows.models import JobInput, JobStatusInput
+
+
+class Ending(Exception):
+    """How one attempt ended; caught in `run`, never leaves the workflow."""
+
+    def __init__(self, reason: TerminationReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+    @classmethod
+    def of(cls, verdict: monitor.Verdict) -> Ending:
+        return cls(verdict.reason, verdict.message)
+
+
+class JobState:
+    """What a job's workflow knows, and its writes of it (no step of its own)."""
+
+    def __init__(self) -> None:
+        self._job_id = ""
+        self._name = ""
+        self._status = JobStatus.PENDING
+        self._attempt = 1
+        self._placement: Placement | None = None
+        self._reason: TerminationReason | None = None
+        self._message = ""
+        self._waiting_reasons: list[str] = []
+        self._stop_requested = False
+        self._capacity_changed = False
+        self._utilization = utilization.UtilizationState()
+        self._search_attributes = True
+        self._unrecorded: JobStatusInput | None = None
+        """A record the next place step writes in its own transaction."""
+        self._start_attempted = False
+        """Whether any process may exist: before the run step, compensation has nothing to
+        stop (and a host without an agent must not hold up the release of GPUs)."""
+        self._gone: set[int] = set()
+        """Ranks whose script exited and whose process group the agent saw empty: nothing
+        of theirs is left to stop."""
+
+    async def _record(
+        self,
+        status: JobStatus,
+        message: str,
+        *,
+        reason: TerminationReason | None = None,
+        placement: Placement | None = None,
+        waiting_for_capacity: bool = False,
+        at: datetime | None = None,
+    ) -> None:
+        """Set the job's status and write it to the store."""
+        self._set_status(status, message)
+        record = self._status_record(
+            status,
+            message,
+            reason=reason,
+            placement=placement,
+            waiting_for_capacity=waiting_for_capacity,
+            at=at,
+        )
+        await steps.control(contract.record_job_status, record, f"record {status.value}")
+
+    def _status_record(
+        self,
+        status: JobStatus,
+        message: str,
+        *,
+        reason: TerminationReason | None = None,
+        placement: Placement | None = None,
+        spec: JobSpec | None = None,
+        waiting_for_capacity: bool = False,
+        at: datetime | None = None,
+    ) -> JobStatusInput:
+        """A status of this job as a record for the store (it changes nothing here)."""
+        return JobStatusInput(
+            job_id=self._job_id,
+            name=self._name,
+            spec=spec,
+            waiting_for_capacity=waiting_for_capacity,
+            status=status,
+            attempt=self._attempt,
+            event_key=self._event_key(status, message),
+            message=message,
+            reason=reason,
+            placement=placement,
+            at=at or workflow.now(),
+        )
+
+    def _set_status(self, status: JobStatus, message: str) -> None:
+        self._status = status
+        self._message = message
+        workflow.set_current_details(self._details())
+
+    def _event_key(self, status: JobStatus, message: str) -> str:
+        return f"{self._attempt}:{status.value}:{workflow.info().run_id}:{message[:80]}"
+
+    def _details(self) -> str:
+        return ui.details(
+            status=self._status,
+            attempt=self._attempt,
+            message=self._message,
+            placement=self._placement,
+            state=self._utilization,
+        )
+
+    def _upsert(
+        self,
+        *,
+        status: JobStatus,
+        placement: Placement | None = None,
+        priority: int | None = None,
+    ) -> None:
+        if self._search_attributes:
+            workflow.upsert_search_attributes(
+                ui.search_attribute_updates(status, placement, priority)
+            )
+
+
+def retry_deadline(inp: JobInput) -> datetime:
+    """Until when a job may wait for capacity or start another attempt: its retry duration
+    from its submission (the one place this deadline is decided)."""
+    assert inp.submitted_at is not None  # filled in at the start of `run`
+    retry = inp.spec.retry
+    return inp.submitted_at + monitor.span(retry.duration if retry else 0)

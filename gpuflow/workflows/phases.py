@@ -1,0 +1,195 @@
+"""The job workflow's phases before the monitor: place (waiting for capacity), provision,
+start. Workflow code; JobWorkflow runs them."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+from gpuflow.workflows import contract, steps
+from gpuflow.workflows.job_state import Ending, JobState, retry_deadline
+
+with workflow.unsafe.imports_passed_through():
+    from gpuflow.scheduler.model import Placement
+    from gpuflow.specs.job import JobSpec
+    from gpuflow.status import JobStatus, RetryEvent, TerminationReason
+    from gpuflow.workflows.models import (
+        JobInput,
+        JobStatusInput,
+        PlaceInput,
+        ProbeResult,
+        ProcessHandle,
+        ProvisionInput,
+        StartProcessInput,
+        placed_message,
+    )
+
+CAPACITY_BACKOFF_FIRST = timedelta(seconds=5)
+CAPACITY_BACKOFF_MAX = timedelta(minutes=5)
+START_WAIT_S = 0.25
+"""How long a start waits for the script to exit: a command that fails at once, or a job that
+is done at once, is seen without a probe."""
+START_HEARTBEAT = timedelta(seconds=15)
+"""A start heartbeats on arrival and every poll of its short wait; one silent this long died."""
+
+
+class JobPhases(JobState):
+    async def _place(self, inp: JobInput) -> Placement:
+        spec = inp.spec
+        retry = spec.retry
+        fleet_order: list[list[str] | None] = [[fleet] for fleet in spec.fleets] or [None]
+        options = spec.resource_options()
+        # Every resource option on every fleet, in that order (see JobSpec.alternatives).
+        tries = [
+            (option, _option_label(k, option, len(options)), fleets)
+            for k, option in enumerate(options)
+            for fleets in fleet_order
+        ]
+        deadline = retry_deadline(inp)
+        backoff = CAPACITY_BACKOFF_FIRST
+        while True:
+            reasons: list[str] = []
+            for option, label, fleets in tries:
+                where = f"fleet {fleets[0]}" if fleets else "any fleet"
+                before, self._unrecorded = self._unrecorded, None
+                result = await steps.control(
+                    contract.place_job,
+                    PlaceInput(
+                        job_id=inp.job_id,
+                        attempt=self._attempt,
+                        spec=option,
+                        fleets=fleets,
+                        before=before,
+                        placed=JobStatusInput(
+                            job_id=self._job_id,
+                            name=self._name,
+                            status=JobStatus.PROVISIONING,
+                            attempt=self._attempt,
+                            event_key=self._event_key(JobStatus.PROVISIONING, ""),
+                            at=workflow.now(),
+                        ),
+                    ),
+                    f"place {label + ' ' if label else ''}on {where}",
+                )
+                if result.placement is not None:
+                    self._waiting_reasons = []
+                    self._placement = result.placement
+                    self._set_status(JobStatus.PROVISIONING, placed_message(result.placement))
+                    return result.placement
+                reasons.extend(f"{label}: {r}" if label else r for r in result.reasons)
+            self._waiting_reasons = reasons
+            message = "no capacity: " + "; ".join(reasons) if reasons else "no capacity"
+            may_wait = retry is not None and RetryEvent.NO_CAPACITY in retry.on_events
+            if not may_wait or workflow.now() + backoff > deadline or self._stop_requested:
+                raise Ending(TerminationReason.NO_CAPACITY, message)
+            if not self._message.startswith("waiting for capacity"):
+                await self._record(
+                    JobStatus.PENDING,
+                    f"waiting for capacity: {'; '.join(reasons)}",
+                    waiting_for_capacity=True,
+                )
+            self._capacity_changed = False
+            await steps.wait_until(
+                lambda: self._capacity_changed or self._stop_requested, backoff, "wait for capacity"
+            )
+            if self._stop_requested:
+                raise Ending(
+                    TerminationReason.STOPPED_BY_USER, "stopped while waiting for capacity"
+                )
+            backoff = min(backoff * 2, CAPACITY_BACKOFF_MAX)
+
+    async def _provision(self, placement: Placement) -> None:
+        """Make sure every real host's agent is up (the place step recorded `provisioning`).
+        Simulated hosts are served inside control workers, which start their agents
+        themselves."""
+        real = {n.host_id: n for n in placement.nodes if not n.simulated}
+        if not real:
+            return
+        self._upsert(status=JobStatus.PROVISIONING, placement=placement)
+        results = await steps.on_nodes(
+            contract.provision_host,
+            (
+                (
+                    ProvisionInput(job_id=self._job_id, host_id=node.host_id),
+                    f"provision {node.host_name}",
+                    None,  # the control queue: provisioning runs on a control worker
+                )
+                for node in real.values()
+            ),
+            start_to_close_timeout=timedelta(minutes=5),
+            retry_policy=RetryPolicy(maximum_attempts=3),
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise Ending(TerminationReason.PROVISIONING_FAILED, steps.failure_text(result))
+            if not result.ready:
+                raise Ending(TerminationReason.PROVISIONING_FAILED, result.message)
+
+    async def _start(self, inp: JobInput, placement: Placement) -> list[ProbeResult] | None:
+        """Start the job on every node; the nodes' exits when all of them ended within the
+        start's short wait (then the monitor needs no probe to see them)."""
+        self._start_attempted = True
+        spec = inp.spec
+        master = placement.nodes[0].address
+        asked = workflow.now()
+        handles = await steps.on_nodes(
+            contract.start_process,
+            (
+                (
+                    StartProcessInput(
+                        job_id=inp.job_id,
+                        attempt=self._attempt,
+                        node=node,
+                        nodes=len(placement.nodes),
+                        master_address=master,
+                        commands=list(spec.commands),
+                        env=dict(spec.env),
+                        working_dir=spec.working_dir,
+                        wait_s=START_WAIT_S,
+                    ),
+                    f"start on {node.host_name}",
+                    node.task_queue,
+                )
+                for node in placement.nodes
+            ),
+            schedule_to_start_timeout=timedelta(minutes=1),
+            start_to_close_timeout=timedelta(minutes=1),
+            # An agent that dies during a start (its host or process killed) is retried after
+            # this, not after the whole minute; a start is idempotent and adopts what it ran.
+            heartbeat_timeout=START_HEARTBEAT,
+            retry_policy=RetryPolicy(maximum_attempts=3),
+        )
+        for handle in handles:
+            if isinstance(handle, BaseException):
+                # A refusal by the agent (e.g. a missing secret) is the job's fault; anything
+                # else (no agent answering, a broken host) is an interruption.
+                reason = (
+                    TerminationReason.START_FAILED
+                    if steps.refused(handle)
+                    else TerminationReason.HOST_LOST
+                )
+                raise Ending(reason, "could not start the job: " + steps.failure_text(handle))
+        # Running since the first process started, by its host's clock (the start waited a
+        # moment after it), kept between the ask and the answer against clock skew.
+        started = [h.started_at for h in handles if isinstance(h, ProcessHandle) and h.started_at]
+        since = min(max(min(started, default=asked), asked), workflow.now())
+        await self._record(
+            JobStatus.RUNNING,
+            f"running on {len(placement.nodes)} node(s)",
+            placement=placement,
+            at=since,
+        )
+        exits = [h.exited for h in handles if isinstance(h, ProcessHandle)]
+        if not all(exits):
+            self._upsert(status=JobStatus.RUNNING, placement=placement)
+            return None
+        return [e for e in exits if e is not None]  # ended already: the final upsert says so
+
+
+def _option_label(k: int, option: JobSpec, count: int) -> str:
+    """How failure reasons name a resource option; empty when the job has only one."""
+    if count == 1:
+        return ""
+    return f"option {k + 1} ({option.resources.gpu_label})"

@@ -1,0 +1,87 @@
+"""Against a real dev server (with visibility): `ps` lists a job from the moment `submit`
+returns, before its workflow's first place step writes its row; a request no control worker
+answers is one line, not a hang."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from gpuflow.client import Client
+from gpuflow.client.api import TemporalApi
+from gpuflow.control.api import ApiActivities
+from gpuflow.services.jobs import list_jobs
+from gpuflow.specs import FleetSpec, JobSpec
+from gpuflow.store.db import Store
+from gpuflow.workflows import workflow_runner
+from gpuflow.workflows.api import ControlApiWorkflow
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
+
+
+async def test_an_unrecorded_job_is_listed_from_visibility(
+    dev_env: WorkflowEnvironment, sqlite_store: Store, tmp_path: Path, task_queue: str
+) -> None:
+    activities = ApiActivities(sqlite_store, dev_env.client, home=tmp_path)
+    # Only the API is served: the job's workflow is not run, so its row is never written.
+    async with Worker(
+        dev_env.client,
+        task_queue=task_queue,
+        workflows=[ControlApiWorkflow],
+        activities=activities.activities(),
+        workflow_runner=workflow_runner(),
+    ):
+        api = TemporalApi(
+            dev_env.client, task_queue=task_queue, workflow_id=f"gpuflow-api-{uuid.uuid4().hex[:6]}"
+        )
+        client = Client(temporal=dev_env.client, api=api)
+        fleet = f"f{uuid.uuid4().hex[:6]}"
+        await client.apply_fleet(
+            FleetSpec.model_validate(
+                {
+                    "type": "fleet",
+                    "name": fleet,
+                    "kind": "sim",
+                    "hosts": [{"name": "a", "gpus": [{"name": "A100", "memory": "80GB"}]}],
+                }
+            )
+        )
+        job = await client.submit(JobSpec(name="early", commands=["x"], fleets=[fleet], priority=3))
+        try:
+            assert list_jobs(sqlite_store, include_finished=True) == []
+            listed = None
+            for _ in range(50):  # visibility is eventually consistent
+                listed = next((j for j in await client.jobs() if j.id == job.id), None)
+                if listed is not None:
+                    break
+                await asyncio.sleep(0.1)
+            assert listed is not None
+            assert (listed.name, listed.status, listed.priority) == ("early", "pending", 3)
+            assert (await client.get("early")).id == job.id
+        finally:
+            await dev_env.client.get_workflow_handle(job.id).terminate("test over")
+            await dev_env.client.get_workflow_handle(f"fleet-{fleet}").terminate("test over")
+
+
+async def test_no_control_worker_is_one_line_not_a_hang(dev_env: WorkflowEnvironment) -> None:
+    from gpuflow.errors import ConnectionFailed
+    from gpuflow.workflows.api import Empty, FleetRecord
+
+    nobody = TemporalApi(
+        dev_env.client,
+        task_queue=f"tq-none-{uuid.uuid4().hex[:6]}",
+        workflow_id=f"gpuflow-api-{uuid.uuid4().hex[:6]}",
+    )
+    try:
+        with pytest.raises(ConnectionFailed) as failed:
+            await nobody.call("fleets", Empty(), list[FleetRecord], timeout_s=2)
+        assert str(failed.value).startswith(
+            "the control plane did not answer within 2s; is a control worker running?"
+        )
+    finally:
+        await dev_env.client.get_workflow_handle(nobody.workflow_id).terminate("test over")

@@ -1,0 +1,198 @@
+"""The `gpuflow` command against a real store (SQLite in a temporary folder) and a fake Temporal
+client, at 80 columns: what a user sees, without a server."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from gpuflow.cli import common, main
+from gpuflow.client import Client
+from gpuflow.control.api import ApiActivities
+from gpuflow.services.fleets import apply_fleet
+from gpuflow.services.jobs import record_job
+from gpuflow.specs.fleet import FleetSpec
+from gpuflow.status import JobStatus
+from gpuflow.store.db import Store
+from gpuflow.store.tables import JobRow
+from tests.local_api import LocalApi
+
+WIDTH = 80
+
+
+@dataclass
+class FakeHandle:
+    temporal: FakeTemporal
+    workflow_id: str
+
+    async def signal(self, name: str, *args: Any) -> None:
+        self.temporal.signals.append((self.workflow_id, name))
+        if name == "stop":  # the job's workflow stops it at once
+            self.temporal.on_stop(self.workflow_id)
+
+    async def result(self) -> Any:
+        from gpuflow.workflows.models import JobResult
+
+        row = self.temporal.row(self.workflow_id)
+        return JobResult(
+            job_id=row.id,
+            status=JobStatus(row.status),
+            reason=row.termination_reason or "done",
+            message=row.message or "",
+            attempts=row.attempt,
+        )
+
+
+@dataclass
+class FakeTemporal:
+    """What the client asks of Temporal in these tests: start, signal, wait for a result."""
+
+    store: Store
+    started: list[str] = field(default_factory=list)
+    signals: list[tuple[str, str]] = field(default_factory=list)
+
+    def get_workflow_handle(self, workflow_id: str, **_: Any) -> FakeHandle:
+        return FakeHandle(self, workflow_id)
+
+    async def start_workflow(self, _: str, inp: Any, *, id: str, **__: Any) -> None:
+        self.started.append(id)
+        # What the job's workflow does in its first place step: record the job.
+        spec = inp.spec.model_dump(mode="json")
+        record_job(self.store, job_id=id, name=inp.spec.name, spec=spec)
+
+    async def list_workflows(self, *_: Any, **__: Any) -> AsyncIterator[Any]:
+        for _ in ():  # every started job is recorded at once: none open without a row
+            yield _
+
+    def row(self, job_id: str) -> JobRow:
+        with self.store.read() as session:
+            row = session.get(JobRow, job_id)
+            assert row is not None
+            return row
+
+    def on_stop(self, job_id: str) -> None:
+        with self.store.session() as session:
+            row = session.get(JobRow, job_id)
+            assert row is not None
+            row.status = JobStatus.STOPPED
+            row.termination_reason = "stopped_by_user"
+            row.finished_at = datetime.now(UTC)
+            session.add(row)
+            session.commit()
+
+
+@dataclass
+class Cli:
+    store: Store
+    temporal: FakeTemporal
+    runner: CliRunner
+    tmp_path: Path
+
+    def __call__(self, *args: str, code: int = 0, stdin: str | None = None) -> str:
+        result = self.runner.invoke(main.app, list(args), env={"COLUMNS": str(WIDTH)}, input=stdin)
+        assert result.exit_code == code, f"gpuflow {' '.join(args)} -> {result.exit_code}\n" + (
+            result.output
+        )
+        assert "Traceback" not in result.output
+        return result.output
+
+    def fleet(self, yaml_text: str) -> None:
+        import yaml
+
+        apply_fleet(self.store, FleetSpec.model_validate(yaml.safe_load(yaml_text)), {})
+
+    def job(
+        self,
+        name: str,
+        status: JobStatus,
+        *,
+        suffix: str = "a1b2c3",
+        minutes_ago: float = 1,
+        priority: int = 0,
+        message: str | None = None,
+        hosts: list[str] | None = None,
+        reason: str | None = None,
+        ended_minutes_ago: float | None = None,
+    ) -> str:
+        now = datetime.now(UTC)
+        job_id = f"job-{name}-{suffix}"
+        row = JobRow(
+            id=job_id,
+            name=name,
+            status=status,
+            message=message,
+            spec={"name": name, "commands": ["true"], "priority": priority},
+            hosts=hosts or [],
+            fleet="sim" if hosts else None,
+            gpus="A100:1" if hosts else None,
+            termination_reason=reason,
+            submitted_at=now - timedelta(minutes=minutes_ago),
+            finished_at=(
+                now - timedelta(minutes=ended_minutes_ago)
+                if ended_minutes_ago is not None
+                else None
+            ),
+        )
+        with self.store.session() as session:
+            session.add(row)
+            session.commit()
+        return job_id
+
+    def write(self, name: str, text: str) -> str:
+        path = self.tmp_path / name
+        path.write_text(text)
+        return str(path)
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Cli]:
+    monkeypatch.setenv("GPUFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    monkeypatch.delenv("GPUFLOW_TEMPORAL_ADDRESS", raising=False)
+    # The module's consoles read the width when they are made: make them at 80 columns.
+    monkeypatch.setattr(common, "console", Console(width=WIDTH))
+    monkeypatch.setattr(common, "err", Console(stderr=True, width=WIDTH))
+    url = f"sqlite:///{tmp_path / 'gpuflow.db'}"
+    store = Store(url).init()
+    temporal = FakeTemporal(store)
+
+    async def connect() -> Client:
+        home = tmp_path / "control"  # the control plane's: its key and secrets file
+        activities = ApiActivities(Store(url).init(), temporal, home=home)  # type: ignore[arg-type]
+        api = LocalApi(activities)
+        return Client(temporal=temporal, api=api)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(common, "open_client", connect)
+    yield Cli(store=store, temporal=temporal, runner=CliRunner(), tmp_path=tmp_path)
+    store.dispose()
+
+
+def lines_fit(output: str, width: int = WIDTH) -> list[str]:
+    lines = output.splitlines()
+    too_wide = [line for line in lines if len(line) > width]
+    assert not too_wide, f"lines wider than {width}:\n" + "\n".join(too_wide)
+    assert "…" not in output, output
+    return lines
+
+
+def column_rows(output: str, header: str) -> list[str]:
+    """The text of the last column (`header`) of a table, one entry per row, wrapped lines
+    joined: a row starts on a line whose first column is not blank."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    top = next(k for k, line in enumerate(lines) if header in line)
+    start = lines[top].index(header)
+    rows: list[str] = []
+    for line in lines[top + 1 :]:
+        text = line[start:].strip()
+        if line[:start].split() and line[0] != " ":
+            rows.append(text)
+        elif rows:
+            rows[-1] = (rows[-1] + " " + text).strip()
+    return rows

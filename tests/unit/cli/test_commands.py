@@ -1,0 +1,197 @@
+"""What `stop`, `offers`, `apply`, `agent` and a stack that is down say to the user."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuflow.cli import main
+from gpuflow.status import JobStatus
+from tests.unit.cli.conftest import Cli, lines_fit
+
+A100_BOX = """
+type: fleet
+name: lab
+kind: sim
+hosts:
+  - name: box
+    gpus: [{name: A100, memory: 80GB, count: 2}]
+"""
+TWO_FLEETS = """
+type: fleet
+name: {name}
+kind: sim
+hosts:
+  - name: {name}-1
+    gpus: [{{name: A100, memory: 80GB, count: 4}}]
+  - name: {name}-2
+    gpus: [{{name: A100, memory: 80GB, count: 4}}]
+"""
+
+
+def test_stop_on_an_ended_job_says_so_and_sends_nothing(cli: Cli) -> None:
+    cli.job("old", JobStatus.DONE, reason="done", ended_minutes_ago=3)
+    assert cli("stop", "old").strip() == "job old already ended (done 3m ago)"
+    cli.job(
+        "idle",
+        JobStatus.TERMINATED,
+        suffix="d4e5f6",
+        reason="gpu_underutilized",
+        ended_minutes_ago=125,
+    )
+    out = cli("stop", "idle")
+    assert out.strip() == "job idle already ended (terminated 2h ago: gpu_underutilized)"
+    assert cli.temporal.signals == []
+
+
+def test_stop_on_a_running_job_stops_it(cli: Cli) -> None:
+    job_id = cli.job("spin", JobStatus.RUNNING, hosts=["box"])
+    assert cli("stop", "spin").strip() == "spin: stopped (stopped_by_user)"
+    assert cli.temporal.signals == [(job_id, "stop")]
+
+
+def test_offers_shows_a_gang_as_a_gang(cli: Cli) -> None:
+    # Fleet `one` has one idle host that fits a node; `two` has two: the gang goes to `two`.
+    cli.fleet(TWO_FLEETS.format(name="two"))
+    gang = cli.write("gang.yaml", "name: g\ncommands: [x]\nnodes: 2\nresources: {gpu: A100:4}\n")
+    out = cli("offers", "-f", gang)
+    lines_fit(out)
+    verdict = json.loads(cli("offers", "-f", gang, "--json"))["placement"]
+    hosts = [node["host_name"] for node in verdict["nodes"]]
+    assert hosts == ["two-1", "two-2"]
+    assert "gang of 2 in fleet two" in out
+    assert f"goes to a gang of 2 on {', '.join(hosts)} (fleet two" in out
+
+    # A fleet of two where one host is not ready: the other fits a node, but there is no gang.
+    cli.fleet(
+        TWO_FLEETS.format(name="two").replace(
+            "count: 4}]\n", "count: 4}]\n    state: not_ready\n", 1
+        )
+    )
+    out = cli("offers", "-f", gang)
+    lines_fit(out)
+    assert json.loads(cli("offers", "-f", gang, "--json"))["placement"] is None
+    assert "no gang of 2 whole idle hosts in one fleet" in out
+    assert "goes to" not in out and "fits\n" not in out
+    assert "fleet two: 1 idle host fits, and a 2-node job needs 2 in one fleet" in out
+
+
+def test_apply_plans_several_files_together(cli: Cli) -> None:
+    cli.fleet(A100_BOX)
+    first = cli.write("a.yaml", "name: a\ncommands: [x]\nresources: {gpu: A100:2}\n")
+    second = cli.write("b.yaml", "name: b\ncommands: [x]\nresources: {gpu: A100:1}\n")
+    out = cli("apply", "-y", "-d", "-f", first, "-f", second)
+    lines_fit(out)
+    text = " ".join(out.split())
+    assert "plan for 2 jobs, in submission order" in text
+    assert "a: 1 node(s), GPU A100:2, fleets any goes to box (fleet lab, GPUs 0,1)" in text
+    # Alone, b would fit on box; after a takes both GPUs nothing is left for it.
+    assert "b: 1 node(s), GPU A100:1, fleets any nothing left for it once a is placed" in text
+    assert "(alone it would go to box)" in text
+    assert "box: " in text.split("nothing left for it")[1]  # the reason, as the scheduler words it
+    assert len(cli.temporal.started) == 2
+
+
+def test_apply_plan_moves_a_job_to_the_host_left_free(cli: Cli) -> None:
+    cli.fleet(TWO_FLEETS.format(name="lab"))
+    first = cli.write("a.yaml", "name: a\ncommands: [x]\nresources: {gpu: A100:4}\n")
+    second = cli.write("b.yaml", "name: b\ncommands: [x]\nresources: {gpu: A100:4}\n")
+    text = " ".join(cli("apply", "-y", "-d", "-f", first, "-f", second).split())
+    assert "a: 1 node(s), GPU A100:4, fleets any goes to lab-1 (fleet lab, GPUs 0,1,2,3)" in text
+    assert "goes to lab-2 (fleet lab, GPUs 0,1,2,3) (alone it would go to lab-1; a takes it" in text
+
+
+def test_agent_help_lists_its_options_and_forwards_them(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = cli("agent", "--help")
+    for option in (
+        "--host-id",
+        "--temporal-address",
+        "--state-dir",
+        "--task-queue",
+        "--namespace",
+        "--secrets-file",
+        "--tls",
+        "--tls-ca",
+        "--tls-cert",
+        "--tls-key",
+        "--tls-server-name",
+        "--api-key-file",
+        "--facts",
+    ):
+        assert option in out
+    assert "--api-key " not in out  # refused, and not offered
+
+    seen: list[list[str]] = []
+    monkeypatch.setattr("gpuflow.agent.main.main", lambda argv: seen.append(argv) or 0)
+    cli(
+        "agent",
+        "--host-id",
+        "lab/box",
+        "--temporal-address",
+        "10.0.0.1:7233",
+        "--state-dir",
+        "/tmp/agent",
+        "--tls-ca",
+        "/etc/ca.pem",
+        "--tls",
+    )
+    assert seen == [
+        [
+            "--host-id",
+            "lab/box",
+            "--temporal-address",
+            "10.0.0.1:7233",
+            "--state-dir",
+            "/tmp/agent",
+            "--namespace",
+            "default",
+            "--tls-ca",
+            "/etc/ca.pem",
+            "--tls",
+        ]
+    ]
+    out = cli("agent", "--host-id", "lab/box", code=2)
+    assert "error: --host-id, --temporal-address and --state-dir are required" in out
+    out = cli("agent", "--api-key", "sekrit-value", code=2)
+    assert "--api-key-file" in out and "sekrit-value" not in out
+    assert len(seen) == 1
+
+
+def test_stack_down_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("GPUFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("GPUFLOW_TEMPORAL_ADDRESS", raising=False)
+    monkeypatch.delenv("GPUFLOW_DATABASE_URL", raising=False)
+    monkeypatch.setenv("GPUFLOW_TEMPORAL_PORT", "1")  # the embedded stack's port: nothing there
+    result = CliRunner().invoke(main.app, ["ps"])
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        "error: cannot reach Temporal at 127.0.0.1:1 — is the stack up? (gpuflow up -d)"
+    )
+
+
+def test_stack_that_goes_down_mid_command_is_one_line(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from temporalio.service import RPCError, RPCStatusCode
+
+    async def unavailable(*_: object, **__: object) -> None:
+        raise RPCError(
+            "Service unavailable: tcp connect error\nmore transport text",
+            RPCStatusCode.UNAVAILABLE,
+            b"",
+        )
+
+    cli.fleet(A100_BOX)
+    monkeypatch.setattr(cli.temporal, "start_workflow", unavailable)
+    monkeypatch.setenv("GPUFLOW_TEMPORAL_PORT", "7233")
+    job = cli.write("a.yaml", "name: a\ncommands: [x]\nresources: {gpu: A100:1}\n")
+    out = cli("apply", "-y", "-d", "-f", job, code=1)
+    assert out.strip().splitlines()[-1] == (
+        "error: cannot reach Temporal at 127.0.0.1:7233 — is the stack up? (gpuflow up -d)"
+    )
+    assert "transport" not in out

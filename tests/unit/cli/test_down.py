@@ -1,0 +1,94 @@
+"""`gpuflow down` never leaves running jobs' processes behind without saying so."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuflow.status import JobStatus
+from tests.unit.cli.conftest import Cli
+
+
+@pytest.fixture
+def stack(cli: Cli, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A process standing for the stack of `gpuflow up -d`, with its pid file."""
+    process = subprocess.Popen(["sleep", "60"])
+    # Reap it when it is stopped, so that `down` sees it gone (not a zombie).
+    threading.Thread(target=process.wait, daemon=True).start()
+    home = tmp_path / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "up.pid").write_text(str(process.pid))
+    yield process
+    if process.poll() is None:
+        process.kill()
+
+
+def _alive(process: subprocess.Popen[bytes]) -> bool:
+    for _ in range(50):
+        if process.poll() is not None:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_down_refuses_with_running_jobs_and_no_terminal(
+    cli: Cli, stack: subprocess.Popen[bytes]
+) -> None:
+    cli.job("train", JobStatus.RUNNING, hosts=["box"])
+    out = cli("down", code=1)
+    assert "1 job(s) running:\n  train (job-train-a1b2c3) on box" in out
+    assert "error: 1 job(s) still running; nothing was stopped" in out
+    assert "--stop-jobs" in out and "--force" in out
+    assert _alive(stack)
+    assert cli.temporal.signals == []
+
+
+def test_down_stop_jobs_stops_them_then_the_stack(
+    cli: Cli, stack: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    job_id = cli.job("train", JobStatus.RUNNING, hosts=["box"])
+    cli.job("later", JobStatus.PENDING, suffix="ffffff")
+    out = cli("down", "-y")
+    assert cli.temporal.signals == [(job_id, "stop")]
+    assert "train: stopped (stopped_by_user)" in out
+    assert "1 pending job(s) (later) keep waiting" in out
+    assert out.rstrip().endswith("gpuflow is down")
+    assert not _alive(stack)
+    assert not (tmp_path / "home" / "up.pid").exists()
+
+
+def test_down_force_leaves_jobs_running_and_says_so(
+    cli: Cli, stack: subprocess.Popen[bytes]
+) -> None:
+    cli.job("train", JobStatus.RUNNING, hosts=["box"])
+    out = cli("down", "--force")
+    assert cli.temporal.signals == []
+    assert not _alive(stack)
+    text = " ".join(out.split())
+    assert "gpuflow is down left 1 job(s) running without gpuflow: train;" in text
+    assert "nothing watches them" in text
+
+
+def test_down_asks_on_a_terminal(
+    cli: Cli, stack: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cli.job("train", JobStatus.RUNNING, hosts=["box"])
+    monkeypatch.setattr("gpuflow.cli.stack._confirm", lambda question: False)
+    assert "nothing was stopped" in cli("down", code=1)
+    assert _alive(stack)
+    monkeypatch.setattr("gpuflow.cli.stack._confirm", lambda question: True)
+    assert "train: stopped" in cli("down")
+    assert not _alive(stack)
+
+
+def test_down_without_jobs_or_stack(cli: Cli, stack: subprocess.Popen[bytes]) -> None:
+    cli.job("finished", JobStatus.DONE, ended_minutes_ago=1)
+    assert cli("down").strip() == "gpuflow is down"
+    assert cli("down").strip() == "gpuflow is not up"
+    assert os.environ.get("GPUFLOW_HOME")

@@ -1,0 +1,159 @@
+"""Tables at 80 columns: every line fits, no id or name is cut, and a waiting job says why."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+from rich.console import Console
+
+from gpuflow.cli.render import metrics_table, schedules_table, short_duration
+from gpuflow.status import JobStatus
+from gpuflow.utilization import UtilizationState
+from tests.unit.cli.conftest import WIDTH, Cli, column_rows, lines_fit
+
+FLEET = """
+type: fleet
+name: sim
+kind: sim
+hosts:
+  - name: sim-a100-with-a-long-name
+    cpus: 32
+    memory: 256GB
+    blocks: 2
+    gpus: [{name: A100, memory: 80GB, count: 4}]
+  - name: sim-l4
+    gpus: [{name: L4, memory: 24GB, count: 2}]
+  - name: sim-down
+    state: not_ready
+    gpus: [{name: L4, memory: 24GB, count: 1}]
+"""
+
+
+def _rendered(renderable: object) -> str:
+    console = Console(width=WIDTH, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_ps_fits_80_columns_and_says_why_jobs_wait(cli: Cli) -> None:
+    running = cli.job(
+        "manual-select-training-run",
+        JobStatus.RUNNING,
+        minutes_ago=30,
+        hosts=["sim-a100"],
+    )
+    low = cli.job(
+        "big-sweep-low-priority",
+        JobStatus.PENDING,
+        minutes_ago=20,
+        message="waiting for capacity: sim-l4: has 2 GPUs, needs 4; sim-down: not ready (declared)",
+    )
+    high = cli.job("urgent-eval", JobStatus.PENDING, minutes_ago=5, priority=50, message="")
+    agent = cli.job(
+        "needs-agent",
+        JobStatus.PROVISIONING,
+        minutes_ago=2,
+        hosts=["sim-l4"],
+        message="placed on sim-l4 (fleet sim)",
+    )
+    out = cli("ps")
+    lines = lines_fit(out)
+    for job_id in (running, low, high, agent):
+        assert job_id in out  # whole, on one line
+    ids = [
+        next(i for i in (running, low, high, agent) if i in line)
+        for line in lines[1:]
+        if any(i in line for i in (running, low, high, agent))
+    ]
+    why = dict(zip(ids, column_rows(out, "WHERE / WHY"), strict=True))
+    # The higher priority job is first in line although it came later.
+    assert why[high] == "#1 of 2 waiting; waiting to be placed"
+    assert why[low] == "#2 of 2 waiting; no capacity: sim-l4: has 2 GPUs, needs 4 (+1 more)"
+    assert why[agent] == "waiting for the host agent on sim-l4"
+    assert why[running] == "sim-a100 (A100:1)"
+    assert "30m" in out  # ages, not timestamps
+
+    data = {j["id"]: j for j in json.loads(cli("ps", "--json"))}
+    assert data[high]["waiting"] == {"reason": "waiting to be placed", "position": 1, "waiting": 2}
+    assert data[low]["waiting"]["position"] == 2
+    assert data[low]["message"].startswith("waiting for capacity: ")  # the full reasons
+    assert data[running]["waiting"] is None
+
+
+def test_fleet_list_fits_and_shows_declared_state_without_heartbeat(cli: Cli) -> None:
+    cli.fleet(FLEET)
+    out = cli("fleet", "list")
+    lines_fit(out)
+    assert "sim-a100-with-a-long-name" in out
+    down = out[out.index("sim-down") :].split()
+    assert down[:2] == ["sim-down", "not_ready"] and "(declared)" in down  # wrapped, maybe
+    assert "heartbeat" not in out
+    assert "(simulated)" in out
+    hosts = {h["name"]: h for h in json.loads(cli("fleet", "list", "--json"))[0]["hosts"]}
+    assert hosts["sim-down"]["state_detail"] == "declared"
+
+
+def test_offers_fit_80_columns(cli: Cli) -> None:
+    cli.fleet(FLEET)
+    job = cli.write("job.yaml", "name: x\ncommands: [echo]\nresources: {gpu: 'A100:1'}\n")
+    out = cli("offers", "-f", job)
+    lines_fit(out)
+    assert "goes to sim-a100-with-a-long-name (fleet sim" in out
+
+
+def test_metrics_and_schedules_fit_80_columns() -> None:
+    now = datetime.now(UTC)
+    state = UtilizationState.model_validate(
+        {
+            "gpus": {
+                f"0:{g}": {
+                    "node": 0,
+                    "gpu": g,
+                    "utilization": 55.0,
+                    "memory_used_mib": 40000,
+                    "memory_total_mib": 81920,
+                    "simulated": True,
+                    "recent": [[now.timestamp() - i, 50.0 + i, 40000] for i in range(40)],
+                }
+                for g in range(2)
+            }
+        }
+    )
+    placement = SimpleNamespace(nodes=[SimpleNamespace(rank=0, host_name="sim-a100-long-host")])
+    out = _rendered(metrics_table(state, placement, width=WIDTH))
+    lines_fit(out)
+    assert "sim-a100-long-host" in out and "simulated" in out
+
+    schedule = {
+        "id": "schedule-nightly",
+        "next": [(now + timedelta(hours=h, seconds=30)).isoformat() for h in (3, 27)],
+        "recent": ["job-nightly-2026-11-22T03:00:00Z", "job-nightly-2026-11-23T03:00:00Z"],
+    }
+    out = _rendered(schedules_table([schedule], width=WIDTH, now=now))
+    lines_fit(out)
+    assert "in 3h, in 1d" in out
+    assert "job-nightly-2026-11-22T03:00:00Z" in out and "job-nightly-2026-11-23T03:00:00Z" in out
+    # Ids too long to leave room for the next runs: those go, the ids stay whole.
+    long = {**schedule, "id": "schedule-nightly-training-run"}
+    long["recent"] = ["job-nightly-training-run-2026-11-23T03:00:00Z"]
+    out = _rendered(schedules_table([long], width=WIDTH, now=now))
+    lines_fit(out)
+    assert "schedule-nightly-training-run" in out
+    assert "job-nightly-training-run-2026-11-23T03:00:00Z" in out
+    assert "in 3h" not in out
+
+
+def test_short_duration_is_one_unit() -> None:
+    assert [short_duration(s) for s in (0, 45, 180, 7300, 90000)] == ["0s", "45s", "3m", "2h", "1d"]
+
+
+def test_secret_list_fits_and_never_shows_values(cli: Cli) -> None:
+    for name in ("HF_TOKEN", "WANDB_API_KEY", "A_RATHER_LONG_SECRET_NAME_FOR_THE_REGISTRY"):
+        cli("secret", "set", name, stdin="value-of-" + name)
+    out = cli("secret", "list")
+    assert lines_fit(out) == sorted(
+        ["HF_TOKEN", "WANDB_API_KEY", "A_RATHER_LONG_SECRET_NAME_FOR_THE_REGISTRY"]
+    )
+    assert "value-of" not in out and "value-of" not in cli("secret", "list", "--json")

@@ -1,0 +1,43 @@
+"""The client and the CLI need nothing but Temporal: importing them loads no database layer
+(sqlmodel, SQLAlchemy), no SSH (asyncssh) and no NVML, so they run where none is installed or
+reachable."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SERVER_SIDE = ("sqlmodel", "sqlalchemy", "asyncssh", "pynvml")
+
+
+@pytest.mark.parametrize(
+    "modules",
+    [
+        ["gpuflow"],
+        ["gpuflow.client"],
+        ["gpuflow.cli.main", "gpuflow.cli.stack", "gpuflow.cli.follow", "gpuflow.cli.plan"],
+    ],
+)
+def test_the_client_side_loads_no_server_side_module(modules: list[str]) -> None:
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {modules!r}: importlib.import_module(name)\n"
+        "import gpuflow\n"
+        "gpuflow.Client, gpuflow.JobInfo, gpuflow.JobOutcome\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    ).stdout
+    loaded = json.loads(out)
+    assert "gpuflow.client" in loaded  # the check below looked at something real
+    assert [m for m in loaded if m.split(".")[0] in SERVER_SIDE] == []
+    assert [m for m in loaded if m.startswith(("gpuflow.store", "gpuflow.control"))] == []

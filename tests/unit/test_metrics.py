@@ -1,0 +1,508 @@
+"""gpuflow's Prometheus metrics: the endpoint address, the database collector (SQLite and
+PostgreSQL), the place step's histograms, GPU series from an agent's samples, and the Temporal
+SDK bridge. Each is read back through Prometheus's own text format."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+from sqlmodel import select
+from temporalio.runtime import (
+    BUFFERED_METRIC_KIND_COUNTER,
+    BUFFERED_METRIC_KIND_GAUGE,
+    BUFFERED_METRIC_KIND_HISTOGRAM,
+)
+from temporalio.testing import ActivityEnvironment
+
+from gpuflow.agent.activities import HostAgent
+from gpuflow.control.activities import ControlActivities
+from gpuflow.errors import GpuflowError, SpecError
+from gpuflow.metrics import (
+    REGISTRY,
+    GpuSamples,
+    MeteredSampler,
+    MetricsAddress,
+    metrics_address,
+    serve_metrics,
+)
+from gpuflow.metrics._temporal import TemporalMetrics
+from gpuflow.metrics.store import StoreMetrics
+from gpuflow.scheduler.model import NodePlacement
+from gpuflow.services.capacity import release_allocation, take_allocation
+from gpuflow.services.fleets import apply_fleet, set_host_state
+from gpuflow.services.jobs import record_status_in
+from gpuflow.specs import FleetSpec, JobSpec
+from gpuflow.status import JobStatus, TerminationReason
+from gpuflow.store.db import Store
+from gpuflow.store.tables import JobRow
+from gpuflow.utilization import GpuSample
+from gpuflow.workflows.models import (
+    JobStatusInput,
+    PlaceInput,
+    ProbeInput,
+    StartProcessInput,
+    StopProcessInput,
+)
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def _scrape(collector: Collector) -> Samples:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    text = generate_latest(registry).decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _value(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+# --- the address -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("127.0.0.1:9464", ("127.0.0.1", 9464)),
+        ("0.0.0.0:9100", ("0.0.0.0", 9100)),
+        ("[::1]:9464", ("::1", 9464)),
+        (":9464", ("0.0.0.0", 9464)),
+        ("9500", ("127.0.0.1", 9500)),
+        (" off ", None),
+        ("", None),
+    ],
+)
+def test_metrics_address_forms(raw: str, expected: tuple[str, int] | None) -> None:
+    address = metrics_address(raw)
+    assert (address and (address.host, address.port)) == expected
+
+
+def test_metrics_address_default_is_loopback_and_not_explicit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("GPUFLOW_METRICS_ADDRESS", raising=False)
+    address = metrics_address()
+    assert address is not None and not address.explicit
+    assert address.url == "http://127.0.0.1:9464/metrics"
+    monkeypatch.setenv("GPUFLOW_METRICS_ADDRESS", "off")
+    assert metrics_address() is None
+
+
+@pytest.mark.parametrize("raw", ["127.0.0.1:http", "host:99999", "a b:1", "127.0.0.1:0"])
+def test_metrics_address_refuses_bad_values(raw: str) -> None:
+    with pytest.raises(SpecError, match="GPUFLOW_METRICS_ADDRESS must be HOST:PORT"):
+        metrics_address(raw)
+
+
+def test_a_taken_port_is_an_error_only_when_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Another test in this process may have started the (once per process) endpoint already.
+    monkeypatch.setattr("gpuflow.metrics._endpoint._endpoint", None)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert serve_metrics(MetricsAddress("127.0.0.1", port, explicit=False)) is None
+        with pytest.raises(GpuflowError, match=f"cannot serve metrics on 127.0.0.1:{port}"):
+            serve_metrics(MetricsAddress("127.0.0.1", port, explicit=True))
+    assert serve_metrics(None) is None
+
+
+# --- the database collector -----------------------------------------------------------------
+
+
+def _fleet(store: Store) -> None:
+    spec = FleetSpec.model_validate(
+        {
+            "type": "fleet",
+            "name": "sim",
+            "kind": "sim",
+            "hosts": [
+                {"name": "a", "cpus": 16, "gpus": [{"name": "A100", "memory": "80GB", "count": 4}]},
+                {"name": "b", "cpus": 16, "gpus": [{"name": "L4", "memory": "24GB", "count": 2}]},
+            ],
+        }
+    )
+    apply_fleet(store, spec)
+
+
+def _job(name: str, gpu: str) -> JobSpec:
+    return JobSpec.model_validate(
+        {"name": name, "commands": ["true"], "resources": {"gpu": gpu, "cpu": 1}}
+    )
+
+
+def _status(
+    store: Store,
+    job_id: str,
+    status: JobStatus,
+    *,
+    fleet: str | None = None,
+    reason: str | None = None,
+    waiting: bool = False,
+    submitted: datetime | None = None,
+) -> None:
+    with store.session() as session:
+        record_status_in(
+            session,
+            job_id=job_id,
+            name=job_id,
+            spec={},
+            status=status,
+            event_key=f"{status}-{reason}",
+            fleet=fleet,
+            reason=reason,
+            waiting_for_capacity=waiting,
+        )
+        if submitted is not None:
+            row = session.exec(select(JobRow).where(JobRow.id == job_id)).one()
+            row.submitted_at = submitted
+            session.add(row)
+        session.commit()
+
+
+def test_store_metrics_count_jobs_and_gpus(store: Store) -> None:
+    _fleet(store)
+    assert not isinstance(
+        take_allocation(store, job_id="job-r-1", attempt=1, job=_job("r", "A100:2")), type(None)
+    )
+    take_allocation(store, job_id="job-s-1", attempt=1, job=_job("s", "L4:1"))
+    _status(store, "job-r-1", JobStatus.RUNNING, fleet="sim")
+    _status(store, "job-s-1", JobStatus.RUNNING, fleet="sim")
+    old = datetime.now(UTC) - timedelta(minutes=5)
+    _status(store, "job-p-1", JobStatus.PENDING, waiting=True, submitted=old)
+    _status(store, "job-q-1", JobStatus.PENDING)
+    _status(
+        store,
+        "job-i-1",
+        JobStatus.TERMINATED,
+        fleet="sim",
+        reason=TerminationReason.GPU_UNDERUTILIZED.value,
+    )
+    _status(store, "job-d-1", JobStatus.DONE, fleet="sim", reason=TerminationReason.DONE.value)
+
+    samples = _scrape(StoreMetrics(store))
+
+    assert _value(samples, "gpuflow_store_up") == 1
+    assert _value(samples, "gpuflow_jobs", fleet="sim", status="running") == 2
+    assert _value(samples, "gpuflow_jobs", fleet="", status="pending") == 2  # not placed yet
+    assert _value(samples, "gpuflow_jobs_pending") == 2
+    assert _value(samples, "gpuflow_jobs", fleet="sim", status="done") is None  # history: below
+    assert _value(samples, "gpuflow_jobs_waiting_for_capacity") == 1
+    oldest = _value(samples, "gpuflow_jobs_pending_oldest_seconds")
+    assert oldest is not None and 290 < oldest < 400
+    assert (
+        _value(
+            samples,
+            "gpuflow_jobs_ended_total",
+            fleet="sim",
+            status="terminated",
+            reason="gpu_underutilized",
+        )
+        == 1
+    )
+    assert (
+        _value(samples, "gpuflow_jobs_ended_total", fleet="sim", status="done", reason="done") == 1
+    )
+    assert _value(samples, "gpuflow_gpus", fleet="sim", model="A100") == 4
+    assert _value(samples, "gpuflow_gpus_allocated", fleet="sim", model="A100") == 2
+    assert _value(samples, "gpuflow_gpus_free", fleet="sim", model="A100") == 2
+    assert _value(samples, "gpuflow_gpus_allocated", fleet="sim", model="L4") == 1
+    assert _value(samples, "gpuflow_gpus_free", fleet="sim", model="L4") == 1
+    assert _value(samples, "gpuflow_hosts", fleet="sim", state="ready") == 2
+
+
+def test_store_metrics_follow_releases_and_host_state(store: Store) -> None:
+    _fleet(store)
+    take_allocation(store, job_id="job-r-1", attempt=1, job=_job("r", "A100:3"))
+    collector = StoreMetrics(store, cache_s=0, ended_cache_s=0)
+    assert _value(_scrape(collector), "gpuflow_gpus_allocated", fleet="sim", model="A100") == 3
+    release_allocation(store, job_id="job-r-1")
+    set_host_state(store, "sim/b", "not_ready", "agent not answering")
+    samples = _scrape(collector)
+    assert _value(samples, "gpuflow_gpus_allocated", fleet="sim", model="A100") == 0
+    assert _value(samples, "gpuflow_gpus_free", fleet="sim", model="A100") == 4
+    assert _value(samples, "gpuflow_gpus_free", fleet="sim", model="L4") == 0  # host not ready
+    assert _value(samples, "gpuflow_hosts", fleet="sim", state="not_ready") == 1
+
+
+def test_store_metrics_are_cached_between_close_scrapes(store: Store) -> None:
+    _fleet(store)
+    collector = StoreMetrics(store, cache_s=60)
+    assert _value(_scrape(collector), "gpuflow_gpus_allocated", fleet="sim", model="A100") == 0
+    take_allocation(store, job_id="job-r-1", attempt=1, job=_job("r", "A100:1"))
+    assert _value(_scrape(collector), "gpuflow_gpus_allocated", fleet="sim", model="A100") == 0
+    collector.cache_s = 0
+    assert _value(_scrape(collector), "gpuflow_gpus_allocated", fleet="sim", model="A100") == 1
+
+
+def test_the_ended_counter_is_read_less_often_than_the_live_jobs(store: Store) -> None:
+    collector = StoreMetrics(store, cache_s=0, ended_cache_s=60)
+    _status(store, "job-a-1", JobStatus.RUNNING, fleet="sim")
+    assert _value(_scrape(collector), "gpuflow_jobs", fleet="sim", status="running") == 1
+    _status(store, "job-a-1", JobStatus.DONE, fleet="sim", reason="done")
+    samples = _scrape(collector)
+    assert _value(samples, "gpuflow_jobs", fleet="sim", status="running") is None
+    assert (
+        _value(samples, "gpuflow_jobs_ended_total", fleet="sim", status="done", reason="done")
+        is None
+    )  # the history is read again after ended_cache_s
+    collector.ended_cache_s = 0
+    assert (
+        _value(
+            _scrape(collector),
+            "gpuflow_jobs_ended_total",
+            fleet="sim",
+            status="done",
+            reason="done",
+        )
+        == 1
+    )
+
+
+def test_store_metrics_report_an_unreachable_database(tmp_path: Path) -> None:
+    broken = Store("postgresql://nobody@127.0.0.1:1/none")
+    samples = _scrape(StoreMetrics(broken))
+    assert _value(samples, "gpuflow_store_up") == 0
+    assert not any(name == "gpuflow_jobs" for name, _ in samples)
+    broken.dispose()
+
+
+# --- the place step -------------------------------------------------------------------------
+
+
+def _histogram_count(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name + "_count", labels) or 0.0
+
+
+async def test_place_step_observes_latency_and_wait(store: Store) -> None:
+    _fleet(store)
+    activities = ControlActivities(store)
+    placed_before = _histogram_count("gpuflow_placement_seconds", outcome="placed")
+    unplaced_before = _histogram_count("gpuflow_placement_seconds", outcome="unschedulable")
+    waits_before = _histogram_count("gpuflow_job_wait_seconds", fleet="sim")
+    wait_sum_before = (
+        REGISTRY.get_sample_value("gpuflow_job_wait_seconds_sum", {"fleet": "sim"}) or 0.0
+    )
+
+    def place(job_id: str, gpu: str, attempt: int = 1) -> PlaceInput:
+        return PlaceInput(
+            job_id=job_id,
+            attempt=attempt,
+            spec=_job(job_id, gpu),
+            before=JobStatusInput(
+                job_id=job_id,
+                name=job_id,
+                status=JobStatus.PENDING,
+                attempt=attempt,
+                event_key="submitted",
+            ),
+            placed=JobStatusInput(
+                job_id=job_id,
+                name=job_id,
+                status=JobStatus.PROVISIONING,
+                attempt=attempt,
+                event_key="placed",
+            ),
+        )
+
+    _status(
+        store, "job-w-1", JobStatus.PENDING, submitted=datetime.now(UTC) - timedelta(seconds=30)
+    )
+    result = await activities.place_job(place("job-w-1", "A100:1"))
+    assert result.placement is not None
+    assert (await activities.place_job(place("job-x-1", "A100:9"))).placement is None
+    assert (await activities.place_job(place("job-y-1", "L4:1", attempt=2))).placement
+
+    assert _histogram_count("gpuflow_placement_seconds", outcome="placed") == placed_before + 2
+    assert (
+        _histogram_count("gpuflow_placement_seconds", outcome="unschedulable")
+        == unplaced_before + 1
+    )
+    # the first attempt's wait is observed (about 30 s); the retry's is not
+    assert _histogram_count("gpuflow_job_wait_seconds", fleet="sim") == waits_before + 1
+    wait = REGISTRY.get_sample_value("gpuflow_job_wait_seconds_sum", {"fleet": "sim"}) or 0.0
+    assert 29 < wait - wait_sum_before < 60
+
+
+# --- GPU series from an agent's samples -----------------------------------------------------
+
+
+class _FixedSampler:
+    def __init__(self, simulated: bool) -> None:
+        self.simulated = simulated
+        self.forgotten: list[str] = []
+
+    def sample(
+        self, job_key: str, root_pid: int, indices: list[int], now: float
+    ) -> list[GpuSample]:
+        return [
+            GpuSample(
+                gpu=i,
+                ts=now,
+                utilization=10 * i,
+                memory_used_mib=i,
+                memory_total_mib=80,
+                simulated=self.simulated,
+            )
+            for i in indices
+        ]
+
+    def forget(self, job_key: str) -> None:
+        self.forgotten.append(job_key)
+
+
+async def test_gpu_series_follow_a_job_on_a_real_agent(tmp_path: Path) -> None:
+    series = GpuSamples()
+    inner = _FixedSampler(simulated=True)
+    agent = HostAgent(
+        host_id="sim/h1",
+        state_dir=tmp_path / "agent",
+        sampler=MeteredSampler(inner, host_id="sim/h1", samples=series),
+    )
+    env = ActivityEnvironment()
+    node = NodePlacement(
+        rank=0,
+        host_id="sim/h1",
+        host_name="h1",
+        fleet="sim",
+        task_queue="q",
+        gpu_indices=[2, 3],
+        address="127.0.0.1",
+    )
+    await env.run(
+        agent.start_process,
+        StartProcessInput(
+            job_id="job-spin-ab12",
+            attempt=1,
+            node=node,
+            nodes=1,
+            master_address="127.0.0.1",
+            commands=["sleep 30"],
+        ),
+    )
+    probe = await env.run(
+        agent.probe_process,
+        ProbeInput(job_id="job-spin-ab12", attempt=1, rank=0, gpu_indices=[2, 3]),
+    )
+    assert probe.state == "running" and len(probe.samples) == 2
+
+    samples = _scrape(series)
+    labels = {"host": "sim/h1", "job_id": "job-spin-ab12", "source": "simulated"}
+    assert _value(samples, "gpuflow_gpu_utilization_percent", gpu="3", **labels) == 30
+    assert _value(samples, "gpuflow_gpu_memory_used_bytes", gpu="2", **labels) == 2 * 1024**2
+    assert _value(samples, "gpuflow_gpu_memory_total_bytes", gpu="2", **labels) == 80 * 1024**2
+
+    await env.run(
+        agent.stop_process, StopProcessInput(job_id="job-spin-ab12", attempt=1, rank=0, grace_s=5)
+    )
+    assert inner.forgotten  # the agent's own sampler is still told
+    assert not [key for key in _scrape(series) if key[0].startswith("gpuflow_gpu_")]
+
+
+def test_gpu_series_say_nvml_for_real_gpus() -> None:
+    series = GpuSamples()
+    sampler = MeteredSampler(_FixedSampler(simulated=False), host_id="gpu/box", samples=series)
+    sampler.sample("/state/jobs/job-t-1/1-0", 1, [0], 0.0)
+    sources = {
+        dict(labels)["source"]
+        for name, labels in _scrape(series)
+        if name == "gpuflow_gpu_utilization_percent"
+    }
+    assert sources == {"nvml"}
+
+
+# --- the dashboard ------------------------------------------------------------------------
+
+
+def test_dashboard_reads_only_metrics_gpuflow_exports(store: Store, tmp_path: Path) -> None:
+    _fleet(store)
+    _status(store, "job-d-1", JobStatus.DONE, fleet="sim", reason="done")
+    _status(store, "job-r-1", JobStatus.RUNNING, fleet="sim")
+    series = GpuSamples()
+    MeteredSampler(_FixedSampler(simulated=True), host_id="sim/a", samples=series).sample(
+        "/s/jobs/job-a-1/1-0", 1, [0], 0.0
+    )
+    exported = {name for name, _ in (*_scrape(StoreMetrics(store)), *_scrape(series))}
+    exported |= {
+        name
+        for family in REGISTRY.collect()
+        for name in [family.name + suffix for suffix in ("_bucket", "_count", "_sum")]
+    }
+    dashboard = json.loads((Path(__file__).parents[2] / "infra/grafana/gpuflow.json").read_text())
+    used = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+        for name in re.findall(r"gpuflow_[a-z_]+", target["expr"])
+    }
+    assert used and used <= exported, used - exported
+
+
+# --- the Temporal SDK bridge ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Metric:
+    name: str
+    kind: int
+    unit: str | None = None
+    description: str | None = "help"
+
+
+@dataclass(frozen=True)
+class _Update:
+    metric: _Metric
+    value: float
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+def test_temporal_updates_become_prometheus_families() -> None:
+    requests = _Metric("temporal_request", BUFFERED_METRIC_KIND_COUNTER)
+    slots = _Metric("temporal_worker_task_slots_available", BUFFERED_METRIC_KIND_GAUGE)
+    latency = _Metric("temporal_request_latency", BUFFERED_METRIC_KIND_HISTOGRAM, unit="s")
+    bridge = TemporalMetrics()
+    bridge.apply(
+        [
+            _Update(requests, 1, {"operation": "StartWorkflowExecution"}),
+            _Update(requests, 2, {"operation": "StartWorkflowExecution"}),
+            _Update(requests, 1, {"operation": "GetSystemInfo"}),
+            _Update(slots, 100, {"worker_type": "ActivityWorker", "eager": True}),
+            _Update(slots, 97, {"worker_type": "ActivityWorker", "eager": True}),
+            _Update(latency, 0.003, {"operation": "X"}),
+            _Update(latency, 0.2, {"operation": "X"}),
+            _Update(latency, 500, {"operation": "X"}),
+        ]
+    )
+    samples = _scrape(bridge)
+    assert _value(samples, "temporal_request_total", operation="StartWorkflowExecution") == 3
+    assert _value(samples, "temporal_request_total", operation="GetSystemInfo") == 1
+    assert (
+        _value(
+            samples,
+            "temporal_worker_task_slots_available",
+            worker_type="ActivityWorker",
+            eager="true",
+        )
+        == 97
+    )
+    name = "temporal_request_latency_seconds"
+    assert _value(samples, name + "_count", operation="X") == 3
+    assert _value(samples, name + "_bucket", operation="X", le="0.005") == 1
+    assert _value(samples, name + "_bucket", operation="X", le="0.25") == 2
+    assert _value(samples, name + "_bucket", operation="X", le="+Inf") == 3
+    assert abs((_value(samples, name + "_sum", operation="X") or 0) - 500.203) < 1e-9

@@ -1,0 +1,183 @@
+"""ControlApiWorkflow on the time-skipping server: each update answers through its control
+activity over a real store; a malformed request is refused by the update's validator in one
+line, before anything reaches the history; a secret's value never reaches the history."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from temporalio.api.enums.v1 import EventType
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from gpuflow import secrets
+from gpuflow.client import Client
+from gpuflow.client.api import TemporalApi
+from gpuflow.control import api as api_module
+from gpuflow.control.api import ApiActivities
+from gpuflow.errors import GpuflowError, NotFoundError, SpecError
+from gpuflow.specs import FleetSpec, JobSpec
+from gpuflow.store.db import Store
+from gpuflow.workflows import workflow_runner
+from gpuflow.workflows.api import ControlApiWorkflow
+from tests.conftest import BIN
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+FLEET = {
+    "type": "fleet",
+    "name": "sim",
+    "kind": "sim",
+    "hosts": [
+        {"name": "a", "gpus": [{"name": "A100", "memory": "80GB", "count": 2}]},
+        {"name": "b", "gpus": [{"name": "A100", "memory": "80GB", "count": 1}]},
+    ],
+}
+
+
+@dataclass
+class Api:
+    client: Client
+    env: WorkflowEnvironment
+    workflow_id: str
+    home: Path
+    watched: list[str]
+
+    async def accepted_updates(self) -> int:
+        handle = self.env.client.get_workflow_handle(self.workflow_id)
+        history = await handle.fetch_history()
+        return sum(
+            e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+            for e in history.events
+        )
+
+
+@pytest_asyncio.fixture(loop_scope="session", scope="module")
+async def api_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping server of this module's own. After these tests (updates answered and
+    refused, workflows started from activities and terminated), the test server stopped
+    skipping time for later tests of a shared one: their timers then ran in real time."""
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter,
+        test_server_existing_path=str(BIN / "temporal-test-server"),
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def api(
+    api_env: WorkflowEnvironment,
+    sqlite_store: Store,
+    tmp_path: Path,
+    task_queue: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[Api]:
+    home = tmp_path / "control"
+    watched: list[str] = []
+
+    async def watch_fleet(_: object, fleet: str) -> None:
+        # Health checks (FleetWorkflow) are not run here: a workflow left scheduled on a queue
+        # nobody polls holds the test server's clock still for every later test.
+        watched.append(fleet)
+
+    monkeypatch.setattr(api_module, "watch_fleet", watch_fleet)
+    activities = ApiActivities(sqlite_store, api_env.client, home=home)
+    workflow_id = f"gpuflow-api-{uuid.uuid4().hex[:6]}"
+    async with Worker(
+        api_env.client,
+        task_queue=task_queue,
+        workflows=[ControlApiWorkflow],
+        activities=activities.activities(),
+        workflow_runner=workflow_runner(),
+    ):
+        transport = TemporalApi(api_env.client, task_queue=task_queue, workflow_id=workflow_id)
+        client = Client(temporal=api_env.client, api=transport)
+        yield Api(client=client, env=api_env, workflow_id=workflow_id, home=home, watched=watched)
+        with contextlib.suppress(RPCError):
+            await api_env.client.get_workflow_handle(workflow_id).terminate("test over")
+
+
+async def test_fleets_offers_and_plans_are_answered_by_the_control_plane(api: Api) -> None:
+    applied = await api.client.apply_fleet(FleetSpec.model_validate(FLEET))
+    assert applied.name == "sim" and [h["name"] for h in applied.hosts] == ["a", "b"]
+    assert api.watched == ["sim"]  # its health checks were started
+    assert [f.name for f in await api.client.fleets()] == ["sim"]
+
+    two = JobSpec(name="two", commands=["x"], resources={"gpu": "A100:2"})
+    one = JobSpec(name="one", commands=["x"], resources={"gpu": "A100:1"})
+    offers = await api.client.offers(two)
+    assert offers.placement is not None and offers.placement.nodes[0].host_name == "a"
+    assert any(str(r).startswith("b: ") for r in offers.rejections)
+    # Planned together, `two` takes host a whole: `one` goes to b although a fits it alone.
+    plans = await api.client.plan([two, one])
+    assert [p.placement.nodes[0].host_name for p in plans if p.placement] == ["a", "b"]
+
+    await api.client.delete_fleet("sim")
+    assert await api.client.fleets() == []
+    with pytest.raises(NotFoundError, match="no fleet named 'nope'"):
+        await api.client.delete_fleet("nope")
+
+
+async def test_a_bad_request_is_refused_by_its_validator_in_one_line(api: Api) -> None:
+    await api.client.fleets()  # starts the workflow
+    before = await api.accepted_updates()
+    with pytest.raises(GpuflowError) as refused:
+        await api.client.delete_fleet("  ")
+    assert str(refused.value) == "fleet name is empty"
+    with pytest.raises(GpuflowError) as refused:
+        await api.client.delete_secret("no spaces please")
+    assert str(refused.value) == (
+        "secret name 'no spaces please' must be letters, digits, '_' or '-'"
+    )
+    with pytest.raises(GpuflowError, match="nothing to plan"):
+        await api.client.plan([])
+    # Refused before acceptance: nothing of them is in the history.
+    assert await api.accepted_updates() == before
+
+
+async def test_a_control_plane_refusal_keeps_its_type_and_line(api: Api) -> None:
+    spec = JobSpec(name="lost", commands=["x"], fleets=["nowhere"])
+    with pytest.raises(SpecError) as refused:
+        await api.client.submit(spec)
+    assert str(refused.value).startswith("fleets: nowhere not found")
+    with pytest.raises(NotFoundError, match="no job named 'ghost'"):
+        await api.client.get("ghost")
+
+
+async def test_a_secret_reaches_the_control_plane_sealed(api: Api) -> None:
+    value = f"tok-{uuid.uuid4().hex}"
+    await api.client.set_secret("hf_token", value)
+    assert await api.client.secrets() == ["hf_token"]
+    assert secrets.load(secrets.secrets_file(api.home)) == {"hf_token": value}
+    assert (api.home / "control-key").stat().st_mode & 0o777 == 0o600
+    history = await api.env.client.get_workflow_handle(api.workflow_id).fetch_history()
+    assert value not in history.to_json()
+    assert await api.client.delete_secret("hf_token") is True
+    assert await api.client.delete_secret("hf_token") is False
+    assert await api.client.secrets() == []
+
+
+async def test_a_submitted_job_is_seen_before_its_first_place_step_records_it(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row is written by the job's workflow only; until then the API answers from the
+    workflow itself (no JobWorkflow runs here: it stays submitted)."""
+    monkeypatch.setenv("GPUFLOW_SEARCH_ATTRIBUTES", "0")  # the test server has none
+    await api.client.apply_fleet(FleetSpec.model_validate(FLEET))
+    job = await api.client.submit(JobSpec(name="early", commands=["x"], fleets=["sim"]))
+    try:
+        assert job.id.startswith("job-early-") and job.status == "pending"
+        assert job.message == "submitted"
+        seen = await api.client.get(job.id)
+        assert (seen.id, seen.name, seen.status) == (job.id, "early", "pending")
+    finally:
+        await api.env.client.get_workflow_handle(job.id).terminate("test over")
