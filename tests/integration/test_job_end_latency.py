@@ -26,7 +26,7 @@ async def test_a_job_ends_within_seconds_of_its_last_exit(
 ) -> None:
     fleet = f"f{uuid.uuid4().hex[:6]}"
     ended = tmp_path / "ended"
-    client = Client(temporal=dev_env.client, store=sqlite_store)
+    client = Client(temporal=dev_env.client)
     async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
         await client.apply_fleet(
             FleetSpec.model_validate(

@@ -67,14 +67,14 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def outcome(load: Callable[[Path], BaseModel], path: Path) -> BaseModel | str:
     """The spec, or the refusal's message; fails the test on anything else."""
-    start = time.perf_counter()
+    start = time.process_time()  # this process's CPU: another process's load does not count
     try:
         result: BaseModel | str = load(path)
     except SpecError as exc:
         result = str(exc)
         assert "\n" not in result and "\r" not in result, result
         assert 0 < len(result) <= MAX_MESSAGE, result
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert elapsed < LIMIT_S, f"{elapsed:.2f}s for {path.read_bytes()[:200]!r}"
     return result
 
