@@ -15,3 +15,8 @@ def host_task_queue(host_id: str) -> str:
 
 def job_workflow_id(name: str, suffix: str) -> str:
     return f"job-{name}-{suffix}"
+
+
+def fleet_workflow_id(fleet: str) -> str:
+    """The fleet's health checks (FleetWorkflow): one per fleet."""
+    return f"fleet-{fleet}"

@@ -36,51 +36,34 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow.client.api import Api, TemporalApi
+from gpuflow.client.control_plane import ControlPlaneCalls
 from gpuflow.client.models import (
-    FleetInfo,
     JobInfo,
     JobOutcome,
-    OptionOffers,
     Progress,
     StopOutcome,
     StopStep,
-    taken_option,
 )
 from gpuflow.config import TemporalConfig, connect_temporal
 from gpuflow.errors import GpuflowError, NotFoundError, SpecError, UnschedulableError
 from gpuflow.log_reader import LogReader
-from gpuflow.naming import CONTROL_TASK_QUEUE, job_workflow_id
-from gpuflow.scheduler import Offers
-from gpuflow.scheduler.together import JobPlan
-from gpuflow.sealed import seal
-from gpuflow.specs.fleet import FleetSpec
+from gpuflow.naming import CONTROL_TASK_QUEUE, fleet_workflow_id, job_workflow_id
 from gpuflow.specs.job import JobSpec
 from gpuflow.status import TerminationReason
 from gpuflow.utilization import UtilizationState
 from gpuflow.workflows.api import (
     JOB_MEMO,
-    Empty,
-    FleetRecord,
-    FleetRef,
     HostQueueRequest,
     HostQueueResult,
     JobRecord,
     JobRef,
     JobsRequest,
-    OffersRequest,
-    OptionOffersRecord,
-    PlanRecord,
-    PlanRequest,
-    SecretDeleted,
-    SecretKey,
-    SecretNames,
-    SecretRef,
     SubmitRequest,
 )
+from gpuflow.workflows.fleet import FleetWorkflow
 from gpuflow.workflows.models import JobInput, JobProgress, JobResult, LogsInput
 from gpuflow.workflows.ui import initial_search_attributes
 
-APPLY_TIMEOUT_S = 360.0
 LOG_WAIT_S = 5.0
 """How long a followed log read waits on the host for new output before answering empty."""
 
@@ -118,7 +101,7 @@ def _search_attributes_enabled() -> bool:
 ScheduleList = list[dict[str, Any]]
 
 
-class Client:
+class Client(ControlPlaneCalls):
     """Async, typed access to gpuflow. Keyword-only arguments throughout. It holds a Temporal
     connection and nothing else: no database, no SSH key (see gpuflow/workflows/api.py)."""
 
@@ -203,7 +186,9 @@ class Client:
             if info.fleet is None:
                 return StopOutcome(**(await self.get(info.id)).model_dump(), ended_by=step)
             with contextlib.suppress(RPCError):
-                await self.temporal.get_workflow_handle(f"fleet-{info.fleet}").signal("refresh")
+                await self.temporal.get_workflow_handle_for(
+                    FleetWorkflow.run, fleet_workflow_id(info.fleet)
+                ).signal(FleetWorkflow.refresh)
         while True:
             info = await self.get(info.id)
             if info.status.is_final:
@@ -378,67 +363,6 @@ class Client:
             await self.temporal.get_schedule_handle(schedule_id).delete()
         except RPCError as exc:
             raise NotFoundError(f"schedule {schedule_id}: {exc.message}") from None
-
-    # ---- fleets and offers ------------------------------------------------------------------
-
-    async def apply_fleet(self, spec: FleetSpec) -> FleetInfo:
-        """Create or update the fleet. The control plane reads its hosts' facts (it holds the
-        SSH keys; a `local` fleet is the control worker's own machine), starts its health
-        checks and wakes the jobs waiting for capacity."""
-        # Reading an ssh fleet's hosts may take minutes (the activity's own limit is 5).
-        record = await self._api.call("apply_fleet", spec, FleetRecord, timeout_s=APPLY_TIMEOUT_S)
-        return FleetInfo.from_record(record)
-
-    async def delete_fleet(self, name: str) -> None:
-        """Delete a fleet that runs no job; its health checks end."""
-        await self._api.call("delete_fleet", FleetRef(name=name), type(None))
-
-    async def fleets(self) -> list[FleetInfo]:
-        records = await self._api.call("fleets", Empty(), list[FleetRecord])
-        return [FleetInfo.from_record(record) for record in records]
-
-    async def offers(self, spec: JobSpec) -> Offers:
-        """The dry run: what fits (with scores) and why every other host does not, for the
-        resource option the job would take now (the first that fits anywhere; the first
-        option when none does). `offers_per_option` has them all."""
-        per_option = await self.offers_per_option(spec)
-        return (taken_option(per_option) or per_option[0]).offers
-
-    async def offers_per_option(self, spec: JobSpec) -> list[OptionOffers]:
-        """The dry run of each resource option (`resources`, then `alternatives`), in the
-        order a job tries them, all on one snapshot."""
-        records = await self._api.call("offers", OffersRequest(spec=spec), list[OptionOffersRecord])
-        return [OptionOffers.from_record(record) for record in records]
-
-    async def plan(self, specs: list[JobSpec]) -> list[JobPlan]:
-        """The jobs planned together, in order, on one snapshot of the fleets: each job's plan
-        counts what the jobs before it take (`gpuflow apply -f a.yaml -f b.yaml`)."""
-        records = await self._api.call("plan", PlanRequest(specs=specs), list[PlanRecord])
-        return [
-            JobPlan(
-                job=r.job, options=r.options, taken=r.taken, alone=r.alone, alone_fits=r.alone_fits
-            )
-            for r in records
-        ]
-
-    # ---- secrets ------------------------------------------------------------------------------
-
-    async def set_secret(self, name: str, value: str) -> None:
-        """Store a secret with the control plane, for jobs to refer to as
-        `${{ secrets.NAME }}`. The value is sealed to the control plane's key here: Temporal
-        (payloads, history, UI) only ever sees its ciphertext (gpuflow/sealed.py)."""
-        if not value:
-            raise SpecError(f"secret {name}: the value is empty")
-        key = await self._api.call("secret_key", Empty(), SecretKey)
-        await self._api.call("set_secret", seal(name, value, key.public_key), type(None))
-
-    async def secrets(self) -> list[str]:
-        """The names of the stored secrets (never their values)."""
-        return (await self._api.call("secret_names", Empty(), SecretNames)).names
-
-    async def delete_secret(self, name: str) -> bool:
-        """Whether there was such a secret to delete."""
-        return (await self._api.call("delete_secret", SecretRef(name=name), SecretDeleted)).deleted
 
     async def close(self) -> None:
         """Nothing to release: the Temporal connection closes with its last reference."""

@@ -27,7 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from gpuflow import sealed, secrets
 from gpuflow.control.fleets import host_facts
 from gpuflow.errors import GpuflowError, NotFoundError, SpecError
-from gpuflow.naming import CONTROL_TASK_QUEUE
+from gpuflow.naming import CONTROL_TASK_QUEUE, fleet_workflow_id
 from gpuflow.scheduler import blocks_busy, explain
 from gpuflow.scheduler.together import plan_together
 from gpuflow.services.capacity import read_snapshot
@@ -58,6 +58,7 @@ from gpuflow.workflows.api import (
     SecretRef,
     SubmitRequest,
 )
+from gpuflow.workflows.fleet import FleetWorkflow
 from gpuflow.workflows.handles import watch_fleet
 from gpuflow.workflows.models import JobInput
 from gpuflow.workflows.ui import initial_search_attributes
@@ -232,8 +233,10 @@ class ApiActivities:
     @_one_line
     async def delete_fleet(self, ref: FleetRef) -> None:
         await asyncio.to_thread(delete_fleet, self.store, ref.name)
-        with contextlib.suppress(RPCError):  # its health checks end
-            await self.temporal.get_workflow_handle(f"fleet-{ref.name}").signal("refresh")
+        with contextlib.suppress(RPCError):  # its health checks end (none ran: nothing to end)
+            await self.temporal.get_workflow_handle_for(
+                FleetWorkflow.run, fleet_workflow_id(ref.name)
+            ).signal(FleetWorkflow.delete)
 
     @activity.defn(name="api_fleets")
     @_one_line

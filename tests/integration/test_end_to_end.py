@@ -260,6 +260,9 @@ async def test_fleet_health_marks_a_silent_agent_not_ready_and_back(
             await dev_env.client.get_workflow_handle(f"fleet-{fleet}").signal("refresh")
             result = await client.wait(job.id, timeout_s=60)
         await client.delete_fleet(fleet)
+        # Deleting the fleet ends its health checks (the typed `delete` signal), at once.
+        checks = dev_env.client.get_workflow_handle(f"fleet-{fleet}")
+        await asyncio.wait_for(checks.result(), 30)
     assert result.status == JobStatus.DONE
 
 

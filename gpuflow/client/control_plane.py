@@ -1,0 +1,95 @@
+"""The client's calls that the control plane answers from its database or its own files:
+fleets, offers and plans, secrets. Each is one update of the control plane's API workflow
+(gpuflow/workflows/api.py); `Client` has them all."""
+
+from __future__ import annotations
+
+from gpuflow.client.api import Api
+from gpuflow.client.models import FleetInfo, OptionOffers, taken_option
+from gpuflow.errors import SpecError
+from gpuflow.scheduler import Offers
+from gpuflow.scheduler.together import JobPlan
+from gpuflow.sealed import seal
+from gpuflow.specs.fleet import FleetSpec
+from gpuflow.specs.job import JobSpec
+from gpuflow.workflows.api import (
+    Empty,
+    FleetRecord,
+    FleetRef,
+    OffersRequest,
+    OptionOffersRecord,
+    PlanRecord,
+    PlanRequest,
+    SecretDeleted,
+    SecretKey,
+    SecretNames,
+    SecretRef,
+)
+
+APPLY_TIMEOUT_S = 360.0
+"""Reading an ssh fleet's hosts may take minutes (the activity's own limit is 5)."""
+
+
+class ControlPlaneCalls:
+    _api: Api
+
+    # ---- fleets and offers ------------------------------------------------------------------
+
+    async def apply_fleet(self, spec: FleetSpec) -> FleetInfo:
+        """Create or update the fleet. The control plane reads its hosts' facts (it holds the
+        SSH keys; a `local` fleet is the control worker's own machine), starts its health
+        checks and wakes the jobs waiting for capacity."""
+        # Reading an ssh fleet's hosts may take minutes (the activity's own limit is 5).
+        record = await self._api.call("apply_fleet", spec, FleetRecord, timeout_s=APPLY_TIMEOUT_S)
+        return FleetInfo.from_record(record)
+
+    async def delete_fleet(self, name: str) -> None:
+        """Delete a fleet that runs no job; its health checks end."""
+        await self._api.call("delete_fleet", FleetRef(name=name), type(None))
+
+    async def fleets(self) -> list[FleetInfo]:
+        records = await self._api.call("fleets", Empty(), list[FleetRecord])
+        return [FleetInfo.from_record(record) for record in records]
+
+    async def offers(self, spec: JobSpec) -> Offers:
+        """The dry run: what fits (with scores) and why every other host does not, for the
+        resource option the job would take now (the first that fits anywhere; the first
+        option when none does). `offers_per_option` has them all."""
+        per_option = await self.offers_per_option(spec)
+        return (taken_option(per_option) or per_option[0]).offers
+
+    async def offers_per_option(self, spec: JobSpec) -> list[OptionOffers]:
+        """The dry run of each resource option (`resources`, then `alternatives`), in the
+        order a job tries them, all on one snapshot."""
+        records = await self._api.call("offers", OffersRequest(spec=spec), list[OptionOffersRecord])
+        return [OptionOffers.from_record(record) for record in records]
+
+    async def plan(self, specs: list[JobSpec]) -> list[JobPlan]:
+        """The jobs planned together, in order, on one snapshot of the fleets: each job's plan
+        counts what the jobs before it take (`gpuflow apply -f a.yaml -f b.yaml`)."""
+        records = await self._api.call("plan", PlanRequest(specs=specs), list[PlanRecord])
+        return [
+            JobPlan(
+                job=r.job, options=r.options, taken=r.taken, alone=r.alone, alone_fits=r.alone_fits
+            )
+            for r in records
+        ]
+
+    # ---- secrets ------------------------------------------------------------------------------
+
+    async def set_secret(self, name: str, value: str) -> None:
+        """Store a secret with the control plane, for jobs to refer to as
+        `${{ secrets.NAME }}`. The value is sealed to the control plane's key here: Temporal
+        (payloads, history, UI) only ever sees its ciphertext (gpuflow/sealed.py)."""
+        if not value:
+            raise SpecError(f"secret {name}: the value is empty")
+        key = await self._api.call("secret_key", Empty(), SecretKey)
+        await self._api.call("set_secret", seal(name, value, key.public_key), type(None))
+
+    async def secrets(self) -> list[str]:
+        """The names of the stored secrets (never their values)."""
+        return (await self._api.call("secret_names", Empty(), SecretNames)).names
+
+    async def delete_secret(self, name: str) -> bool:
+        """Whether there was such a secret to delete."""
+        return (await self._api.call("delete_secret", SecretRef(name=name), SecretDeleted)).deleted
