@@ -19,6 +19,7 @@ from gpuflow.control import reconcile
 from gpuflow.metrics import store as metrics
 from gpuflow.scheduler.model import Placement, Unschedulable
 from gpuflow.services.capacity import release_allocation_in, take_allocation_in
+from gpuflow.services.changes import bump
 from gpuflow.services.fleets import get_host, set_host_state
 from gpuflow.services.jobs import jobs_waiting_for_capacity, record_status_in
 from gpuflow.status import HostState
@@ -184,10 +185,12 @@ class ControlActivities:
             now = datetime.now(UTC)
             became_ready = []
             with self.store.session() as session:
+                changed = False
                 for ping in inp.pings:
                     host = session.get(HostRow, ping.host_id)
                     if host is None or host.state == HostState.MAINTENANCE:
                         continue
+                    before = (host.state, host.state_detail)
                     if ping.answered:
                         if host.state != HostState.READY:
                             became_ready.append(host.id)
@@ -196,7 +199,10 @@ class ControlActivities:
                     elif host.state == HostState.READY:
                         host.state = HostState.NOT_READY
                         host.state_detail = "agent not answering"
+                    changed = changed or (host.state, host.state_detail) != before
                     session.add(host)
+                if changed:  # what placement reads changed: warm states catch up
+                    bump(session, "states")
                 session.commit()
             return HostHealthResult(
                 became_ready=became_ready, waiting_jobs=self._pending_jobs() if became_ready else []

@@ -10,6 +10,7 @@ from sqlmodel import Session, col, select
 
 from gpuflow.errors import GpuflowError, NotFoundError
 from gpuflow.naming import host_id, host_task_queue
+from gpuflow.services.changes import bump
 from gpuflow.specs.fleet import FleetSpec, HostDecl
 from gpuflow.status import HostState
 from gpuflow.store.db import Store
@@ -145,6 +146,7 @@ def apply_fleet(store: Store, spec: FleetSpec, facts: dict[str, HostFacts] | Non
         fleet.scorer = spec.scorer
         fleet.spec = spec.model_dump(mode="json")
         session.add(fleet)
+        bump(session, "structure")
         wanted = {host.id for host, _ in rows}
         existing = session.exec(select(HostRow).where(HostRow.fleet == spec.name)).all()
         for old in existing:
@@ -199,6 +201,7 @@ def delete_fleet(store: Store, name: str) -> None:
         for host in hosts:
             _delete_host(session, host.id)
         session.delete(fleet)
+        bump(session, "structure")
 
 
 def set_host_state(store: Store, hid: str, state: HostState, detail: str | None = None) -> None:
@@ -206,6 +209,8 @@ def set_host_state(store: Store, hid: str, state: HostState, detail: str | None 
         host = session.get(HostRow, hid)
         if host is None:
             return
+        if (host.state, host.state_detail) != (state, detail):
+            bump(session, "states")
         host.state = state
         host.state_detail = detail
         if state == HostState.READY:

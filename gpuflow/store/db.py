@@ -79,6 +79,14 @@ class Store:
 
         try:
             SQLModel.metadata.create_all(self.engine)
+            with self.engine.begin() as connection:
+                # The change counters' one row (a database made before it existed gets it too).
+                connection.execute(
+                    text(
+                        "INSERT INTO capacity_versions (id, structure, states, allocations)"
+                        " VALUES (1, 0, 0, 0) ON CONFLICT DO NOTHING"
+                    )
+                )
         except OperationalError as exc:
             reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
             raise ConnectionFailed(

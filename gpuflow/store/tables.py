@@ -121,3 +121,19 @@ class JobEventRow(SQLModel, table=True):
     ts: datetime = Field(default_factory=utcnow)
     kind: str
     message: str
+
+
+class CapacityVersionRow(SQLModel, table=True):
+    """One row of change counters, bumped in the same transaction as every write that changes
+    what placement reads: a control worker's warm state reads this row, not the fleet, to know
+    whether it is still current (gpuflow/services/warm.py)."""
+
+    __tablename__ = "capacity_versions"
+
+    id: int = Field(default=1, primary_key=True)
+    structure: int = 0
+    """Fleets, hosts and GPUs applied or deleted."""
+    states: int = 0
+    """A host's readiness (state or its detail) changed."""
+    allocations: int = 0
+    """Allocations taken or released."""

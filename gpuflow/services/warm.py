@@ -1,0 +1,251 @@
+"""A control worker's warm view of the fleets: the Snapshot and the scheduler's index kept in
+memory between placements, so a placement reads one row of change counters instead of the
+whole fleet (docs/architecture.md, "Placement").
+
+How it stays correct with any number of control workers on one database:
+
+- Every write that changes what placement reads bumps a counter (changes.py) in its own
+  transaction: `structure` (fleets, hosts, GPUs), `states` (readiness), `allocations`.
+- A placement reads the counters inside the placement transaction, which holds the placement
+  lock (BEGIN IMMEDIATE on SQLite, an advisory lock on PostgreSQL), and catches up on what
+  moved: a moved `structure` reads everything again, `states` re-reads host states, and
+  `allocations` re-reads allocations (only the hosts whose usage differs are re-indexed).
+  Allocations are only written under that lock, so the usage it places on is the database's.
+- Before the allocation is written the chosen hosts' allocations are read again and compared
+  (assume, then verify): a writer that did not count its change costs a retry, never a GPU
+  given twice.
+- This worker's own allocations are applied to memory as they are written; the counters it
+  trusts move only when its transaction commits, and a rolled-back transaction drops the warm
+  state (the next placement reads everything).
+
+One warm state per engine (a Store), guarded by a lock held from the catch-up to the end of the
+transaction, so threads of one worker never see each other's uncommitted changes.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy import select as sa_select
+from sqlmodel import Session
+
+from gpuflow.scheduler.index import index_of
+from gpuflow.scheduler.model import HostSnapshot, Snapshot
+from gpuflow.services.changes import Versions, read_versions
+from gpuflow.services.mix import fleet_gpus, fleet_mix
+from gpuflow.services.snapshot import (
+    STATE_COLUMNS,
+    Use,
+    read_fleets,
+    read_uses,
+    set_usage,
+    state_detail,
+)
+from gpuflow.status import HostState
+
+_HELD = "gpuflow_warm_held"
+_COMMITTED = "gpuflow_warm_committed"
+
+
+class WarmCapacity:
+    """The fleets as of `versions`, kept current by `catch_up` (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.snapshot: Snapshot | None = None
+        self.versions: Versions | None = None
+        self.hosts: dict[str, HostSnapshot] = {}
+        self.uses: dict[str, list[Use]] = {}
+        self.states: dict[str, tuple[str, str | None, datetime | None]] = {}
+        """Per host its state row as read (state, detail, last heartbeat): explanations
+        word how long ago a lost host was heard at the time of each placement."""
+        self.reloads = 0
+        """How many times everything was read (for tests and the benchmark)."""
+        self._pending: Versions | None = None
+
+    def hold(self, session: Session) -> Versions | None:
+        """Take the warm state for the caller's transaction (after it holds the placement
+        lock) until the transaction ends. Returns the database's counters (None: no row)."""
+        versions = read_versions(session)  # the first statement: takes the database's lock
+        if session.info.get(_HELD) is self:
+            return versions
+        self.lock.acquire()
+        session.info[_HELD] = self
+        session.info.pop(_COMMITTED, None)
+        return versions
+
+    def _end(self, committed: bool) -> None:
+        """The holding transaction ended: trust what it wrote, or drop what it never wrote."""
+        try:
+            if self._pending is not None:
+                if committed:
+                    self.versions = self._pending
+                else:
+                    self.forget()
+        finally:
+            self._pending = None
+            self.lock.release()
+
+    def forget(self) -> None:
+        self.snapshot, self.versions, self._pending = None, None, None
+        self.hosts, self.uses, self.states = {}, {}, {}
+
+    def catch_up(self, session: Session, versions: Versions) -> Snapshot:
+        """The warm snapshot, current as of `versions` (read in this transaction)."""
+        known = self._pending or self.versions
+        if self.snapshot is None or known is None or known.structure != versions.structure:
+            self._reload(session)
+        else:
+            if known.states != versions.states:
+                self._read_states(session)
+            if known.allocations != versions.allocations:
+                self._read_allocations(session)
+            self._refresh_details()
+            self._refresh_mix(session)
+        self._pending = versions
+        assert self.snapshot is not None
+        return self.snapshot
+
+    def track(self, versions: Versions) -> None:
+        """Keep memory in step with this transaction's writes, without catching up: only when
+        memory is current as it is (else the next `catch_up` reads what moved)."""
+        if self._pending is None and self.snapshot is not None and self.versions == versions:
+            self._pending = versions
+
+    def verify(self, session: Session, host_ids: list[str]) -> bool:
+        """Whether these hosts' allocations in the database are those in memory; when not,
+        memory takes the database's and the answer is False (place again)."""
+        found = read_uses(session, host_ids)
+        current = True
+        for host_id in host_ids:
+            uses = found.get(host_id, [])
+            if uses != self.uses.get(host_id, []):
+                current = False
+                self._set_uses(host_id, uses)
+        return current
+
+    def taken(self, host_id: str, use: Use) -> None:
+        """An allocation this transaction wrote."""
+        if self._pending is None:
+            return
+        self._set_uses(host_id, [*self.uses.get(host_id, []), use])
+
+    def released(self, host_id: str, allocation_id: int) -> None:
+        """An allocation this transaction deleted."""
+        if self._pending is None:
+            return
+        uses = self.uses.get(host_id, [])
+        self._set_uses(host_id, [use for use in uses if use[0] != allocation_id])
+
+    def counted(self, allocations: int | None) -> None:
+        """This transaction bumped the allocations counter to this value."""
+        if self._pending is None:
+            return
+        if allocations is None:
+            self.forget()
+        else:
+            self._pending = replace(self._pending, allocations=allocations)
+
+    def _set_uses(self, host_id: str, uses: list[Use]) -> None:
+        self.uses[host_id] = uses
+        host = self.hosts.get(host_id)
+        if host is None or self.snapshot is None:
+            return
+        set_usage(host, uses)
+        index = index_of(self.snapshot)
+        index.refresh(index.by_id[host_id])
+
+    def _reload(self, session: Session) -> None:
+        self.reloads += 1
+        snapshot, uses, states = read_fleets(session)
+        self.snapshot = snapshot
+        self.hosts = {host.id: host for host in snapshot.hosts()}
+        self.uses = {host_id: list(uses.get(host_id, [])) for host_id in self.hosts}
+        self.states = {
+            host_id: (row.state, row.state_detail, row.last_heartbeat)
+            for host_id, row in states.items()
+        }
+        index_of(snapshot)  # built now, while the lock is held, not in the first `place`
+
+    def _read_states(self, session: Session) -> None:
+        for host_id, state, detail, beat in session.connection().execute(sa_select(*STATE_COLUMNS)):
+            host = self.hosts.get(host_id)
+            if host is not None:
+                self.states[host_id] = (state, detail, beat)
+                host.state = HostState(state)
+
+    def _refresh_details(self) -> None:
+        """Word each host's state as a cold read would now; static verdicts that quote a
+        detail are dropped when one changed."""
+        assert self.snapshot is not None
+        now = datetime.now(UTC)
+        changed = False
+        for host_id, (state, detail, beat) in self.states.items():
+            host = self.hosts[host_id]
+            if state == HostState.READY and host.state_detail == detail:
+                continue
+            row = _StateRow(state, detail, beat)
+            worded = state_detail(row, now)
+            if worded != host.state_detail:
+                host.state_detail = worded
+                changed = True
+        index = index_of(self.snapshot)
+        if index.states_changed() or changed:
+            index.static_memo.clear()
+            index.refusals.clear()
+
+    def _read_allocations(self, session: Session) -> None:
+        found = read_uses(session, list(self.hosts))
+        for host_id in self.hosts:
+            uses = found.get(host_id, [])
+            if uses != self.uses.get(host_id, []):
+                self._set_uses(host_id, uses)
+
+    def _refresh_mix(self, session: Session) -> None:
+        """The fleets' request mixes, read as a cold snapshot reads them; an unchanged mix keeps
+        its list, so what the scorer prepared for it is kept too."""
+        assert self.snapshot is not None
+        for fleet in self.snapshot.fleets:
+            requests = list(fleet_mix(session, fleet.name, fleet_gpus(fleet)).requests)
+            if requests != fleet.workload:
+                fleet.workload = requests
+
+
+class _StateRow:
+    __slots__ = ("last_heartbeat", "state", "state_detail")
+
+    def __init__(self, state: str, detail: str | None, beat: datetime | None) -> None:
+        self.state, self.state_detail, self.last_heartbeat = state, detail, beat
+
+
+@event.listens_for(Session, "after_commit")
+def _committed(session: Session) -> None:
+    if _HELD in session.info:
+        session.info[_COMMITTED] = True
+
+
+@event.listens_for(Session, "after_transaction_end")
+def _ended(session: Session, transaction: Any) -> None:
+    if transaction.parent is not None or _HELD not in session.info:
+        return
+    state = session.info.pop(_HELD)
+    state._end(bool(session.info.pop(_COMMITTED, False)))
+
+
+_WARM: weakref.WeakKeyDictionary[Any, WarmCapacity] = weakref.WeakKeyDictionary()
+_WARM_LOCK = threading.Lock()
+
+
+def warm_capacity(session: Session) -> WarmCapacity:
+    """The warm state of the engine this session writes through (one per Store)."""
+    engine = session.get_bind()
+    with _WARM_LOCK:
+        found = _WARM.get(engine)
+        if found is None:
+            found = _WARM[engine] = WarmCapacity()
+        return found

@@ -1,0 +1,234 @@
+"""The warm fleet state (gpuflow/services/warm.py): every decision it makes is the one a cold
+read of the database makes, no GPU is ever given twice, and two control workers racing for the
+last GPU get it once."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import tempfile
+import threading
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlmodel import select
+
+from gpuflow.errors import GpuflowError
+from gpuflow.scheduler import place
+from gpuflow.scheduler.model import Placement, Unschedulable
+from gpuflow.services.capacity import read_snapshot, release_allocation, take_allocation
+from gpuflow.services.fleets import apply_fleet, delete_fleet, set_host_state
+from gpuflow.specs import FleetSpec, JobSpec
+from gpuflow.status import HostState
+from gpuflow.store.db import Store
+from gpuflow.store.tables import AllocationRow
+
+EPSILON = 1e-9
+REQUESTS: list[Any] = ["A100:1", "A100:2", "A100:4", 0.5, 0.25, "H100:1"]
+
+
+def _fleet_spec(name: str, sizes: list[int], model: str = "A100") -> FleetSpec:
+    return FleetSpec.model_validate(
+        {
+            "type": "fleet",
+            "name": name,
+            "kind": "sim",
+            "hosts": [
+                {
+                    "name": f"h{i}",
+                    "cpus": 16,
+                    "gpus": [{"name": model, "memory": "80GB", "count": n}],
+                }
+                for i, n in enumerate(sizes)
+            ],
+        }
+    )
+
+
+def _job(name: str, gpu: Any) -> JobSpec:
+    return JobSpec.model_validate(
+        {"name": name, "commands": ["true"], "resources": {"gpu": gpu, "cpu": 1}}
+    )
+
+
+def _cold(store: Store, job: JobSpec, fleets: list[str] | None) -> Placement | Unschedulable:
+    with store.read() as session:
+        return place(job, read_snapshot(session, fleets=fleets), fleets=fleets)
+
+
+def _words(result: Placement | Unschedulable) -> Any:
+    if isinstance(result, Placement):
+        return result
+    # How long ago a lost host was heard is worded at each read: a second may pass between two.
+    return [
+        re.sub(r"last heartbeat \S+ ago", "last heartbeat ? ago", line) for line in result.lines
+    ]
+
+
+def _never_over_allocated(store: Store) -> None:
+    with store.read() as session:
+        rows = list(session.exec(select(AllocationRow)))
+    gpus: dict[tuple[str, int], float] = defaultdict(float)
+    for row in rows:
+        for index in row.gpu_indices:
+            gpus[row.host_id, index] += row.gpu_fraction or 1.0
+    assert all(used <= 1 + EPSILON for used in gpus.values()), gpus
+
+
+OPS = st.one_of(
+    st.tuples(
+        st.just("apply"),
+        st.sampled_from(["a", "b"]),
+        st.lists(st.integers(1, 4), min_size=1, max_size=3),
+        st.sampled_from(["A100", "H100"]),
+    ),
+    st.tuples(st.just("delete"), st.sampled_from(["a", "b"])),
+    st.tuples(
+        st.just("take"),
+        st.sampled_from(REQUESTS),
+        st.sampled_from([None, ["a"], ["b"], ["a", "b"], ["c"]]),
+    ),
+    st.tuples(st.just("take"), st.sampled_from(REQUESTS), st.none()),
+    st.tuples(st.just("release"), st.integers(0, 30)),
+    st.tuples(
+        st.just("state"),
+        st.sampled_from(["a", "b"]),
+        st.integers(0, 2),
+        st.sampled_from([HostState.READY, HostState.NOT_READY, HostState.UNREACHABLE]),
+    ),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=st.lists(st.tuples(st.booleans(), OPS), min_size=1, max_size=30))
+def test_warm_decisions_equal_cold_ones_and_never_overallocate(
+    ops: list[tuple[bool, tuple[Any, ...]]],
+) -> None:
+    """Two workers (two Stores on one SQLite file) take turns at random writes; before every
+    take, the decision a cold read gives is the one the worker's warm state gives."""
+    with tempfile.TemporaryDirectory() as home:
+        url = f"sqlite:///{Path(home) / 'gpuflow.db'}"
+        workers = [Store(url).init(), Store(url)]
+        held: list[str] = []
+        try:
+            for n, (second, op) in enumerate(ops):
+                store = workers[second]
+                if op[0] == "apply":
+                    apply_fleet(store, _fleet_spec(op[1], op[2], op[3]))
+                elif op[0] == "delete":
+                    with contextlib.suppress(GpuflowError):  # unknown, or still holds jobs
+                        delete_fleet(store, op[1])
+                elif op[0] == "take":
+                    job = _job(f"j{n}", op[1])
+                    cold = _cold(store, job, op[2])
+                    warm = take_allocation(
+                        store, job_id=f"job-{n}", attempt=1, job=job, fleets=op[2]
+                    )
+                    assert _words(warm) == _words(cold)
+                    if isinstance(warm, Placement):
+                        held.append(f"job-{n}")
+                elif op[0] == "release" and held:
+                    release_allocation(store, job_id=held.pop(op[1] % len(held)))
+                elif op[0] == "state":
+                    set_host_state(store, f"{op[1]}/h{op[2]}", op[3], "test")
+                _never_over_allocated(store)
+        finally:
+            for store in workers:
+                store.dispose()
+
+
+def _warm_up(store: Store) -> None:
+    """Build the store's warm state (a request nothing can take writes nothing)."""
+    result = take_allocation(store, job_id="job-warm", attempt=1, job=_job("warm", "A100:64"))
+    assert isinstance(result, Unschedulable)
+
+
+def test_two_workers_race_for_the_last_gpu_and_one_wins(store: Store) -> None:
+    apply_fleet(store, _fleet_spec("a", [2]))
+    other = Store(store.url)
+    try:
+        _warm_up(store)
+        _warm_up(other)
+        # The first worker takes a GPU: the second one's warm state does not know yet.
+        assert isinstance(
+            take_allocation(store, job_id="job-0", attempt=1, job=_job("x", "A100:1")), Placement
+        )
+        results: dict[str, Placement | Unschedulable] = {}
+        barrier = threading.Barrier(2)
+
+        def race(worker: Store, job_id: str) -> None:
+            barrier.wait()
+            results[job_id] = take_allocation(
+                worker, job_id=job_id, attempt=1, job=_job(job_id, "A100:1")
+            )
+
+        threads = [
+            threading.Thread(target=race, args=(worker, f"job-{i}"))
+            for i, worker in ((1, store), (2, other))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        won = [job_id for job_id, result in results.items() if isinstance(result, Placement)]
+        assert len(won) == 1, results
+        _never_over_allocated(store)
+    finally:
+        other.dispose()
+
+
+def test_a_stale_worker_never_gives_a_taken_gpu(store: Store) -> None:
+    apply_fleet(store, _fleet_spec("a", [1]))
+    other = Store(store.url)
+    try:
+        _warm_up(store)
+        _warm_up(other)
+        assert isinstance(
+            take_allocation(store, job_id="job-1", attempt=1, job=_job("x", "A100:1")), Placement
+        )
+        late = take_allocation(other, job_id="job-2", attempt=1, job=_job("y", "A100:1"))
+        assert isinstance(late, Unschedulable)
+        release_allocation(store, job_id="job-1")
+        again = take_allocation(other, job_id="job-3", attempt=1, job=_job("z", "A100:1"))
+        assert isinstance(again, Placement)
+        _never_over_allocated(store)
+    finally:
+        other.dispose()
+
+
+def test_a_write_that_was_not_counted_costs_a_retry_not_a_gpu(store: Store) -> None:
+    """An allocation written without bumping the counter (an older worker, a hand edit): the
+    re-read of the chosen host before writing catches it."""
+    apply_fleet(store, _fleet_spec("a", [1, 1]))
+    _warm_up(store)
+    with store.session() as session:
+        session.add(
+            AllocationRow(
+                job_id="job-hand", attempt=1, rank=0, fleet="a", host_id="a/h0", gpu_indices=[0]
+            )
+        )
+        session.commit()
+    first = take_allocation(store, job_id="job-1", attempt=1, job=_job("x", "A100:1"))
+    assert isinstance(first, Placement) and first.nodes[0].host_id == "a/h1"
+    second = take_allocation(store, job_id="job-2", attempt=1, job=_job("y", "A100:1"))
+    assert isinstance(second, Unschedulable)
+    _never_over_allocated(store)
+
+
+def test_a_rolled_back_take_leaves_nothing_in_memory(store: Store) -> None:
+    apply_fleet(store, _fleet_spec("a", [1]))
+    _warm_up(store)
+    from gpuflow.services.capacity import take_allocation_in
+
+    try:
+        with store.placement_transaction() as session:
+            result = take_allocation_in(session, job_id="job-1", attempt=1, job=_job("x", "A100:1"))
+            assert isinstance(result, Placement)
+            raise RuntimeError("the activity failed after placing")
+    except RuntimeError:
+        pass
+    again = take_allocation(store, job_id="job-2", attempt=1, job=_job("y", "A100:1"))
+    assert isinstance(again, Placement)
