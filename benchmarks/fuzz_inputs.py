@@ -134,6 +134,30 @@ def run(kind: str, count: int, seed: int, workdir: Path) -> dict[str, Any]:
     }
 
 
+def megabyte(workdir: Path) -> dict[str, Any]:
+    """The densest 1 MB fleet file (one host a line, every line many values): seconds of
+    CPU to read or refuse it, best and worst of 5."""
+    host = "  - {name: h%d, cpus: 8, gpus: [{name: A100, memory: 80GB}], labels: {a: b}}\n"
+    text = "type: fleet\nname: f\nkind: sim\nhosts:\n" + "".join(host % i for i in range(14_000))
+    path = workdir / "dense.yaml"
+    path.write_text(text[: text.rindex("\n", 0, 1024 * 1024 - 1) + 1])
+    times, outcome = [], ""
+    for _ in range(5):
+        start = time.process_time()
+        try:
+            load_fleet(path)
+            outcome = "accepted"
+        except GpuflowError as exc:
+            outcome = f"refused: {str(exc).split(': ', 1)[1]}"
+        times.append(time.process_time() - start)
+    return {
+        "bytes": path.stat().st_size,
+        "outcome": outcome,
+        "cpu_s_best": round(min(times), 3),
+        "cpu_s_worst": round(max(times), 3),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=2000)
@@ -149,10 +173,16 @@ def main() -> None:
         result = {
             "job files": run("job", args.jobs, args.seed, Path(tmp)),
             "fleet files": run("fleet", args.fleets, args.seed, Path(tmp)),
+            "1 MB fleet file": megabyte(Path(tmp)),
         }
     result["seconds"] = round(time.perf_counter() - started, 1)
     for name, figures in result.items():
-        if isinstance(figures, dict):
+        if isinstance(figures, dict) and "counts" not in figures:
+            print(
+                f"{name}: {figures['bytes']} bytes, {figures['outcome']}, "
+                f"{figures['cpu_s_best']}-{figures['cpu_s_worst']} s of CPU"
+            )
+        elif isinstance(figures, dict):
             counts = figures["counts"]
             print(
                 f"{name}: {figures['inputs']} inputs, "

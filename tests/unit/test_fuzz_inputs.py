@@ -65,7 +65,9 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fuzz")
 
 
-def outcome(load: Callable[[Path], BaseModel], path: Path) -> BaseModel | str:
+def outcome(
+    load: Callable[[Path], BaseModel], path: Path, *, limit_s: float = LIMIT_S
+) -> BaseModel | str:
     """The spec, or the refusal's message; fails the test on anything else."""
     start = time.process_time()  # this process's CPU: another process's load does not count
     try:
@@ -75,7 +77,7 @@ def outcome(load: Callable[[Path], BaseModel], path: Path) -> BaseModel | str:
         assert "\n" not in result and "\r" not in result, result
         assert 0 < len(result) <= MAX_MESSAGE, result
     elapsed = time.process_time() - start
-    assert elapsed < LIMIT_S, f"{elapsed:.2f}s for {path.read_bytes()[:200]!r}"
+    assert elapsed < limit_s, f"{elapsed:.2f}s for {path.read_bytes()[:200]!r}"
     return result
 
 
@@ -151,7 +153,10 @@ def test_a_megabyte_file_is_refused_or_read_within_the_limit(workdir: Path) -> N
     assert len(text) > 1024 * 1024
     assert "larger than" in str(outcome(load_fleet, _write(workdir, "big.yaml", text.encode())))
     dense = text[: text.rindex("\n", 0, 1024 * 1024 - 1) + 1]
-    result = outcome(load_fleet, _write(workdir, "dense.yaml", dense.encode()))
+    # 1.1-1.3 s of CPU alone (benchmarks/fuzz_inputs.py, "1 MB fleet file"); late in a long test
+    # process, with its garbage collector busy, up to 3.3 s was seen: the bound here catches a
+    # hang or a quadratic, not the figure.
+    result = outcome(load_fleet, _write(workdir, "dense.yaml", dense.encode()), limit_s=8.0)
     assert isinstance(result, str) and "values" in result
 
 
