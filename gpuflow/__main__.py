@@ -1,3 +1,3 @@
-from gpuflow.cli.main import app
+from gpuflow.cli.main import main
 
-app(prog_name="gpuflow")
+main()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import typer
 
 from gpuflow.cli import agent as _agent
@@ -72,5 +75,31 @@ app.add_typer(schedule_app, name="schedule")
 app.add_typer(secret_app, name="secret")
 
 
+def main() -> None:
+    """The `gpuflow` command. A finished command leaves without the interpreter's teardown:
+    the Temporal client's Rust threads can abort a short-lived process there ("PyGILState_Release
+    ... finalizing", temporalio/sdk-python#300), turning a command that printed its answer into
+    exit code -6. Every command has released what it holds by the time `app` returns; gpuflow
+    registers no exit handler."""
+    try:
+        app(prog_name="gpuflow")
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+    else:
+        code = 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _exit_code(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
 if __name__ == "__main__":
-    app()
+    main()
