@@ -1,0 +1,92 @@
+"""The backfill reservation (Slurm's backfill, Kueue's BestEffortFIFO plus a reservation): when
+the highest-priority job blocked for capacity could start, and on which hosts.
+
+Its start is found on the snapshot by releasing running jobs in the order of their known ends
+(start + max_duration) until `place` finds it a placement; those hosts are reserved from that
+time on. When it fits only once jobs without a known end are gone too, its start is unknown
+(None) and its hosts are reserved outright. Later jobs may use the reserved hosts only when
+they declare a max_duration that ends before the reserved start; anywhere else they do not
+touch what the reservation needs, so they cannot delay it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpuflow.scheduler.index import index_of
+from gpuflow.scheduler.model import Placement, Snapshot
+from gpuflow.scheduler.place import place
+from gpuflow.scheduler.usage import apply_placement, release_placement
+from gpuflow.specs import JobSpec
+from gpuflow.status import HostState
+
+if TYPE_CHECKING:
+    from gpuflow.scheduler.admission import Running
+
+
+@dataclass(frozen=True)
+class Reservation:
+    job: str
+    starts_at: float | None
+    """The earliest time the job can start if no job ends early; None: not known."""
+    hosts: frozenset[str]
+    """Host ids the job will take then."""
+
+
+def earliest_start(
+    job: JobSpec, snapshot: Snapshot, running: Sequence[Running], now: float
+) -> tuple[float | None, frozenset[str]] | None:
+    """(start, host ids) for the job; None when it fits nowhere even on an empty fleet."""
+    known = sorted((r for r in running if r.ends_at is not None), key=lambda r: (r.ends_at, r.name))
+    unknown = sorted((r for r in running if r.ends_at is None), key=lambda r: r.name)
+    found = _placed_without(job, snapshot, [])
+    if found is not None:
+        return now, found
+    found = _placed_without(job, snapshot, known)
+    if found is not None:  # binary search for the first end that lets it fit
+        low, high = 0, len(known)  # fits without known[:high], not without known[:low]
+        while high - low > 1:
+            middle = (low + high) // 2
+            hosts = _placed_without(job, snapshot, known[:middle])
+            if hosts is None:
+                low = middle
+            else:
+                high, found = middle, hosts
+        end = known[high - 1].ends_at
+        return (max(now, end) if end is not None else None), found
+    found = _placed_without(job, snapshot, [*known, *unknown])
+    return None if found is None else (None, found)
+
+
+def _placed_without(
+    job: JobSpec, snapshot: Snapshot, gone: Sequence[Running]
+) -> frozenset[str] | None:
+    for running in gone:
+        release_placement(snapshot, running.placement)
+    try:
+        found = place(job, snapshot)
+    finally:
+        for running in gone:
+            apply_placement(snapshot, running.placement)
+    if not isinstance(found, Placement):
+        return None
+    return frozenset(node.host_id for node in found.nodes)
+
+
+@contextmanager
+def hidden(snapshot: Snapshot, hosts: frozenset[str]) -> Iterator[None]:
+    """Placement does not see these hosts (marked in maintenance) for the block's duration."""
+    saved = [(host, host.state) for host in snapshot.hosts() if host.id in hosts]
+    index = index_of(snapshot)
+    try:
+        for host, _ in saved:
+            host.state = HostState.MAINTENANCE
+        index.states_changed()
+        yield
+    finally:
+        for host, state in saved:
+            host.state = state
+        index.states_changed()
