@@ -323,10 +323,10 @@ def _check(
     if reservation is not None and reservation.starts_at is not None:
         holder = next(h for h in decision.waiting if h.job.name == reservation.job)
         if all(a.job.priority <= holder.job.priority for a in decision.admitted if a.backfill):
-            found = earliest_start(holder.job.job, snapshot, list(live.values()), now)
-            assert found is not None
-            assert found[0] is not None
-            assert found[0] <= reservation.starts_at, "a backfilled job delayed the reservation"
+            recomputed = earliest_start(holder.job.job, snapshot, list(live.values()), now)
+            assert recomputed is not None
+            assert recomputed[0] is not None
+            assert recomputed[0] <= reservation.starts_at, "a backfilled job delayed the reservation"
     return live
 
 
