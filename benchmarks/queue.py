@@ -13,8 +13,10 @@ nodes, 56 GPUs); pods that fit nowhere even on the empty fleet are left out (and
 
 Policies, on the same arrivals: `today` (each pod retries alone, 5 s doubling to 5 min between
 tries, the first retry to come wins), `fifo` (submission order; the first pod that does not fit
-blocks the rest) and `queue` (gpuflow.scheduler.admission, one pass at every instant when a pod
-arrives or ends). Figures per policy: see README.md ("Queue").
+blocks the rest), `queue` (gpuflow.scheduler.admission, one pass at every instant when a pod
+arrives or ends; the trace declares no durations, so backfill never uses reserved hosts) and
+`queue+limits` (the same, each pod declaring its trace lifetime as max_duration: an oracle).
+Figures per policy: see README.md ("Queue").
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.placement import Pod, job_of, load_nodes, snapshot_of  # noqa: E402
 from gpuflow.scheduler import Placement, Snapshot, apply_placement, place, release_placement  # noqa: E402
-from gpuflow.scheduler.admission import Running, Waiting, admit  # noqa: E402
+from gpuflow.scheduler.admission import Reservation, Running, Waiting, admit  # noqa: E402
 from gpuflow.scheduler.quota import gpu_count  # noqa: E402
 from gpuflow.specs import JobSpec, QueueSpec  # noqa: E402
 
@@ -48,7 +50,7 @@ def _data_dir() -> Path:
     return ROOT.parent / "shared" / "data" / "openb"
 
 
-POLICIES = ("today", "fifo", "queue")
+POLICIES = ("today", "fifo", "queue", "queue+limits")
 PRIORITY = {"LS": 100, "Guaranteed": 100, "Burstable": 50, "BE": 0}
 QUEUES = ("a", "b")
 FIRST_RETRY_S, MAX_RETRY_S = 5, 300
@@ -125,6 +127,8 @@ class Simulation:
         self.gpu_seconds = self.busy_gpu_seconds = 0.0
         self.span = self.busy_span = 0
         self.gap = 0.0
+        self.reservation: Reservation | None = None
+        self.limited: dict[str, JobSpec] = {}
         self.queues = [QueueSpec(name=q, gpus=self.fleet_gpus // 2, cohort="openb") for q in QUEUES]
 
     def _push(self, at: int, kind: int, name: str) -> None:
@@ -167,12 +171,13 @@ class Simulation:
         self.first_start.setdefault(name, now)
         self._push(now + pod.lifetime, 0, name)
         self.runs[name] = self.seq
+        ends = now + pod.lifetime if self.policy == "queue+limits" else None
         self.running[name] = Running(
-            name, pod.queue, placement, pod.priority, pod.preemptible, now, None
+            name, pod.queue, placement, pod.priority, pod.preemptible, now, ends
         )
 
     def _decide(self, now: int) -> list[str]:
-        if self.policy == "queue":
+        if self.policy.startswith("queue"):
             return self._admit(now)
         if self.policy == "fifo":
             started = []
@@ -196,10 +201,20 @@ class Simulation:
         self.retry_due.clear()
         return started
 
+    def _job(self, pod: TracePod) -> JobSpec:
+        """`queue+limits`: the pod declares its trace lifetime as max_duration (an oracle: real
+        limits are longer than what jobs use)."""
+        if self.policy != "queue+limits":
+            return pod.job
+        job = self.limited.get(pod.name)
+        if job is None:
+            job = self.limited[pod.name] = pod.job.model_copy(update={"max_duration": pod.lifetime})
+        return job
+
     def _admit(self, now: int) -> list[str]:
         self.retry_due.clear()
         waiting = [
-            Waiting(n, p.queue, p.job, p.arrival, p.priority, p.preemptible)
+            Waiting(n, p.queue, self._job(p), p.arrival, p.priority, p.preemptible)
             for n in self.waiting
             for p in (self.pods[n],)
         ]
@@ -209,7 +224,9 @@ class Simulation:
             waiting=waiting,
             snapshot=self.snapshot,
             now=now,
+            reserved=self.reservation,
         )
+        self.reservation = decision.reservation
         for admitted in decision.admitted:
             for victim in admitted.victims:
                 self.preemptions += 1

@@ -112,9 +112,13 @@ def admit(
     waiting: Sequence[Waiting],
     snapshot: Snapshot,
     now: float,
+    reserved: Reservation | None = None,
 ) -> Decision:
-    """One pass. `snapshot` must hold the running jobs' placements; it is changed."""
-    return _Pass(queues, running, snapshot, now).run(waiting)
+    """One pass. `snapshot` must hold the running jobs' placements; it is changed.
+    `reserved`: the reservation the pass before returned; while its job waits it holds from
+    the start of this pass (jobs ahead of it in this pass's order respect it too) on the same
+    hosts when they can still serve."""
+    return _Pass(queues, running, snapshot, now, reserved).run(waiting)
 
 
 def _order(job: Waiting) -> tuple[float, float, str]:
@@ -133,7 +137,9 @@ class _Pass:
         running: Sequence[Running],
         snapshot: Snapshot,
         now: float,
+        before: Reservation | None,
     ) -> None:
+        self.before = before
         self.quotas = Quotas(queues)
         self.snapshot, self.now = snapshot, now
         self.live = {job.name: job for job in running}
@@ -150,13 +156,18 @@ class _Pass:
             self.quotas.queue(job.queue)
             pending.setdefault(job.queue, []).append(job)
         tried: dict[str, list[Waiting]] = {name: [] for name in pending}
+        holder = next((job for job in waiting if self.before and job.name == self.before.job), None)
+        if holder is not None:  # it holds from the start: jobs ahead of it may not take its room
+            self._reserve(holder)
         while any(pending.values()):
             queue = min((q for q in pending if pending[q]), key=lambda q: (self.quotas.share(q), q))
             job = pending[queue].pop(0)
             self.positions.setdefault(job.name, len(self.positions))
+            held_room = self.reserved is job
             if self._try(job):
                 self.reasons.pop(job.name, None)
-                if self.decision.admitted[-1].victims:  # capacity came back: look again
+                # capacity came back, or the room it held is open to the others: look again
+                if self.decision.admitted[-1].victims or held_room:
                     for name, jobs in tried.items():
                         pending[name] = sorted([*jobs, *pending[name]], key=_order)
                         jobs.clear()
@@ -188,9 +199,12 @@ class _Pass:
 
     def _allowed(self, job: Waiting, placement: Placement) -> bool:
         """The placement does not delay the reservation (or there is none, or it is the job's
-        own, or the job ranks above it)."""
-        reservation = self.decision.reservation
-        if reservation is None or self.reserved is None or job.priority > self.reserved.priority:
+        own, or the job ranks above it in its queue). A job of another queue respects it
+        whatever its priority: priorities order jobs within a queue, not across queues."""
+        reservation, holder = self.decision.reservation, self.reserved
+        if reservation is None or holder is None:
+            return True
+        if job.queue == holder.queue and job.priority > holder.priority:
             return True
         if job.name == reservation.job:
             return True
@@ -204,17 +218,24 @@ class _Pass:
         )
 
     def _place(self, job: Waiting) -> tuple[Placement | None, str]:
+        """Every job but the holder goes outside the reserved hosts when it can: those that
+        may use them (a higher priority, or an end before the reserved start) only when
+        nothing else fits, so the reservation drains."""
         found = place(job.job, self.snapshot)
         if not isinstance(found, Placement):
             return None, NO_CAPACITY
-        if self._allowed(job, found):
+        reservation = self.decision.reservation
+        if reservation is None or job.name == reservation.job:
             return found, ""
-        assert self.decision.reservation is not None
-        with hidden(self.snapshot, self.decision.reservation.hosts):
+        if not reservation.hosts & {node.host_id for node in found.nodes}:
+            return found, ""
+        with hidden(self.snapshot, reservation.hosts):
             elsewhere = place(job.job, self.snapshot)
         if isinstance(elsewhere, Placement):
             return elsewhere, ""
-        return None, RESERVED_FOR + self.decision.reservation.job
+        if self._allowed(job, found):
+            return found, ""
+        return None, RESERVED_FOR + reservation.job
 
     def _take(self, job: Waiting, placement: Placement, victims: tuple[str, ...]) -> None:
         apply_placement(self.snapshot, placement)
@@ -238,7 +259,9 @@ class _Pass:
     def _reserve(self, job: Waiting) -> None:
         if self.reserved is not None and job.priority <= self.reserved.priority:
             return
-        found = earliest_start(job.job, self.snapshot, list(self.live.values()), self.now)
+        keep = self.before.hosts if self.before and self.before.job == job.name else frozenset()
+        live = list(self.live.values())
+        found = earliest_start(job.job, self.snapshot, live, self.now, keep=keep)
         if found is not None:
             self.reserved = job
             self.decision.reservation = Reservation(job.name, *found)

@@ -13,6 +13,7 @@ from gpuflow.scheduler.admission import (
     NO_CAPACITY,
     QUOTA,
     Decision,
+    Reservation,
     Running,
     Waiting,
     admit,
@@ -326,7 +327,8 @@ def _check(
             recomputed = earliest_start(holder.job.job, snapshot, list(live.values()), now)
             assert recomputed is not None
             assert recomputed[0] is not None
-            assert recomputed[0] <= reservation.starts_at, "a backfilled job delayed the reservation"
+            delayed = "a backfilled job delayed the reservation"
+            assert recomputed[0] <= reservation.starts_at, delayed
     return live
 
 
@@ -342,6 +344,7 @@ def test_streams_keep_order_quota_reservation_and_preemption_rules(
     pending: list[Waiting] = []
     count = 0
     seen: set[str] = set()
+    reserved: Reservation | None = None
     for step, (jobs, ending) in enumerate(steps):
         now = step * 300.0
         for job in sorted(live.values(), key=lambda r: (r.started_at, r.name))[:ending]:
@@ -351,8 +354,14 @@ def test_streams_keep_order_quota_reservation_and_preemption_rules(
             count += 1
             pending.append(waiting(f"j{count}", at=now, **raw))
         decision = admit(
-            queues=queues, running=list(live.values()), waiting=pending, snapshot=snapshot, now=now
+            queues=queues,
+            running=list(live.values()),
+            waiting=pending,
+            snapshot=snapshot,
+            now=now,
+            reserved=reserved,
         )
+        reserved = decision.reservation
         live = _check(queues, live, decision, snapshot, now)
         pending = [held.job for held in decision.waiting]
         assert [h.position for h in decision.waiting] == list(range(len(pending)))
