@@ -127,6 +127,9 @@ class Simulation:
         self.gpu_seconds = self.busy_gpu_seconds = 0.0
         self.span = self.busy_span = 0
         self.gap = 0.0
+        self.gap_now: float | None = None  # while both queues have waiting pods
+        self.gap_seconds = 0.0
+        self.both_span = 0
         self.reservation: Reservation | None = None
         self.limited: dict[str, JobSpec] = {}
         self.queues = [QueueSpec(name=q, gpus=self.fleet_gpus // 2, cohort="openb") for q in QUEUES]
@@ -161,6 +164,9 @@ class Simulation:
         if self.waiting:
             self.busy_gpu_seconds += held * (now - last)
             self.busy_span += now - last
+        if self.gap_now is not None:
+            self.gap_seconds += self.gap_now * (now - last)
+            self.both_span += now - last
 
     def _start(self, name: str, placement: Placement, now: int, *, applied: bool) -> None:
         pod = self.pods[name]
@@ -251,13 +257,15 @@ class Simulation:
                 if fits[key]:
                     self.inversions += 1
                     break
+        self.gap_now = None
         if {self.pods[n].queue for n in self.waiting} == set(QUEUES):
             held = dict.fromkeys(QUEUES, 0.0)
             for run in self.running.values():
                 held[run.queue] += gpu_count(run.placement)
             total = sum(held.values())
             if total:
-                self.gap = max(self.gap, max(abs(h / total - 0.5) for h in held.values()))
+                self.gap_now = max(abs(h / total - 0.5) for h in held.values())
+                self.gap = max(self.gap, self.gap_now)
 
     def report(self) -> dict[str, object]:
         waits: dict[int, list[float]] = {100: [], 50: [], 0: []}
@@ -283,6 +291,8 @@ class Simulation:
             "preemptions": self.preemptions,
             "max_wait_8gpu_s": max(eight, default=0),
             "max_share_gap_pct": 100 * self.gap,
+            "mean_share_gap_pct": 100 * self.gap_seconds / max(1, self.both_span),
+            "both_waiting_s": self.both_span,
         }
 
 
@@ -301,26 +311,24 @@ def simulate(
 
 def table(results: dict[str, dict[str, object]]) -> str:
     """Two tables under 80 columns: waits per priority class, then the other figures."""
-    lines = [
-        f"{'policy':<7}{'wait mean / p95 (s):':>22}{'prio 100':>17}{'prio 50':>17}{'prio 0':>17}",
-    ]
+    lines = [f"{'wait s: mean / p95':<20}{'prio 100':>17}{'prio 50':>17}{'prio 0':>17}"]
     for policy, report in results.items():
         waits = report["wait_s"]
         assert isinstance(waits, dict)
         cells = "".join(
             f"{waits[k]['mean']:>8.0f} /{waits[k]['p95']:>7.0f}" for k in ("100", "50", "0")
         )
-        lines.append(f"{policy:<29}{cells}")
+        lines.append(f"{policy:<20}{cells}")
     lines.append("")
     lines.append(
-        f"{'policy':<7}{'alloc%':>8}{'busy%':>8}{'invers.':>9}{'preempt':>9}"
-        f"{'8-GPU max wait s':>18}{'share gap pp':>14}{'unstarted':>10}"
+        f"{'policy':<13}{'alloc%':>7}{'busy%':>7}{'invers':>7}{'preempt':>8}"
+        f"{'8-GPU max s':>12}{'gap max':>8}{'gap avg':>8}{'unstarted':>10}"
     )
     for policy, r in results.items():
         lines.append(
-            f"{policy:<7}{r['gpu_alloc_pct']:>8.2f}{r['gpu_alloc_busy_pct']:>8.1f}"
-            f"{r['priority_inversions']:>9}{r['preemptions']:>9}{r['max_wait_8gpu_s']:>18.0f}"
-            f"{r['max_share_gap_pct']:>14.1f}{r['never_started']:>10}"
+            f"{policy:<13}{r['gpu_alloc_pct']:>7.2f}{r['gpu_alloc_busy_pct']:>7.1f}"
+            f"{r['priority_inversions']:>7}{r['preemptions']:>8}{r['max_wait_8gpu_s']:>12.0f}"
+            f"{r['max_share_gap_pct']:>8.1f}{r['mean_share_gap_pct']:>8.1f}{r['never_started']:>10}"
         )
     return "\n".join(lines)
 
