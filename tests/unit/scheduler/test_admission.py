@@ -166,6 +166,27 @@ def test_a_small_job_backfills_only_if_it_ends_before_the_reservation() -> None:
     }
 
 
+def test_a_reservation_holds_from_the_start_of_the_next_pass() -> None:
+    snapshot = fleet(2)
+    elsewhere = start(snapshot, waiting("a-steady", 8))
+    ending = start(snapshot, waiting("a-ending", 4))
+    big = waiting("a-big", 8, at=1)
+    first = admit(queues=TWO, running=[elsewhere, ending], waiting=[big], snapshot=snapshot, now=0)
+    assert first.reservation is not None
+    release_placement(snapshot, ending.placement)
+    # queue b's share is lower, so its job is tried first; the room is a-big's all the same
+    second = admit(
+        queues=TWO,
+        running=[elsewhere],
+        waiting=[big, waiting("b-small", 2, queue="b", at=2)],
+        snapshot=snapshot,
+        now=10,
+        reserved=first.reservation,
+    )
+    assert names(second) == ["a-big"]
+    assert reasons(second) == {"b-small": NO_CAPACITY}
+
+
 def test_a_higher_priority_job_preempts_the_smallest_preemptible_job_of_its_queue() -> None:
     snapshot = fleet(1)
     held = [
