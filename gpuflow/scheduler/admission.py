@@ -259,7 +259,8 @@ class _Pass:
     def _reserve(self, job: Waiting) -> None:
         if self.reserved is not None and job.priority <= self.reserved.priority:
             return
-        keep = self.before.hosts if self.before and self.before.job == job.name else frozenset()
+        before = self.before
+        keep = before.hosts if before and before.job == job.name else frozenset()
         live = list(self.live.values())
         found = earliest_start(job.job, self.snapshot, live, self.now, keep=keep)
         if found is not None:

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 from gpuflow.scheduler.index import index_of
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.place import place
-from gpuflow.scheduler.quota import gpu_count
 from gpuflow.scheduler.usage import apply_placement, release_placement
 from gpuflow.specs import JobSpec
 from gpuflow.status import HostState
@@ -49,8 +48,10 @@ def earliest_start(
     """(start, host ids) for the job; None when it fits nowhere even on an empty fleet.
 
     When no known end lets it fit, the hosts are the ones freed by releasing the fewest jobs
-    without a known end, smallest first; `keep` (the hosts reserved for it by the pass before)
-    wins when it can still serve, so a reservation drains the same hosts from pass to pass."""
+    without a known end, the most recently started first (job lifetimes are heavy-tailed: one
+    that has run for long is likely to run longer still); `keep` (the hosts reserved for it by
+    the pass before) wins when it can still serve, so a reservation drains the same hosts from
+    pass to pass."""
     known = sorted((r for r in running if r.ends_at is not None), key=lambda r: (r.ends_at, r.name))
     found = _placed_without(job, snapshot, [])
     if found is not None:
@@ -62,7 +63,7 @@ def earliest_start(
         return (max(now, end) if end is not None else None), found
     unknown = sorted(
         (r for r in running if r.ends_at is None),
-        key=lambda r: (gpu_count(r.placement), -r.started_at, r.name),
+        key=lambda r: (-r.started_at, r.name),
     )
     everything = [*known, *unknown]
     if keep:
