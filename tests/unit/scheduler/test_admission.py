@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -137,6 +138,33 @@ def test_a_queue_borrows_idle_quota_of_its_cohort_within_its_limit() -> None:
     )
     assert names(decision) == ["big", "more"]
     assert reasons(decision) == {"too-much": QUOTA}
+
+
+def test_a_lender_lends_no_more_than_its_lending_limit() -> None:
+    queues = [
+        QueueSpec(name="a", gpus=8, cohort="lab"),
+        QueueSpec(name="b", gpus=8, cohort="lab", lending_limit=2),
+    ]
+    decision = admit(
+        queues=queues,
+        running=[],
+        waiting=[waiting("own", 8, at=1), waiting("lent", 2, at=2), waiting("more", 1, at=3)],
+        snapshot=fleet(2),
+        now=0,
+    )
+    assert names(decision) == ["own", "lent"]
+    assert reasons(decision) == {"more": QUOTA}
+
+
+def test_a_job_of_an_unknown_queue_is_a_caller_error() -> None:
+    with pytest.raises(ValueError, match="no queue named x; known: a"):
+        admit(
+            queues=[QueueSpec(name="a", gpus=1)],
+            running=[],
+            waiting=[waiting("lost", 1, queue="x")],
+            snapshot=fleet(1),
+            now=0,
+        )
 
 
 def test_a_small_job_backfills_only_if_it_ends_before_the_reservation() -> None:
