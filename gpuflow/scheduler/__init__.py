@@ -7,8 +7,20 @@ workflow's place step, manual selection, `gpuflow offers` and the dry run:
     explain(job, snapshot, fleets=None) -> Offers
     apply_placement(snapshot, placement) / release_placement(snapshot, placement)
     plan_together(jobs, snapshot) -> [JobPlan]   (several jobs, each after the ones before it)
+    admit(queues=, running=, waiting=, snapshot=, now=, reserved=) -> Decision   (one admission
+        pass over the queues: who starts, who is preempted, why the others wait)
 """
 
+from gpuflow.scheduler.admission import (
+    Admitted,
+    Decision,
+    Held,
+    Preemption,
+    Reservation,
+    Running,
+    Waiting,
+    admit,
+)
 from gpuflow.scheduler.blocks import blocks_busy
 from gpuflow.scheduler.compat import compatibility
 from gpuflow.scheduler.model import (
@@ -36,19 +48,27 @@ offers = explain
 __all__ = [
     "DEFAULT_SCORER",
     "SCORER_NAMES",
+    "Admitted",
+    "Decision",
     "FleetSnapshot",
     "GpuSlot",
+    "Held",
     "HostSnapshot",
     "JobPlan",
     "NodePlacement",
     "Offer",
     "Offers",
     "Placement",
+    "Preemption",
     "Rejection",
     "Request",
+    "Reservation",
+    "Running",
     "Snapshot",
     "TypicalRequest",
     "Unschedulable",
+    "Waiting",
+    "admit",
     "apply_placement",
     "blocks_busy",
     "compatibility",

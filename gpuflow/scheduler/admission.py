@@ -1,0 +1,354 @@
+"""One admission pass (docs/architecture.md, "Queues and admission"): which waiting jobs start
+now, on which placement, and which running jobs are preempted for them. Pure and deterministic:
+it reads the queues, the jobs and a snapshot of the fleets, and changes only that snapshot
+(admitted placements applied, victims' released), as `plan_together` does.
+
+Order: the queue with the lowest dominant share goes next (recomputed after every admission),
+within a queue higher priority first, then earlier submission, then name. Fit is decided by
+`place` only. A job that does not fit does not block the ones behind it (best effort), except
+that the highest-priority job blocked for capacity holds a reservation (reservation.py): the
+jobs after it may only take capacity its reservation does not need. A job that does not fit may
+preempt `preemptible` running jobs: lower-priority ones of its own queue, or, when it stays
+within its queue's nominal quota, jobs of queues of its cohort that are borrowing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from gpuflow.scheduler.model import Placement, Snapshot
+from gpuflow.scheduler.place import place
+from gpuflow.scheduler.quota import Quotas, gpu_count
+from gpuflow.scheduler.reservation import Reservation, earliest_start, hidden
+from gpuflow.scheduler.usage import apply_placement, release_placement
+from gpuflow.specs import JobSpec
+from gpuflow.specs.queue import QueueSpec
+
+NO_CAPACITY = "no_capacity"
+QUOTA = "quota"
+RESERVED_FOR = "reserved_for:"
+
+__all__ = [
+    "NO_CAPACITY",
+    "QUOTA",
+    "RESERVED_FOR",
+    "Admitted",
+    "Decision",
+    "Held",
+    "Preemption",
+    "Reservation",
+    "Running",
+    "Waiting",
+    "admit",
+]
+
+
+@dataclass(frozen=True)
+class Running:
+    """A job that holds capacity (its placement is applied in the snapshot)."""
+
+    name: str
+    queue: str
+    placement: Placement
+    priority: int = 0
+    preemptible: bool = False
+    started_at: float = 0.0
+    ends_at: float | None = None
+    """Start + the job's max_duration, when it declares one; None: unknown."""
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A job waiting in a queue; `job` carries its resources, nodes and max_duration."""
+
+    name: str
+    queue: str
+    job: JobSpec
+    submitted_at: float
+    priority: int = 0
+    preemptible: bool = False
+
+
+@dataclass(frozen=True)
+class Admitted:
+    job: Waiting
+    placement: Placement
+    victims: tuple[str, ...] = ()
+    """Running jobs preempted to make room for it (already released in the snapshot)."""
+    backfill: bool = False
+    """Admitted while a reservation for an earlier job stood."""
+
+
+@dataclass(frozen=True)
+class Preemption:
+    victim: str
+    for_job: str
+
+
+@dataclass(frozen=True)
+class Held:
+    """A job left waiting: why (no_capacity, quota or reserved_for:<job>) and its position in
+    the order of this pass (0 first)."""
+
+    job: Waiting
+    reason: str
+    position: int
+
+
+@dataclass
+class Decision:
+    admitted: list[Admitted] = field(default_factory=list)
+    """In the order they were decided (a victim is released just before its preemptor)."""
+    preemptions: list[Preemption] = field(default_factory=list)
+    waiting: list[Held] = field(default_factory=list)
+    reservation: Reservation | None = None
+
+
+def admit(
+    *,
+    queues: Sequence[QueueSpec],
+    running: Sequence[Running],
+    waiting: Sequence[Waiting],
+    snapshot: Snapshot,
+    now: float,
+    reserved: Reservation | None = None,
+) -> Decision:
+    """One pass. `snapshot` must hold the running jobs' placements; it is changed.
+    `reserved`: the reservation the pass before returned; while its job waits it holds from
+    the start of this pass (jobs ahead of it in this pass's order respect it too) on the same
+    hosts when they can still serve."""
+    return _Pass(queues, running, snapshot, now, reserved).run(waiting)
+
+
+def _order(job: Waiting) -> tuple[float, float, str]:
+    return (-job.priority, job.submitted_at, job.name)
+
+
+def _victim_order(job: Running) -> tuple[float, int, float, str]:
+    """Preferred victims first: fewest GPUs, lowest priority, most recently started."""
+    return (gpu_count(job.placement), job.priority, -job.started_at, job.name)
+
+
+class _Pass:
+    def __init__(
+        self,
+        queues: Sequence[QueueSpec],
+        running: Sequence[Running],
+        snapshot: Snapshot,
+        now: float,
+        before: Reservation | None,
+    ) -> None:
+        self.before = before
+        self.quotas = Quotas(queues)
+        self.snapshot, self.now = snapshot, now
+        self.live = {job.name: job for job in running}
+        for job in running:
+            self.quotas.add(job.queue, self.quotas.demand(job.queue, job.placement))
+        self.decision = Decision()
+        self.reasons: dict[str, str] = {}
+        self.positions: dict[str, int] = {}
+        self.reserved: Waiting | None = None
+
+    def run(self, waiting: Sequence[Waiting]) -> Decision:
+        pending: dict[str, list[Waiting]] = {}
+        for job in sorted(waiting, key=_order):
+            self.quotas.queue(job.queue)
+            pending.setdefault(job.queue, []).append(job)
+        tried: dict[str, list[Waiting]] = {name: [] for name in pending}
+        holder = next((job for job in waiting if self.before and job.name == self.before.job), None)
+        if holder is not None:  # it holds from the start: jobs ahead of it may not take its room
+            self._reserve(holder)
+        while any(pending.values()):
+            queue = min((q for q in pending if pending[q]), key=lambda q: (self.quotas.share(q), q))
+            job = pending[queue].pop(0)
+            self.positions.setdefault(job.name, len(self.positions))
+            held_room = self.reserved is job
+            if self._try(job):
+                self.reasons.pop(job.name, None)
+                # capacity came back, or the room it held is open to the others: look again
+                if self.decision.admitted[-1].victims or held_room:
+                    for name, jobs in tried.items():
+                        pending[name] = sorted([*jobs, *pending[name]], key=_order)
+                        jobs.clear()
+            else:
+                tried[queue].append(job)
+        held = [job for jobs in tried.values() for job in jobs]
+        held.sort(key=lambda job: self.positions[job.name])
+        self.decision.waiting = [
+            Held(job, self.reasons[job.name], position) for position, job in enumerate(held)
+        ]
+        return self.decision
+
+    def _try(self, job: Waiting) -> bool:
+        placement, reason = self._place(job)
+        if placement is not None:
+            demand = self.quotas.demand(job.queue, placement)
+            if self.quotas.allows(job.queue, demand):
+                self._take(job, placement, ())
+                return True
+            reason = QUOTA
+        found = self._preempt(job)
+        if found is not None:
+            self._take(job, *found)
+            return True
+        self.reasons[job.name] = reason
+        if reason == NO_CAPACITY:
+            self._reserve(job)
+        return False
+
+    def _allowed(self, job: Waiting, placement: Placement) -> bool:
+        """The placement does not delay the reservation (or there is none, or it is the job's
+        own, or the job ranks above it in its queue). A job of another queue respects it
+        whatever its priority: priorities order jobs within a queue, not across queues."""
+        reservation, holder = self.decision.reservation, self.reserved
+        if reservation is None or holder is None:
+            return True
+        if job.queue == holder.queue and job.priority > holder.priority:
+            return True
+        if job.name == reservation.job:
+            return True
+        if not reservation.hosts & {node.host_id for node in placement.nodes}:
+            return True
+        duration = job.job.max_duration
+        return (
+            reservation.starts_at is not None
+            and duration is not None
+            and self.now + duration <= reservation.starts_at
+        )
+
+    def _place(self, job: Waiting) -> tuple[Placement | None, str]:
+        """Every job but the holder goes outside the reserved hosts when it can: those that
+        may use them (a higher priority, or an end before the reserved start) only when
+        nothing else fits, so the reservation drains."""
+        found = place(job.job, self.snapshot)
+        if not isinstance(found, Placement):
+            return None, NO_CAPACITY
+        reservation = self.decision.reservation
+        if reservation is None or job.name == reservation.job:
+            return found, ""
+        if not reservation.hosts & {node.host_id for node in found.nodes}:
+            return found, ""
+        with hidden(self.snapshot, reservation.hosts):
+            elsewhere = place(job.job, self.snapshot)
+        if isinstance(elsewhere, Placement):
+            return elsewhere, ""
+        if self._allowed(job, found):
+            return found, ""
+        return None, RESERVED_FOR + reservation.job
+
+    def _take(self, job: Waiting, placement: Placement, victims: tuple[str, ...]) -> None:
+        apply_placement(self.snapshot, placement)
+        self.quotas.add(job.queue, self.quotas.demand(job.queue, placement))
+        duration = job.job.max_duration
+        self.live[job.name] = Running(
+            name=job.name,
+            queue=job.queue,
+            placement=placement,
+            priority=job.priority,
+            preemptible=job.preemptible,
+            started_at=self.now,
+            ends_at=None if duration is None else self.now + duration,
+        )
+        backfill = self.decision.reservation is not None and self.reserved is not job
+        self.decision.admitted.append(Admitted(job, placement, victims, backfill))
+        self.decision.preemptions.extend(Preemption(name, job.name) for name in victims)
+        if self.reserved is job:
+            self.reserved, self.decision.reservation = None, None
+
+    def _reserve(self, job: Waiting) -> None:
+        if self.reserved is not None and job.priority <= self.reserved.priority:
+            return
+        before = self.before
+        keep = before.hosts if before and before.job == job.name else frozenset()
+        live = list(self.live.values())
+        found = earliest_start(job.job, self.snapshot, live, self.now, keep=keep)
+        if found is not None:
+            self.reserved = job
+            self.decision.reservation = Reservation(job.name, *found)
+
+    def _candidates(self, job: Waiting) -> list[Running]:
+        cohort = set(self.quotas.cohort(job.queue)) - {job.queue}
+        same = [
+            r
+            for r in self.live.values()
+            if r.preemptible and r.queue == job.queue and r.priority < job.priority
+        ]
+        others = [
+            r
+            for r in self.live.values()
+            if r.preemptible and r.queue in cohort and self.quotas.borrowing(r.queue)
+        ]
+        return sorted([*same, *others], key=_victim_order)
+
+    def _preempt(self, job: Waiting) -> tuple[Placement, tuple[str, ...]] | None:
+        """A placement for the job once some candidates are released, and those victims
+        (released from the snapshot and the quotas); None leaves both as they were."""
+        candidates = self._candidates(job)
+        if not candidates or self._placed_without(job, candidates) is None:
+            return None
+        # the fewest preferred victims that make room (releasing more never takes room away)
+        low, high = 0, len(candidates)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if self._placed_without(job, candidates[:middle]) is None:
+                low = middle
+            else:
+                high = middle
+        out = candidates[:high]
+        for victim in out:
+            self._release(victim)
+        found = place(job.job, self.snapshot)
+        if isinstance(found, Placement) and self._allowed(job, found):
+            apply_placement(self.snapshot, found)
+            for victim in reversed(candidates[:high]):  # the most protected go back first
+                try:
+                    self._restore(victim)
+                except ValueError:
+                    continue
+                out.remove(victim)
+            release_placement(self.snapshot, found)
+            if self._quota_after(job, found, out, candidates):
+                for victim in out:
+                    del self.live[victim.name]
+                return found, tuple(victim.name for victim in out)
+        for victim in out:
+            self._restore(victim)
+        return None
+
+    def _quota_after(
+        self, job: Waiting, found: Placement, out: list[Running], candidates: list[Running]
+    ) -> bool:
+        """With `out` released, the job fits its quota, releasing more jobs of its own queue if
+        that is what it takes (added to `out`); victims of other queues are allowed only when
+        the job stays within its nominal quota."""
+        demand = self.quotas.demand(job.queue, found)
+        extra = [c for c in candidates if c.queue == job.queue and c not in out]
+        while not self.quotas.allows(job.queue, demand):
+            if not extra:
+                return False
+            victim = extra.pop(0)
+            self._release(victim)
+            out.append(victim)
+        if any(victim.queue != job.queue for victim in out):
+            return self.quotas.within_nominal(job.queue, demand)
+        return True
+
+    def _placed_without(self, job: Waiting, gone: list[Running]) -> Placement | None:
+        for victim in gone:
+            release_placement(self.snapshot, victim.placement)
+        try:
+            found = place(job.job, self.snapshot)
+        finally:
+            for victim in gone:
+                apply_placement(self.snapshot, victim.placement)
+        return found if isinstance(found, Placement) and self._allowed(job, found) else None
+
+    def _release(self, job: Running) -> None:
+        release_placement(self.snapshot, job.placement)
+        self.quotas.add(job.queue, self.quotas.demand(job.queue, job.placement), -1.0)
+
+    def _restore(self, job: Running) -> None:
+        """Raises ValueError (changing nothing) when its capacity is taken."""
+        apply_placement(self.snapshot, job.placement)
+        self.quotas.add(job.queue, self.quotas.demand(job.queue, job.placement))

@@ -1,0 +1,120 @@
+"""Queue quotas as admission counts them: GPUs per quota key (a GPU model, or ANY_MODEL for a
+total), per queue, with borrowing from the idle quota of the queue's cohort.
+
+A queue may always use up to its nominal quota (capacity permitting; if borrowers hold it, they
+may be preempted). Beyond that it borrows: its own borrowing stays within its
+`borrowing_limit`, and the cohort's total borrowing stays within what its queues lend, each
+lending at most `lending_limit` of its idle quota.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from gpuflow.scheduler.model import Placement
+from gpuflow.specs.queue import ANY_MODEL, QueueSpec
+
+EPSILON = 1e-9
+Demand = Mapping[str, float]
+"""GPUs per quota key."""
+
+
+def gpus_by_model(placement: Placement) -> dict[str, float]:
+    """GPUs a placement holds per model; a shared GPU counts as its fraction."""
+    held: dict[str, float] = defaultdict(float)
+    for node in placement.nodes:
+        share = node.gpu_fraction or 1.0
+        for name in node.gpu_names:
+            held[name.upper()] += share
+    return dict(held)
+
+
+def gpu_count(placement: Placement) -> float:
+    return sum(gpus_by_model(placement).values())
+
+
+class Quotas:
+    """Usage of every queue against its quota; changed as admission takes and frees GPUs."""
+
+    def __init__(self, queues: Iterable[QueueSpec]) -> None:
+        self.queues = {queue.name: queue for queue in queues}
+        self.usage: dict[str, dict[str, float]] = {name: defaultdict(float) for name in self.queues}
+
+    def queue(self, name: str) -> QueueSpec:
+        found = self.queues.get(name)
+        if found is None:
+            raise ValueError(f"no queue named {name}; known: {', '.join(sorted(self.queues))}")
+        return found
+
+    def demand(self, queue: str, placement: Placement) -> dict[str, float]:
+        """What the placement counts against this queue's quota keys."""
+        held = gpus_by_model(placement)
+        if ANY_MODEL in self.queue(queue).quota:
+            return {ANY_MODEL: sum(held.values())} if held else {}
+        return held
+
+    def add(self, queue: str, demand: Demand, sign: float = 1.0) -> None:
+        usage = self.usage[self.queue(queue).name]
+        for key, gpus in demand.items():
+            usage[key] = max(0.0, usage[key] + sign * gpus)
+
+    def share(self, queue: str) -> float:
+        """Dominant share: the highest usage / nominal quota over the queue's keys (usage of a
+        key without quota counts as a very large share)."""
+        quota, usage = self.queue(queue).quota, self.usage[queue]
+        share = 0.0
+        for key in set(quota) | set(usage):
+            used, nominal = usage.get(key, 0.0), quota.get(key, 0)
+            if used > EPSILON:
+                share = max(share, used / nominal if nominal else 1e9 * used)
+        return share
+
+    def borrowed(self, queue: str, key: str) -> float:
+        return max(0.0, self.usage[queue].get(key, 0.0) - self.queue(queue).quota.get(key, 0))
+
+    def borrowing(self, queue: str) -> bool:
+        return any(self.borrowed(queue, key) > EPSILON for key in self.usage[queue])
+
+    def within_nominal(self, queue: str, demand: Demand) -> bool:
+        quota, usage = self.queue(queue).quota, self.usage[queue]
+        return all(
+            usage.get(key, 0.0) + gpus <= quota.get(key, 0) + EPSILON
+            for key, gpus in demand.items()
+        )
+
+    def cohort(self, queue: str) -> list[str]:
+        """The queues that share with this one, itself included (itself alone without cohort)."""
+        cohort = self.queue(queue).cohort
+        if cohort is None:
+            return [queue]
+        return sorted(name for name, spec in self.queues.items() if spec.cohort == cohort)
+
+    def lendable(self, queue: str, key: str) -> float:
+        """Idle quota of this queue that its cohort may borrow now."""
+        spec = self.queue(queue)
+        idle = max(0.0, spec.quota.get(key, 0) - self.usage[queue].get(key, 0.0))
+        return idle if spec.lending_limit is None else min(idle, spec.lending_limit)
+
+    def allows(self, queue: str, demand: Demand) -> bool:
+        """Whether the queue may take `demand` more GPUs under its quota and its cohort's."""
+        if self.within_nominal(queue, demand):
+            return True
+        spec = self.queue(queue)
+        if spec.cohort is None:
+            return False
+        self.add(queue, demand)
+        try:
+            return all(self.borrowing_fits(queue, key) for key in demand)
+        finally:
+            self.add(queue, demand, -1.0)
+
+    def borrowing_fits(self, queue: str, key: str) -> bool:
+        """The queue's borrowing of `key` is within its limit and within what its cohort lends."""
+        limit = self.queue(queue).borrowing_limit
+        if limit is not None and self.borrowed(queue, key) > limit + EPSILON:
+            return False
+        members = self.cohort(queue)
+        borrowed = sum(self.borrowed(name, key) for name in members)
+        lent = sum(self.lendable(name, key) for name in members)
+        return borrowed <= lent + EPSILON
