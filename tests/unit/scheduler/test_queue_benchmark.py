@@ -1,4 +1,4 @@
-"""The queue benchmark's code path (benchmarks/queue.py) on a tiny synthetic trace."""
+"""The queue benchmark's code path (benchmarks/queueing.py) on a tiny synthetic trace."""
 
 from __future__ import annotations
 
@@ -40,7 +40,9 @@ PODS = (
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("queue_bench", ROOT / "benchmarks" / "queue.py")
+    spec = importlib.util.spec_from_file_location(
+        "queue_bench", ROOT / "benchmarks" / "queueing.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["queue_bench"] = module

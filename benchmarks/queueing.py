@@ -1,6 +1,6 @@
 """Queue benchmark: the openb default trace online through admission, in simulated time.
 
-    python benchmarks/queue.py trace [--json PATH] [--every 100] [--limit N]
+    python benchmarks/queueing.py trace [--json PATH] [--every 100] [--limit N]
 
 Pods arrive at `creation_time` and, once started, hold their resources for their trace
 lifetime: `deletion_time - scheduled_time`, or `deletion_time - creation_time` for the pods the
