@@ -19,20 +19,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from gpuflow.specs.fleet import HostDecl
+from gpuflow.ssh.commands import check_exit, last_line, program, run_command, shell_command
 from gpuflow.ssh.remote_agent import agent_control
 from gpuflow.ssh.session import (
     ProvisioningError,
     ProvisioningProblem,
     SshTarget,
-    check_exit,
     connect,
     gpuflow_known_hosts,
-    last_line,
-    program,
     push_ssh_file,
     push_ssh_files,
-    run_command,
-    shell_command,
 )
 from gpuflow.workflows.models import HostFacts
 

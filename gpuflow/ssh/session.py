@@ -9,10 +9,9 @@ import contextlib
 import fcntl
 import logging
 import os
-import re
 import shlex
 import socket
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -26,15 +25,10 @@ __all__ = [
     "ProvisioningError",
     "ProvisioningProblem",
     "SshTarget",
-    "check_exit",
     "connect",
     "gpuflow_known_hosts",
-    "last_line",
-    "program",
     "push_ssh_file",
     "push_ssh_files",
-    "run_command",
-    "shell_command",
 ]
 
 logger = logging.getLogger(__name__)
@@ -351,74 +345,3 @@ def _remember_host_key(target: SshTarget, store: Path, key: asyncssh.SSHKey | No
         key_type, key_base64 = key.export_public_key("openssh").decode().split()[:2]
         file.write(f"{_known_hosts_pattern(target)} {key_type} {key_base64}\n")
     logger.info("remembered the host key of host %s in %s", target.host_id, store)
-
-
-# --- remote commands --------------------------------------------------------------------------
-
-
-def program(python: str) -> str:
-    # a quoted ~ is not expanded by the remote shell, and `~/venv/bin/python` is a natural value
-    if python.startswith("~/"):
-        return '"$HOME"/' + shlex.quote(python[2:])
-    return shlex.quote(python)
-
-
-def shell_command(argv: Sequence[str], python: str) -> str:
-    words = []
-    for item in argv:
-        if item == "{python}":
-            words.append(program(python))
-        else:
-            words.append(shlex.quote(item.format(python=python)))
-    return " ".join(words)
-
-
-async def run_command(
-    conn: asyncssh.SSHClientConnection, target: SshTarget, command: str
-) -> asyncssh.SSHCompletedProcess:
-    try:
-        return await conn.run(command, check=False, timeout=target.command_timeout)
-    except asyncssh.TimeoutError:
-        raise target.error(
-            ProvisioningProblem.REMOTE_COMMAND_FAILED,
-            f"a gpuflow command did not finish within {target.command_timeout:g} s on the host",
-        ) from None
-    except (asyncssh.Error, OSError):
-        raise target.error(
-            ProvisioningProblem.UNREACHABLE,
-            "the SSH connection broke while running a gpuflow command; check the host",
-        ) from None
-
-
-def last_line(text: object) -> str:
-    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
-    return lines[-1][:300] if lines else ""
-
-
-def check_exit(target: SshTarget, result: asyncssh.SSHCompletedProcess) -> None:
-    if result.exit_status == 0:
-        return
-    stderr = str(result.stderr or "")
-    if result.exit_status in (126, 127):
-        raise target.error(
-            ProvisioningProblem.PYTHON_MISSING,
-            f"{target.python} cannot be run on the host; install Python 3.11+ with gpuflow "
-            "there or set `python` to the interpreter that has gpuflow",
-        )
-    missing = re.search(r"No module named '(gpuflow[\w.]*)'", stderr)
-    if missing and missing.group(1) in ("gpuflow", "gpuflow.worker", "gpuflow.agent.main"):
-        raise target.error(
-            ProvisioningProblem.GPUFLOW_MISSING,
-            f"gpuflow is not installed for {target.python} on the host; pip install gpuflow "
-            "there or set `python` to the interpreter that has it",
-        )
-    if missing:
-        raise target.error(
-            ProvisioningProblem.GPUFLOW_MISSING,
-            f"gpuflow on the host cannot import {missing.group(1)}; install the same gpuflow "
-            "version on the host as on the control worker",
-        )
-    detail = last_line(stderr) or f"exit status {result.exit_status}"
-    raise target.error(
-        ProvisioningProblem.REMOTE_COMMAND_FAILED, f"a gpuflow command failed on the host: {detail}"
-    )
