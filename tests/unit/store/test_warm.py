@@ -5,22 +5,28 @@ last GPU get it once."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import tempfile
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from sqlmodel import select
+from sqlmodel import Session, select
 
 from gpuflow.errors import GpuflowError
 from gpuflow.scheduler import place
-from gpuflow.scheduler.model import Placement, Unschedulable
+from gpuflow.scheduler.model import Placement, Snapshot, Unschedulable
 from gpuflow.services.capacity import read_snapshot, release_allocation, take_allocation
+from gpuflow.services.changes import Versions
 from gpuflow.services.fleets import apply_fleet, delete_fleet, set_host_state
+from gpuflow.services.snapshot import read_fleets
+from gpuflow.services.warm import WarmCapacity, warm_capacity
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.status import HostState
 from gpuflow.store.db import Store
@@ -59,13 +65,76 @@ def _cold(store: Store, job: JobSpec, fleets: list[str] | None) -> Placement | U
         return place(job, read_snapshot(session, fleets=fleets), fleets=fleets)
 
 
+def _aged(text: str) -> str:
+    # How long ago a lost host was heard is worded at each read: a second may pass between two.
+    return re.sub(r"last heartbeat \S+ ago", "last heartbeat ? ago", text)
+
+
 def _words(result: Placement | Unschedulable) -> Any:
     if isinstance(result, Placement):
         return result
-    # How long ago a lost host was heard is worded at each read: a second may pass between two.
-    return [
-        re.sub(r"last heartbeat \S+ ago", "last heartbeat ? ago", line) for line in result.lines
-    ]
+    return [_aged(line) for line in result.lines]
+
+
+def _plain(snapshot: Snapshot) -> Any:
+    """The snapshot as plain data that two reads of one database state give alike: fleets and
+    hosts in order, each host's state and usage (GPU shares, blocks, CPUs, memory, disk)."""
+    fleets = []
+    for fleet in snapshot.fleets:
+        hosts = []
+        for host in fleet.hosts:
+            data = dataclasses.asdict(host)
+            data["state_detail"] = host.state_detail and _aged(host.state_detail)
+            data["blocks_used"] = sorted(host.blocks_used)
+            data["cpus_used"] = round(host.cpus_used, 9)
+            data["gpus"] = [
+                {**dataclasses.asdict(gpu), "used": round(gpu.used, 9)} for gpu in host.gpus
+            ]
+            hosts.append(data)
+        fleets.append(
+            {
+                "name": fleet.name,
+                "kind": fleet.kind,
+                "scorer": fleet.scorer,
+                "scorer_weights": fleet.scorer_weights,
+                "workload": fleet.workload,
+                "hosts": hosts,
+            }
+        )
+    return fleets
+
+
+@contextlib.contextmanager
+def _memory_checked() -> Iterator[list[int]]:
+    """Every catch-up of a warm state (in the product's own placement transaction, before any
+    verify) leaves memory equal to a cold read of the database in that same transaction: the
+    snapshot, and the allocations and state rows it keeps per host. Yields the count of checks."""
+    checks = [0]
+    original = WarmCapacity.catch_up
+
+    def catch_up(state: WarmCapacity, session: Session, versions: Versions) -> Snapshot:
+        snapshot = original(state, session, versions)
+        cold, uses, rows = read_fleets(session)
+        assert _plain(snapshot) == _plain(cold)
+        assert {host.id for host in snapshot.hosts()} == {host.id for host in cold.hosts()}
+        hosts = [host.id for host in cold.hosts()]
+        assert {h: state.uses.get(h, []) for h in hosts} == {h: uses.get(h, []) for h in hosts}
+        assert {h: state.states[h][0] for h in hosts} == {h: rows[h].state for h in hosts}
+        checks[0] += 1
+        return snapshot
+
+    with mock.patch.object(WarmCapacity, "catch_up", catch_up):
+        yield checks
+
+
+def _look(store: Store) -> None:
+    """Catch the store's warm state up as a placement does (same lock, same calls), writing
+    nothing: `_memory_checked` compares it with the database."""
+    with store.placement_transaction() as session:
+        state = warm_capacity(session)
+        versions = state.hold(session)
+        if versions is not None:
+            state.catch_up(session, versions)
 
 
 def _never_over_allocated(store: Store) -> None:
@@ -103,18 +172,36 @@ OPS = st.one_of(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=st.lists(st.tuples(st.booleans(), OPS), min_size=1, max_size=30))
+# Each catch-up path once, whatever the draw: allocations (worker 0 after worker 1's take),
+# states (worker 1 after a state change), structure (worker 1 after a second fleet).
+@example(
+    ops=[
+        (False, ("apply", "a", [2], "A100"), (0, 1)),
+        (True, ("take", "A100:1", None), (0,)),
+        (False, ("state", "a", 0, HostState.NOT_READY), (1,)),
+        (False, ("apply", "b", [1], "A100"), (0, 1)),
+    ]
+)
+@given(
+    ops=st.lists(
+        st.tuples(st.booleans(), OPS, st.sampled_from([(), (0,), (1,), (0, 1)])),
+        min_size=1,
+        max_size=30,
+    )
+)
 def test_warm_decisions_equal_cold_ones_and_never_overallocate(
-    ops: list[tuple[bool, tuple[Any, ...]]],
+    ops: list[tuple[bool, tuple[Any, ...], tuple[int, ...]]],
 ) -> None:
     """Two workers (two Stores on one SQLite file) take turns at random writes; before every
-    take, the decision a cold read gives is the one the worker's warm state gives."""
-    with tempfile.TemporaryDirectory() as home:
+    take, the decision a cold read gives is the one the worker's warm state gives, and every
+    catch-up (a take's, or a look some workers take after a step) leaves the warm memory equal
+    to a cold read."""
+    with tempfile.TemporaryDirectory() as home, _memory_checked() as checks:
         url = f"sqlite:///{Path(home) / 'gpuflow.db'}"
         workers = [Store(url).init(), Store(url)]
         held: list[str] = []
         try:
-            for n, (second, op) in enumerate(ops):
+            for n, (second, op, looks) in enumerate(ops):
                 store = workers[second]
                 if op[0] == "apply":
                     apply_fleet(store, _fleet_spec(op[1], op[2], op[3]))
@@ -135,6 +222,9 @@ def test_warm_decisions_equal_cold_ones_and_never_overallocate(
                 elif op[0] == "state":
                     set_host_state(store, f"{op[1]}/h{op[2]}", op[3], "test")
                 _never_over_allocated(store)
+                for worker in looks:
+                    _look(workers[worker])
+            assert checks[0] >= sum((op[0] == "take") + len(looks) for _, op, looks in ops)
         finally:
             for store in workers:
                 store.dispose()
