@@ -7,6 +7,7 @@ refusal, an unknown fleet, no such job) comes back as the gpuflow error it raise
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar
@@ -59,6 +60,10 @@ def error_from(cause: ApplicationError) -> errors.GpuflowError:
     return errors.GpuflowError(cause.message)
 
 
+BACKSTOP_S = 5.0
+"""After the RPC timeout, how long more the whole call may take before it is cut off."""
+
+
 class TemporalApi:
     """The API over Temporal: the client's only path to the control plane."""
 
@@ -84,20 +89,25 @@ class TemporalApi:
             static_summary="gpuflow's API: the client's requests to the control plane",
         )
         try:
-            result: Any = await self.temporal.execute_update_with_start_workflow(
-                update,
-                arg,
-                start_workflow_operation=start,
-                result_type=result_type,
-                rpc_timeout=timedelta(seconds=timeout_s),
+            # The RPC timeout bounds each call; the whole wait is bounded too, since an update
+            # accepted by a worker that then died is polled until a live one answers it.
+            result: Any = await asyncio.wait_for(
+                self.temporal.execute_update_with_start_workflow(
+                    update,
+                    arg,
+                    start_workflow_operation=start,
+                    result_type=result_type,
+                    rpc_timeout=timedelta(seconds=timeout_s),
+                ),
+                timeout_s + BACKSTOP_S,
             )
         except WorkflowUpdateFailedError as exc:
             raise _as_gpuflow_error(exc) from None
-        except WorkflowUpdateRPCTimeoutOrCancelledError:
+        except (WorkflowUpdateRPCTimeoutOrCancelledError, TimeoutError):
             # The start's own outcome failed with the same timeout: read it, so it is not
             # reported later as an exception nobody retrieved.
-            with contextlib.suppress(Exception):
-                await start.workflow_handle()
+            with contextlib.suppress(Exception):  # never set when the call was cut off
+                await asyncio.wait_for(start.workflow_handle(), 1)
             raise errors.ConnectionFailed(
                 f"the control plane did not answer within {timeout_s:.0f}s; is a control worker "
                 "running? (`gpuflow up`, or `python -m gpuflow.worker.control_main`)"

@@ -38,7 +38,11 @@ with workflow.unsafe.imports_passed_through():
 API_WORKFLOW_ID = "gpuflow-api"
 JOB_MEMO = "gpuflow_job"
 """Memo of a JobWorkflow: its name and priority, for listing the job before its row exists."""
-API_ACTIVITY_TIMEOUT = timedelta(minutes=5)
+API_ACTIVITY_TIMEOUT = timedelta(seconds=30)
+"""How long one request's activity may run: each reads or writes a little of the database. A
+control worker killed in the middle of one costs the caller this much before the request is
+retried on another worker (the client itself waits 60 s)."""
+FLEET_APPLY_TIMEOUT = timedelta(minutes=5)
 """Long enough for `fleet apply` to gather the facts of an SSH fleet's hosts."""
 API_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["GpuflowError"])
 
@@ -184,12 +188,18 @@ class ControlApiWorkflow:
         """How many requests this workflow (all its runs) has answered."""
         return self._served
 
-    async def _call(self, activity: str, arg: Any, result_type: type[Any]) -> Any:
+    async def _call(
+        self,
+        activity: str,
+        arg: Any,
+        result_type: type[Any],
+        timeout: timedelta = API_ACTIVITY_TIMEOUT,
+    ) -> Any:
         result = await workflow.execute_activity(
             activity,
             arg,
             task_queue=workflow.info().task_queue,
-            start_to_close_timeout=API_ACTIVITY_TIMEOUT,
+            start_to_close_timeout=timeout,
             retry_policy=API_RETRY,
             result_type=result_type,
         )
@@ -230,7 +240,9 @@ class ControlApiWorkflow:
 
     @workflow.update
     async def apply_fleet(self, spec: FleetSpec) -> FleetRecord:
-        record: FleetRecord = await self._call("api_apply_fleet", spec, FleetRecord)
+        record: FleetRecord = await self._call(
+            "api_apply_fleet", spec, FleetRecord, FLEET_APPLY_TIMEOUT
+        )
         return record
 
     @workflow.update
