@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from gpuflow.cli.render import gang_table, offers_table, titled
 from gpuflow.scheduler.together import JobPlan
@@ -68,27 +69,29 @@ def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
     spec = plan.job
     labels = [option.resources.gpu_label for option in spec.resource_options()]
     console.print(
-        f"[bold]{spec.name}[/]: {spec.nodes} node(s), GPU {' or '.join(labels)}, "
-        f"fleets {', '.join(spec.fleets) or 'any'}",
+        f"[bold]{escape(spec.name)}[/]: {spec.nodes} node(s), GPU "
+        f"{escape(' or '.join(labels))}, fleets {escape(', '.join(spec.fleets) or 'any')}",
         highlight=False,
     )
     placement = plan.placement
     if placement is not None and plan.taken is not None:
         which = f"option {plan.taken + 1} ({labels[plan.taken]}): " if len(labels) > 1 else ""
-        console.print(f"  goes to {which}{verdict(placement, spec.nodes)}", highlight=False)
+        console.print(
+            f"  goes to {which}{verdict(placement, spec.nodes)}", highlight=False, markup=False
+        )
         if plan.displaced and plan.alone is not None:
             console.print(
-                f"  [dim](alone it would go to {_hosts(plan.alone)}; "
-                f"{_jobs(after)} {'takes' if len(after) == 1 else 'take'} it first)[/]",
+                f"  [dim](alone it would go to {escape(_hosts(plan.alone))}; "
+                f"{escape(_jobs(after))} {'takes' if len(after) == 1 else 'take'} it first)[/]",
                 highlight=False,
             )
         return
     if plan.displaced and plan.alone is not None:
         console.print(
-            f"  [yellow]nothing left for it[/] once {_jobs(after)} "
+            f"  [yellow]nothing left for it[/] once {escape(_jobs(after))} "
             f"{'is' if len(after) == 1 else 'are'} placed "
-            f"(alone it would go to {_hosts(plan.alone)}); it waits for capacity if its retry "
-            "policy allows, else it fails:",
+            f"(alone it would go to {escape(_hosts(plan.alone))}); it waits for capacity if its "
+            "retry policy allows, else it fails:",
             highlight=False,
         )
     else:
@@ -100,7 +103,7 @@ def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
     for k, offers in enumerate(plan.options):
         prefix = f"option {k + 1} ({labels[k]}): " if len(labels) > 1 else ""
         for rejection in offers.rejections[:MAX_REASONS]:
-            console.print(f"    {prefix}{rejection}", highlight=False)
+            console.print(f"    {prefix}{rejection}", highlight=False, markup=False)
 
 
 def print_offers(console: Console, offers: Any, *, nodes: int) -> None:
@@ -111,19 +114,21 @@ def print_offers(console: Console, offers: Any, *, nodes: int) -> None:
     elif offers.fits:
         console.print(titled("fits", offers_table(offers, width=width)))
         if offers.placement is not None:
-            console.print(f"goes to {verdict(offers.placement, nodes)}", highlight=False)
+            console.print(
+                f"goes to {verdict(offers.placement, nodes)}", highlight=False, markup=False
+            )
     else:
         console.print("[bold red]nothing fits[/]")
     if offers.rejections:
         console.print("[bold]does not fit[/]")
         for rejection in offers.rejections:
-            console.print(f"  {rejection}", highlight=False)
+            console.print(f"  {rejection}", highlight=False, markup=False)
 
 
 def _print_gang(console: Console, offers: Any, *, nodes: int, width: int) -> None:
     if offers.placement is not None:
         console.print(gang_table(offers.placement, width=width))
-        console.print(f"goes to {verdict(offers.placement, nodes)}", highlight=False)
+        console.print(f"goes to {verdict(offers.placement, nodes)}", highlight=False, markup=False)
         return
     console.print(
         f"[bold red]no gang of {nodes} whole idle hosts in one fleet[/] "

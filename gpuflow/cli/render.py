@@ -141,8 +141,13 @@ def fitted_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *, w
             overflow="fold",
         )
     for row in rows:
-        table.add_row(*(row[k] for k in keep))
+        # A plain string is data (names, reasons, messages a user wrote): never Rich markup.
+        table.add_row(*(_data(row[k]) for k in keep))
     return table
+
+
+def _data(cell: str | Text) -> Text:
+    return Text(cell) if isinstance(cell, str) else cell
 
 
 # ---- jobs -----------------------------------------------------------------------------------

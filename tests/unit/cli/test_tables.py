@@ -157,3 +157,22 @@ def test_secret_list_fits_and_never_shows_values(cli: Cli) -> None:
         ["HF_TOKEN", "WANDB_API_KEY", "A_RATHER_LONG_SECRET_NAME_FOR_THE_REGISTRY"]
     )
     assert "value-of" not in out and "value-of" not in cli("secret", "list", "--json")
+
+
+def test_brackets_a_user_wrote_print_as_text_never_as_markup(cli: Cli) -> None:
+    """Names, GPU models, reasons and messages are data: `[/]` in one is printed as written
+    (Rich read it as markup and raised MarkupError: a traceback in `fleet list`, `offers`,
+    `apply` and `ps`)."""
+    cli.fleet(
+        "type: fleet\nname: odd\nkind: sim\nhosts:\n"
+        "  - name: h1\n    gpus: [{name: 'A[/]', memory: 80GB, count: 1}]\n"
+    )
+    assert "A[/]" in cli("fleet", "list")
+    job = cli.write("odd.yaml", "name: odd\ncommands: [echo]\nresources: {gpu: 'A[/]:1'}\n")
+    out = cli("offers", "-f", job)
+    assert "goes to h1 (fleet odd" in out
+    other = cli.write("other.yaml", "name: other\ncommands: [echo]\nresources: {gpu: 'B:1'}\n")
+    assert "h1: has A[/] GPUs, job needs B" in cli("offers", "-f", other)
+    assert "GPU A[/]:1" in cli("apply", "-f", job, stdin="n\n", code=1)
+    cli.job("odd", JobStatus.FAILED, message="exit [/] code 1", ended_minutes_ago=1)
+    assert "exit [/] code 1" in " ".join(cli("ps", "-a").split())
