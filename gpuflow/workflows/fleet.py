@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
 
 from gpuflow.workflows import contract, steps
 from gpuflow.workflows.job import JobWorkflow
@@ -37,6 +38,8 @@ RECONCILE_PATCH = "reconcile-allocations"
 ORPHAN_STOP_GRACE_S = 10.0
 ORPHAN_STOP_TIMEOUT = timedelta(seconds=30)
 """A host that does not answer in this time must not keep an orphan's GPUs allocated."""
+RECONCILE_STEP_TIMEOUT = timedelta(minutes=2)
+"""Retries of a reconciliation step stop here: the fleet's health loop must not wait on it."""
 
 
 @workflow.defn(name="FleetWorkflow")
@@ -114,12 +117,21 @@ class FleetWorkflow:
 
     async def _reconcile(self, inp: FleetInput) -> list[str]:
         """Stop the processes of every orphaned (job, attempt, rank), then release them; the
-        jobs that wait for capacity (to wake when something was released)."""
+        jobs that wait for capacity (to wake when something was released). A reconciliation
+        that keeps failing is given up for this round: the health checks go on regardless."""
+        try:
+            return await self._reconcile_once(inp)
+        except ActivityError as error:
+            workflow.logger.warning("fleet %s: reconciliation failed: %s", inp.fleet, error)
+            return []
+
+    async def _reconcile_once(self, inp: FleetInput) -> list[str]:
         found: OrphansResult = await workflow.execute_activity(
             contract.find_orphans,
             inp,
             summary=f"reconcile allocations of {inp.fleet}",
             start_to_close_timeout=timedelta(seconds=60),
+            schedule_to_close_timeout=RECONCILE_STEP_TIMEOUT,
             retry_policy=steps.CONTROL_RETRY,
         )
         if not found.orphans:
@@ -150,6 +162,7 @@ class FleetWorkflow:
             ReleaseOrphansInput(fleet=inp.fleet, orphans=found.orphans),
             summary=f"release {len(found.orphans)} orphaned allocation(s)",
             start_to_close_timeout=timedelta(seconds=60),
+            schedule_to_close_timeout=RECONCILE_STEP_TIMEOUT,
             retry_policy=steps.CONTROL_RETRY,
         )
         return released.waiting_jobs

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from temporalio.worker import Replayer, Worker
 
 from gpuflow.control.activities import ControlActivities
 from gpuflow.errors import NotFoundError
+from gpuflow.naming import host_task_queue
 from gpuflow.scheduler.model import Placement
 from gpuflow.services.capacity import allocations_of, take_allocation
 from gpuflow.services.jobs import find_job, job_events, record_status_in
@@ -26,7 +28,14 @@ from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.store.db import Store
 from gpuflow.workflows import workflow_runner
 from gpuflow.workflows.fleet import FleetWorkflow
-from gpuflow.workflows.models import FleetInput, JobProgress, ProbeResult
+from gpuflow.workflows.models import (
+    FleetInput,
+    HostHealthInput,
+    HostHealthResult,
+    JobProgress,
+    OrphansResult,
+    ProbeResult,
+)
 from tests.workflow.harness import ScriptedHosts, job, sim_fleet, start_job, workers
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -173,6 +182,62 @@ async def _waiting(store: Store, job_id: str) -> bool:
 
 async def _released(store: Store, job_id: str) -> bool:
     return await asyncio.to_thread(lambda: allocations_of(store, job_id) == [])
+
+
+async def test_a_reconciliation_that_keeps_failing_never_stops_the_health_checks(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    """find_orphans broken for good (a bug, a database that refuses): each round gives it up
+    after its retries, and the fleet's hosts are still pinged and recorded every round."""
+    fleet = sim_fleet(sqlite_store)
+    control = ControlActivities(sqlite_store, temporal=time_env.client)
+    health_rounds: list[HostHealthInput] = []
+    broken: list[int] = []
+
+    @activity.defn(name="find_orphans")
+    async def find_orphans(inp: FleetInput) -> OrphansResult:
+        broken.append(1)
+        raise RuntimeError("reconciliation is broken")
+
+    @activity.defn(name="record_host_health")
+    async def record_host_health(inp: HostHealthInput) -> HostHealthResult:
+        health_rounds.append(inp)
+        return await control.record_host_health(inp)
+
+    replaced = {"find_orphans": find_orphans, "record_host_health": record_host_health}
+    activities = [
+        replaced.get(getattr(a, "__temporal_activity_definition").name, a)
+        for a in control.activities()
+    ]
+    fleet_queue = f"{task_queue}-fleet"
+    with ThreadPoolExecutor(max_workers=2) as executor:
+        async with (
+            Worker(
+                time_env.client,
+                task_queue=fleet_queue,
+                workflows=[FleetWorkflow],
+                workflow_runner=workflow_runner(),
+                activities=activities,
+                activity_executor=executor,
+            ),
+            Worker(
+                time_env.client,
+                task_queue=host_task_queue(f"{fleet.name}/h1"),
+                activities=PingedHosts().activities(),
+            ),
+        ):
+            watcher = await time_env.client.start_workflow(
+                FleetWorkflow.run,
+                FleetInput(fleet=fleet.name, health_interval_s=30),
+                id=f"fleet-{fleet.name}-{task_queue}",
+                task_queue=fleet_queue,
+            )
+            await time_env.sleep(timedelta(minutes=8))
+            await watcher.signal("delete")
+            await asyncio.wait_for(watcher.result(), 30)
+    assert len(broken) > 2  # retried within a round, and tried again in later rounds
+    assert len(health_rounds) >= 3
+    assert all(p.answered for rounds in health_rounds for p in rounds.pings)
 
 
 async def test_a_fleet_history_from_before_reconciliation_still_replays() -> None:
