@@ -104,3 +104,17 @@ class HostState(StrEnum):
     NOT_READY = "not_ready"
     UNREACHABLE = "unreachable"
     MAINTENANCE = "maintenance"
+
+
+NO_CAPACITY_PREFIX = "no capacity: "
+"""How a job that found no capacity says why (its message, then `; `-separated reasons)."""
+WAITING_PREFIX = "waiting for capacity: "
+"""How a pending job waiting for capacity says why (the same reasons)."""
+
+
+def capacity_reasons(message: str) -> list[str]:
+    """The per-host reasons a no-capacity or waiting message carries; [] for any other."""
+    for prefix in (NO_CAPACITY_PREFIX, WAITING_PREFIX):
+        if message.startswith(prefix):
+            return [r for r in message.removeprefix(prefix).split("; ") if r]
+    return []

@@ -9,9 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gpuflow.status import JobStatus
-
-CAPACITY_PREFIX = "waiting for capacity: "
+from gpuflow.status import NO_CAPACITY_PREFIX, WAITING_PREFIX, JobStatus
 
 
 def line_positions(jobs: Sequence[Any]) -> dict[str, tuple[int, int]]:
@@ -47,8 +45,8 @@ def why_waiting(job: Any) -> str:
         return f"waiting for the host agent on {where}"
     if job.status != JobStatus.PENDING:
         return ""
-    if message.startswith(CAPACITY_PREFIX):
-        return "no capacity: " + short_reasons(message.removeprefix(CAPACITY_PREFIX))
+    if message.startswith(WAITING_PREFIX):
+        return NO_CAPACITY_PREFIX + short_reasons(message.removeprefix(WAITING_PREFIX))
     if message:
         return message
     # Submitted, and its workflow has not recorded a place step yet.

@@ -49,7 +49,7 @@ from gpuflow.errors import GpuflowError, NotFoundError, SpecError, Unschedulable
 from gpuflow.log_reader import LogReader
 from gpuflow.naming import CONTROL_TASK_QUEUE, fleet_workflow_id, job_workflow_id
 from gpuflow.specs.job import JobSpec
-from gpuflow.status import TerminationReason
+from gpuflow.status import TerminationReason, capacity_reasons
 from gpuflow.utilization import UtilizationState
 from gpuflow.workflows.api import (
     JOB_MEMO,
@@ -62,6 +62,7 @@ from gpuflow.workflows.api import (
 )
 from gpuflow.workflows.fleet import FleetWorkflow
 from gpuflow.workflows.models import JobInput, JobProgress, JobResult, LogsInput
+from gpuflow.workflows.outcome import job_result
 from gpuflow.workflows.ui import initial_search_attributes
 
 LOG_WAIT_S = 5.0
@@ -208,15 +209,13 @@ class Client(ControlPlaneCalls):
         info = await self.get(job)
         handle = self.temporal.get_workflow_handle(info.id, result_type=JobResult)
         try:
-            result: JobResult = await asyncio.wait_for(handle.result(), timeout_s)
-        except WorkflowFailureError as exc:
-            carried = _result_in_failure(exc)
-            if carried is None:
-                raise GpuflowError(f"job {info.name} failed inside gpuflow: {exc.cause}") from None
-            result = carried
+            result = await asyncio.wait_for(job_result(handle), timeout_s)
+        except WorkflowFailureError as exc:  # it ended without a JobResult: gpuflow broke
+            raise GpuflowError(f"job {info.name} failed inside gpuflow: {exc.cause}") from None
         if raise_on_failure and result.reason == TerminationReason.NO_CAPACITY:
-            reasons = result.message.removeprefix("no capacity: ").split("; ")
-            raise UnschedulableError(f"job {info.name}: {result.message}", reasons)
+            raise UnschedulableError(
+                f"job {info.name}: {result.message}", capacity_reasons(result.message)
+            )
         return JobOutcome.from_result(result)
 
     async def describe(self, job: str) -> str:
@@ -366,14 +365,3 @@ class Client(ControlPlaneCalls):
 
     async def close(self) -> None:
         """Nothing to release: the Temporal connection closes with its last reference."""
-
-
-def _result_in_failure(exc: WorkflowFailureError) -> JobResult | None:
-    """The JobResult a job's workflow carries in its failure's details when it ends other than
-    done, or None (a failure of gpuflow itself)."""
-    cause = exc.cause
-    if isinstance(cause, ApplicationError) and cause.details:
-        detail = cause.details[0]
-        with contextlib.suppress(ValueError, TypeError):
-            return JobResult.model_validate(detail)
-    return None

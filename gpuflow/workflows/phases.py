@@ -14,7 +14,13 @@ from gpuflow.workflows.job_state import Ending, JobState, retry_deadline
 with workflow.unsafe.imports_passed_through():
     from gpuflow.scheduler.model import Placement
     from gpuflow.specs.job import JobSpec
-    from gpuflow.status import JobStatus, RetryEvent, TerminationReason
+    from gpuflow.status import (
+        NO_CAPACITY_PREFIX,
+        WAITING_PREFIX,
+        JobStatus,
+        RetryEvent,
+        TerminationReason,
+    )
     from gpuflow.workflows.models import (
         JobInput,
         JobStatusInput,
@@ -80,14 +86,14 @@ class JobPhases(JobState):
                     return result.placement
                 reasons.extend(f"{label}: {r}" if label else r for r in result.reasons)
             self._waiting_reasons = reasons
-            message = "no capacity: " + "; ".join(reasons) if reasons else "no capacity"
+            message = NO_CAPACITY_PREFIX + "; ".join(reasons) if reasons else "no capacity"
             may_wait = retry is not None and RetryEvent.NO_CAPACITY in retry.on_events
             if not may_wait or workflow.now() + backoff > deadline or self._stop_requested:
                 raise Ending(TerminationReason.NO_CAPACITY, message)
-            if not self._message.startswith("waiting for capacity"):
+            if not self._message.startswith(WAITING_PREFIX):
                 await self._record(
                     JobStatus.PENDING,
-                    f"waiting for capacity: {'; '.join(reasons)}",
+                    WAITING_PREFIX + "; ".join(reasons),
                     waiting_for_capacity=True,
                 )
             self._capacity_changed = False
