@@ -42,6 +42,9 @@ API_ACTIVITY_TIMEOUT = timedelta(seconds=30)
 """How long one request's activity may run: each reads or writes a little of the database. A
 control worker killed in the middle of one costs the caller this much before the request is
 retried on another worker (the client itself waits 60 s)."""
+API_CALL_BUDGET = timedelta(seconds=55)
+"""All attempts of one request end within this, under the client's 60 s wait: a request the
+client gave up on is not done by a later retry."""
 FLEET_APPLY_TIMEOUT = timedelta(minutes=5)
 """Long enough for `fleet apply` to gather the facts of an SSH fleet's hosts."""
 API_RETRY = RetryPolicy(maximum_attempts=3, non_retryable_error_types=["GpuflowError"])
@@ -200,6 +203,7 @@ class ControlApiWorkflow:
             arg,
             task_queue=workflow.info().task_queue,
             start_to_close_timeout=timeout,
+            schedule_to_close_timeout=max(timeout, API_CALL_BUDGET),
             retry_policy=API_RETRY,
             result_type=result_type,
         )
