@@ -1,12 +1,16 @@
-"""The product's place step at fleet scale: `take_allocation` and `release_allocation` (gpuflow/
-services/capacity.py, what the control worker's place and release activities run) on a sim
-fleet of openb's GPU nodes, on a real SQLite file (or PostgreSQL with `--database URL`).
+"""The product's place step at fleet scale: the control worker's `place_job` and `release_job`
+activities (gpuflow/control/activities.py), called with the inputs the job workflow sends (the
+job's first record before placing, its `provisioning` record once placed, its ending with the
+release), on a sim fleet of openb's GPU nodes, on a real SQLite file (or PostgreSQL with
+`--database URL`). Only Temporal is left out: each call is timed as the activity runs it. The
+job rows it writes feed the fleet's learned request mix, as in the product.
 
 The fleet is applied with `apply_fleet` (1,213 hosts; `--hosts N` takes the first N). Jobs are
 the openb `default` trace's pods as gpuflow jobs (benchmarks/placement.py's loader and
 `job_of`), in a seeded order. First `--fill` jobs are taken, then `--steps` steps each take the
 next job and release the oldest one held, so the fleet stays about as full: the cold path
-(`warm=False`: the whole fleet read and indexed in every transaction, as before #10), then the
+(`ControlActivities(warm=False)`: the whole fleet read and indexed in every transaction, as
+before #10), then the
 warm path, on the same database in the same run. Reported per path: take and release median
 and p99 in ms, and takes per second (1 / mean take).
 
@@ -18,6 +22,7 @@ and p99 in ms, and takes per second (1 / mean take).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import statistics
@@ -25,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections import deque
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +41,12 @@ for path in (ROOT, ROOT / "benchmarks"):
 
 from placement import GPU_MEMORY_MIB, job_of, load_nodes, load_pods  # noqa: E402
 
-from gpuflow.scheduler.model import Placement  # noqa: E402
-from gpuflow.services.capacity import release_allocation, take_allocation  # noqa: E402
+from gpuflow.control.activities import ControlActivities  # noqa: E402
 from gpuflow.services.fleets import apply_fleet  # noqa: E402
 from gpuflow.specs import FleetSpec  # noqa: E402
+from gpuflow.status import JobStatus, TerminationReason  # noqa: E402
 from gpuflow.store.db import Store  # noqa: E402
+from gpuflow.workflows.models import JobStatusInput, PlaceInput, ReleaseInput  # noqa: E402
 
 _TRACE_DIRS = (ROOT.parent / "shared/data/openb", Path("/work/shared/data/openb"))
 
@@ -76,31 +83,58 @@ def _ms(values: list[float]) -> dict[str, float]:
     return {"median_ms": statistics.median(ordered) * 1000, "p99_ms": p99 * 1000}
 
 
-def measure(store: Store, jobs: list[Any], *, warm: bool, fill: int, steps: int) -> dict[str, Any]:
-    held: deque[str] = deque()
+def _record(job_id: str, job: Any, status: JobStatus, **fields: Any) -> JobStatusInput:
+    return JobStatusInput(
+        job_id=job_id,
+        name=job.name,
+        status=status,
+        attempt=1,
+        event_key=f"1:{status.value}:{fields.get('reason') or ''}",
+        at=datetime.now(UTC),
+        **fields,
+    )
+
+
+async def measure(
+    store: Store, jobs: list[Any], *, warm: bool, fill: int, steps: int
+) -> dict[str, Any]:
+    activities = ControlActivities(store, warm=warm)
+    held: deque[tuple[str, Any]] = deque()
     takes: list[float] = []
     releases: list[float] = []
     failed = 0
     tag = "warm" if warm else "cold"
+
+    async def release(job_id: str, job: Any) -> float:
+        ended = _record(job_id, job, JobStatus.DONE, reason=TerminationReason.DONE)
+        started = time.perf_counter()
+        await activities.release_job(ReleaseInput(job_id=job_id, record=ended))
+        return time.perf_counter() - started
+
     for n in range(fill + steps):
         job = jobs[n % len(jobs)]
         job_id = f"job-{tag}-{n}"
+        place = PlaceInput(
+            job_id=job_id,
+            attempt=1,
+            spec=job,
+            before=_record(job_id, job, JobStatus.PENDING, spec=job, message="submitted"),
+            placed=_record(job_id, job, JobStatus.PROVISIONING),
+        )
         started = time.perf_counter()
-        result = take_allocation(store, job_id=job_id, attempt=1, job=job, warm=warm)
+        result = await activities.place_job(place)
         took = time.perf_counter() - started
-        if isinstance(result, Placement):
-            held.append(job_id)
+        if result.placement is not None:
+            held.append((job_id, job))
         else:
             failed += 1
         if n < fill:
             continue
         takes.append(took)
         if held:
-            started = time.perf_counter()
-            release_allocation(store, job_id=held.popleft())
-            releases.append(time.perf_counter() - started)
+            releases.append(await release(*held.popleft()))
     while held:
-        release_allocation(store, job_id=held.popleft())
+        await release(*held.popleft())
     return {
         "take": _ms(takes),
         "release": _ms(releases),
@@ -131,8 +165,12 @@ def main(argv: list[str] | None = None) -> int:
             results = {
                 "hosts": len(spec.hosts),
                 "database": "postgresql" if args.database else "sqlite",
-                "cold": measure(store, jobs, warm=False, fill=args.fill, steps=args.steps),
-                "warm": measure(store, jobs, warm=True, fill=args.fill, steps=args.steps),
+                "cold": asyncio.run(
+                    measure(store, jobs, warm=False, fill=args.fill, steps=args.steps)
+                ),
+                "warm": asyncio.run(
+                    measure(store, jobs, warm=True, fill=args.fill, steps=args.steps)
+                ),
             }
         finally:
             store.dispose()

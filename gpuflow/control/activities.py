@@ -55,8 +55,12 @@ class ControlActivities:
         *,
         ensure_agent: AgentStarter | None = None,
         temporal: Client | None = None,
+        warm: bool = True,
     ) -> None:
         self.store = store
+        self.warm = warm
+        """Place on the warm fleet state (services/warm.py); False reads the whole fleet every
+        time, as before it (benchmarks/fleet_scale.py compares the two)."""
         self.ensure_agent = ensure_agent
         self.temporal = temporal
         """Asks Temporal whether jobs' workflows are still open (reconciliation); without it,
@@ -74,6 +78,7 @@ class ControlActivities:
                     attempt=inp.attempt,
                     job=inp.spec,
                     fleets=inp.fleets,
+                    warm=self.warm,
                 )
                 if inp.placed is not None and not isinstance(result, Unschedulable):
                     message = placed_message(result)
