@@ -11,11 +11,13 @@ queue picked by the CRC-32 of its name. At its real rate the trace never uses mo
 at once, so the fleet is every `--every`-th node of the 1,213 openb GPU nodes by name (100: 13
 nodes, 56 GPUs); pods that fit nowhere even on the empty fleet are left out (and counted).
 
-Policies, on the same arrivals: `today` (each pod retries alone, 5 s doubling to 5 min between
-tries, the first retry to come wins), `fifo` (submission order; the first pod that does not fit
-blocks the rest), `queue` (gpuflow.scheduler.admission, one pass at every instant when a pod
-arrives or ends; the trace declares no durations, so backfill never uses reserved hosts) and
-`queue+limits` (the same, each pod declaring its trace lifetime as max_duration: an oracle).
+Policies, on the same arrivals: `today` (what the job workflow's place step does: each pod
+retries alone, 5 s doubling to 5 min between tries, and every release wakes every waiting pod,
+which then race for the freed capacity in an order nobody controls: a seeded shuffle here),
+`fifo` (submission order; the first pod that does not fit blocks the rest), `queue`
+(gpuflow.scheduler.admission, one pass at every instant when a pod arrives or ends; the trace
+declares no durations, so backfill never uses reserved hosts) and `queue+limits` (the same,
+each pod declaring its trace lifetime as max_duration: an oracle).
 Figures per policy: see README.md ("Queue").
 """
 
@@ -25,6 +27,7 @@ import argparse
 import csv
 import heapq
 import json
+import random
 import sys
 import time
 import zlib
@@ -121,6 +124,8 @@ class Simulation:
         self.runs: dict[str, int] = {}  # pod -> the run whose end event counts
         self.backoff: dict[str, int] = {}
         self.retry_due: set[str] = set()
+        self.timer: dict[str, int] = {}  # pod -> the seq of its live backoff timer (today)
+        self.race = random.Random(f"race-{policy}")
         self.first_start: dict[str, int] = {}
         self.started_at: dict[str, int] = {}
         self.preemptions = self.inversions = 0
@@ -149,10 +154,12 @@ class Simulation:
                 if kind == 0 and self.runs.get(name) == seq:
                     del self.runs[name]
                     release_placement(self.snapshot, self.running.pop(name).placement)
+                    if self.policy == "today":  # release_job signals every waiting job
+                        self.retry_due.update(self.waiting)
                 elif kind == 1:
                     self.waiting[name] = self.submitted[name]
                     self.retry_due.add(name)
-                elif kind == 2 and name in self.waiting:
+                elif kind == 2 and name in self.waiting and self.timer.get(name) == seq:
                     self.retry_due.add(name)
             started = self._decide(now)
             self._after(now, started)
@@ -194,16 +201,20 @@ class Simulation:
                 self._start(name, found, now, applied=False)
                 started.append(name)
             return started
-        started = []  # today: every due pod tries alone, in the order its try comes
-        for name in sorted(self.retry_due, key=self.waiting.__getitem__):
+        # today: every due pod tries alone; who reaches the database lock first is a race.
+        started = []
+        due = sorted(self.retry_due, key=self.waiting.__getitem__)
+        self.race.shuffle(due)
+        for name in due:
             found = place(self.pods[name].job, self.snapshot)
             if isinstance(found, Placement):
                 self._start(name, found, now, applied=False)
                 started.append(name)
-            else:
+            else:  # waits again on a new timer (a wake ends the old one), backoff doubled
                 delay = self.backoff.get(name, FIRST_RETRY_S)
                 self.backoff[name] = min(MAX_RETRY_S, delay * 2)
                 self._push(now + delay, 2, name)
+                self.timer[name] = self.seq
         self.retry_due.clear()
         return started
 

@@ -67,4 +67,4 @@ def test_every_policy_runs_the_trace_and_writes_json(
         assert report["never_started"] == 0
     # the LS pods wait for nobody once they may preempt BE pods
     assert results["queue"]["wait_s"]["100"]["mean"] <= results["fifo"]["wait_s"]["100"]["mean"]
-    assert results["fifo"]["preemptions"] == 0
+    assert results["queue"]["preemptions"] >= 1  # the LS pod took a BE pod's GPUs
