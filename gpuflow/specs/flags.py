@@ -9,7 +9,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuflow.errors import SpecError
-from gpuflow.specs.job import check_name, parse_max_duration, parse_time_window
+from gpuflow.specs.job import (
+    UtilizationPolicy,
+    check_name,
+    parse_max_duration,
+    parse_time_window,
+)
 from gpuflow.specs.resources import GPUSpec
 from gpuflow.specs.units import shown
 
@@ -47,11 +52,15 @@ class JobFlags:
             fields["max_duration"] = self.max_duration
         policy: dict[str, Any] = {}
         if self.min_gpu_utilization is not None:
-            if not 0 <= self.min_gpu_utilization <= 100:
+            try:  # the policy's own field decides what a threshold may be
+                UtilizationPolicy.model_validate(
+                    {"min_gpu_utilization": self.min_gpu_utilization, "time_window": "10m"}
+                )
+            except ValidationError:
                 raise SpecError(
                     f"--min-gpu-utilization: {shown(self.min_gpu_utilization)} is not a "
                     "percentage; use 0..100"
-                )
+                ) from None
             policy["min_gpu_utilization"] = self.min_gpu_utilization
         if self.time_window is not None:
             _check("--time-window", parse_time_window, self.time_window)

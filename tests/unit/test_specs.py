@@ -349,3 +349,13 @@ def test_a_fleet_spec_reads_back_from_its_json() -> None:
     document = spec.model_dump(mode="json")
     assert document["hosts"][0]["memory"] == "1536MB"
     assert FleetSpec.model_validate(document) == spec
+
+
+@pytest.mark.parametrize("value", ["abc", 101, -1, 2.5, "1e9"])
+def test_a_python_client_flag_of_any_type_is_one_line(value: object) -> None:
+    """JobFlags is public: a string or float where an int belongs is refused by the policy's own
+    field, named by its flag (it was a TypeError comparing str and int)."""
+    from gpuflow.specs.flags import JobFlags
+
+    with pytest.raises(SpecError, match=r"^--min-gpu-utilization: .* is not a percentage"):
+        JobFlags(min_gpu_utilization=value).overrides()  # type: ignore[arg-type]
