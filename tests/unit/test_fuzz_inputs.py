@@ -74,8 +74,11 @@ def outcome(
         result: BaseModel | str = load(path)
     except SpecError as exc:
         result = str(exc)
+        # One line of at most MAX_MESSAGE is SpecError's own doing; what the loader must add
+        # is where: every refusal names the file it refused (the job's, or its profile's).
         assert "\n" not in result and "\r" not in result, result
         assert 0 < len(result) <= MAX_MESSAGE, result
+        assert result.startswith(f"{path.parent}/") and ".yaml: " in result, result
     elapsed = time.process_time() - start
     assert elapsed < limit_s, f"{elapsed:.2f}s for {path.read_bytes()[:200]!r}"
     return result

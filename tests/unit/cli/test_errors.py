@@ -27,9 +27,9 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 def _one_error_line(output: str) -> str:
     lines = [line for line in output.strip().splitlines() if line.strip()]
-    assert lines and lines[0].startswith("error: "), output
+    assert len(lines) == 1 and lines[0].startswith("error: "), output
     assert "Traceback" not in output
-    return " ".join(lines)
+    return lines[0]
 
 
 @pytest.mark.parametrize(
