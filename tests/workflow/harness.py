@@ -78,8 +78,6 @@ class ScriptedHosts:
     version did (it waited 5 s at most); the workflow then waits out the tick on a timer.
     Only for jobs that are not stopped mid-probe: a skip cut short leaves the test server's
     clock stuck."""
-    start_s: float = 0.0
-    """How long a start takes (real seconds: a slow host), so a test can act during it."""
     started: list[StartProcessInput] = field(default_factory=list)
     stopped: list[StopProcessInput] = field(default_factory=list)
     probes: dict[tuple[str, int, int], int] = field(default_factory=dict)
@@ -95,8 +93,6 @@ class ScriptedHosts:
             )
             if not again:
                 self.started.append(inp)
-            if self.start_s:
-                await asyncio.sleep(self.start_s)
             return ProcessHandle(
                 job_id=inp.job_id,
                 attempt=inp.attempt,

@@ -8,7 +8,6 @@ import pytest
 from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.exceptions import CancelledError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
@@ -262,31 +261,6 @@ async def test_cancel_still_compensates(
     assert len(hosts.stopped) == 1
     assert allocations_of(sqlite_store, handle.id) == []
     assert find_job(sqlite_store, handle.id).status == "stopped"
-
-
-async def test_cancel_during_a_start_stops_the_job_and_never_retries_it(
-    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
-) -> None:
-    """A cancelled activity fails with the cancellation as its cause: read as a lost host, it
-    made a cancelled job retry (an interruption) and start again elsewhere."""
-    fleet = sim_fleet(sqlite_store)
-    hosts = ScriptedHosts(start_s=3.0, probe=lambda inp, n: ProbeResult(state="running"))
-    spec = job(retry={"on_events": ["interruption"], "duration": "1h"})
-    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
-        handle = await start_job(time_env.client, task_queue, spec)
-        for _ in range(100):
-            if hosts.started:
-                break
-            await asyncio.sleep(0.05)
-        await handle.cancel()
-        with pytest.raises(WorkflowFailureError) as failed:
-            await job_result(handle)
-        await asyncio.sleep(3.5)  # the cut-off start ends; nothing may start after it
-    assert isinstance(failed.value.cause, CancelledError)
-    assert [s.attempt for s in hosts.started] == [1]
-    assert allocations_of(sqlite_store, handle.id) == []
-    row = find_job(sqlite_store, handle.id)
-    assert (row.status, row.termination_reason) == ("stopped", "stopped_by_user")
 
 
 async def test_long_job_continues_as_new_and_replays(
