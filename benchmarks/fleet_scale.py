@@ -1,22 +1,31 @@
-"""The product's place step at fleet scale: the control worker's `place_job` and `release_job`
-activities (gpuflow/control/activities.py), called with the inputs the job workflow sends (the
-job's first record before placing, its `provisioning` record once placed, its ending with the
-release), on a sim fleet of openb's GPU nodes, on a real SQLite file (or PostgreSQL with
-`--database URL`). Only Temporal is left out: each call is timed as the activity runs it. The
-job rows it writes feed the fleet's learned request mix, as in the product.
+"""The product's place step at fleet scale (issue #10): the control worker's `place_job` and
+`release_job` activities (gpuflow/control/activities.py), called with the inputs the job
+workflow sends (the job's first record before placing, its `provisioning` record once placed,
+its ending with the release), on a sim fleet of openb's 1,213 GPU nodes in a fresh database.
+Only Temporal is left out: each call is timed as the activity runs it. The job rows it writes
+feed the fleet's learned request mix, as in the product.
 
-The fleet is applied with `apply_fleet` (1,213 hosts; `--hosts N` takes the first N). Jobs are
-the openb `default` trace's pods as gpuflow jobs (benchmarks/placement.py's loader and
-`job_of`), in a seeded order. First `--fill` jobs are taken, then `--steps` steps each take the
-next job and release the oldest one held, so the fleet stays about as full: the cold path
-(`ControlActivities(warm=False)`: the whole fleet read and indexed in every transaction, as
-before #10), then the
-warm path, on the same database in the same run. Reported per path: take and release median
-and p99 in ms, and takes per second (1 / mean take).
+Protocol, per database (`--db sqlite,postgresql`; PostgreSQL gets a database of its own on the
+server of `--postgresql URL`, dropped at the end):
 
-    python benchmarks/fleet_scale.py
-    python benchmarks/fleet_scale.py --hosts 300 --steps 200 --json out.json
-    python benchmarks/fleet_scale.py --database postgresql://postgres@127.0.0.1:5432/test
+- Arrivals are the openb `default` pods in placement.py's seeded order (`arrivals`, seed 42),
+  as gpuflow jobs (`job_of`), placed one at a time until the arrived demand (GPUs asked by jobs
+  that arrived and were not released) reaches 100% of the fleet's GPUs.
+- Every tenth job is released at a random moment, if it was placed: before an arrival drawn
+  uniformly (seeded) between its own and the last of the sequence (if the run goes that far).
+- `unallocated_pct_at_100`: the fleet's GPUs not held when the arrived demand reaches 100%;
+  `pure_unallocated_pct_at_100`: the same for the pure function (`gpuflow.scheduler.place` on
+  an in-memory snapshot, the mix learned as benchmarks/placement.py learns it) on the same
+  arrivals and releases.
+- `cold`: `--cold` more placements through the cold path (`ControlActivities(warm=False)`: the
+  whole fleet read in each placement transaction, as before #10), on the final state.
+- `two_workers`: two processes, each a control worker with its own engine, place the same
+  arrivals at once (alternate arrivals each, with their releases) on a fresh database of the
+  first kind in `--db` that is PostgreSQL (else SQLite); `over_allocations` counts GPUs (and
+  hosts' CPUs or memory) held beyond capacity in the database afterwards.
+
+    python benchmarks/fleet_scale.py --json out.json
+    python benchmarks/fleet_scale.py --db sqlite --hosts 300 --no-two-workers
 """
 
 from __future__ import annotations
@@ -24,12 +33,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import random
 import statistics
 import sys
 import tempfile
 import time
-from collections import deque
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,20 +52,35 @@ for path in (ROOT, ROOT / "benchmarks"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from placement import GPU_MEMORY_MIB, job_of, load_nodes, load_pods  # noqa: E402
+from placement import (  # noqa: E402
+    GPU_MEMORY_MIB,
+    Node,
+    Pod,
+    arrivals,
+    job_of,
+    load_nodes,
+    load_pods,
+    snapshot_of,
+)
 
 from gpuflow.control.activities import ControlActivities  # noqa: E402
+from gpuflow.scheduler import apply_placement, place, release_placement  # noqa: E402
+from gpuflow.scheduler.mix import LearnedMix, MixLearner, half_life, kind_of  # noqa: E402
+from gpuflow.scheduler.model import Placement  # noqa: E402
 from gpuflow.services.fleets import apply_fleet  # noqa: E402
 from gpuflow.specs import FleetSpec  # noqa: E402
 from gpuflow.status import JobStatus, TerminationReason  # noqa: E402
 from gpuflow.store.db import Store  # noqa: E402
+from gpuflow.store.tables import AllocationRow, HostRow  # noqa: E402
 from gpuflow.workflows.models import JobStatusInput, PlaceInput, ReleaseInput  # noqa: E402
 
 _TRACE_DIRS = (ROOT.parent / "shared/data/openb", Path("/work/shared/data/openb"))
+POSTGRESQL = "postgresql://postgres@127.0.0.1:5432/test"
+RELEASE_EVERY = 10
+EPSILON = 1e-6
 
 
-def fleet_spec(trace_dir: Path, hosts: int | None) -> FleetSpec:
-    nodes = load_nodes(trace_dir / "openb_node_list_gpu_node.csv")[:hosts]
+def fleet_spec(nodes: list[Node]) -> FleetSpec:
     return FleetSpec.model_validate(
         {
             "type": "fleet",
@@ -77,10 +105,47 @@ def fleet_spec(trace_dir: Path, hosts: int | None) -> FleetSpec:
     )
 
 
-def _ms(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    return {"median_ms": statistics.median(ordered) * 1000, "p99_ms": p99 * 1000}
+def release_plan(sequence: list[Pod], seed: int) -> dict[int, int]:
+    """Every tenth arrival, if placed, is released before a later arrival drawn at random:
+    arrival index -> the arrival index it is released before. The pure function and the
+    product follow the same plan."""
+    rng = random.Random(seed)
+    return {
+        i: rng.randint(i + 1, len(sequence))
+        for i in range(RELEASE_EVERY - 1, len(sequence), RELEASE_EVERY)
+    }
+
+
+def pure_run(
+    nodes: list[Node], sequence: list[Pod], releases: dict[int, int], capacity: int
+) -> tuple[float, int]:
+    """Unallocated % at 100% arrived demand for the pure function, and arrivals it took."""
+    snapshot = snapshot_of(nodes, "fragmentation", [])
+    fleet = snapshot.fleets[0]
+    learner = MixLearner(half_life(capacity // 1000))
+    in_use: LearnedMix | None = None
+    due: dict[int, list[tuple[Pod, Placement]]] = defaultdict(list)
+    arrived = held = 0
+    for i, pod in enumerate(sequence):
+        for gone, placement in due.pop(i, []):
+            release_placement(snapshot, placement)
+            arrived -= gone.gpu_milli_total
+            held -= gone.gpu_milli_total
+        job = job_of(pod)
+        learner.observe(*kind_of(job))
+        fresh = learner.refreshed(in_use)
+        if fresh is not None:
+            in_use, fleet.workload = fresh, list(fresh.requests)
+        result = place(job, snapshot)
+        arrived += pod.gpu_milli_total
+        if isinstance(result, Placement):
+            apply_placement(snapshot, result)
+            held += pod.gpu_milli_total
+            if i in releases:
+                due[releases[i]].append((pod, result))
+        if arrived >= capacity:
+            return 100 - held / capacity * 100, i + 1
+    return 100 - held / capacity * 100, len(sequence)
 
 
 def _record(job_id: str, job: Any, status: JobStatus, **fields: Any) -> JobStatusInput:
@@ -95,99 +160,253 @@ def _record(job_id: str, job: Any, status: JobStatus, **fields: Any) -> JobStatu
     )
 
 
-async def measure(
-    store: Store, jobs: list[Any], *, warm: bool, fill: int, steps: int
+async def product_run(
+    store: Store,
+    sequence: list[Pod],
+    releases: dict[int, int],
+    capacity: int,
+    *,
+    tag: str,
+    mine: range | None = None,
+    warm: bool = True,
 ) -> dict[str, Any]:
+    """Place `sequence` (only the arrivals in `mine`, when given) through the activities,
+    releasing as `releases` says, until the arrived demand reaches `capacity`."""
     activities = ControlActivities(store, warm=warm)
-    held: deque[tuple[str, Any]] = deque()
     takes: list[float] = []
-    releases: list[float] = []
-    failed = 0
-    tag = "warm" if warm else "cold"
-
-    async def release(job_id: str, job: Any) -> float:
-        ended = _record(job_id, job, JobStatus.DONE, reason=TerminationReason.DONE)
-        started = time.perf_counter()
-        await activities.release_job(ReleaseInput(job_id=job_id, record=ended))
-        return time.perf_counter() - started
-
-    for n in range(fill + steps):
-        job = jobs[n % len(jobs)]
-        job_id = f"job-{tag}-{n}"
-        place = PlaceInput(
+    gives: list[float] = []
+    due: dict[int, list[tuple[str, Pod]]] = defaultdict(list)
+    arrived = held = unschedulable = 0
+    unallocated = None
+    started = time.perf_counter()
+    for i, pod in enumerate(sequence):
+        for job_id, gone in due.pop(i, []):
+            ended = _record(job_id, job_of(gone), JobStatus.DONE, reason=TerminationReason.DONE)
+            begun = time.perf_counter()
+            await activities.release_job(ReleaseInput(job_id=job_id, record=ended))
+            gives.append(time.perf_counter() - begun)
+            arrived -= gone.gpu_milli_total
+            held -= gone.gpu_milli_total
+        arrived += pod.gpu_milli_total
+        if mine is not None and i not in mine:
+            continue
+        job, job_id = job_of(pod), f"job-{tag}-{i}"
+        inp = PlaceInput(
             job_id=job_id,
             attempt=1,
             spec=job,
             before=_record(job_id, job, JobStatus.PENDING, spec=job, message="submitted"),
             placed=_record(job_id, job, JobStatus.PROVISIONING),
         )
-        started = time.perf_counter()
-        result = await activities.place_job(place)
-        took = time.perf_counter() - started
-        if result.placement is not None:
-            held.append((job_id, job))
+        begun = time.perf_counter()
+        result = await activities.place_job(inp)
+        takes.append(time.perf_counter() - begun)
+        if result.placement is None:
+            unschedulable += 1
         else:
-            failed += 1
-        if n < fill:
-            continue
-        takes.append(took)
-        if held:
-            releases.append(await release(*held.popleft()))
-    while held:
-        await release(*held.popleft())
+            held += pod.gpu_milli_total
+            if i in releases:
+                due[releases[i]].append((job_id, pod))
+        if arrived >= capacity and unallocated is None:
+            unallocated = 100 - held / capacity * 100
+            if mine is None:
+                break
     return {
-        "take": _ms(takes),
-        "release": _ms(releases),
-        "takes_per_s": len(takes) / sum(takes),
-        "unschedulable": failed,
+        "placements": len(takes),
+        "placements_per_s": len(takes) / sum(takes),
+        "wall_s": time.perf_counter() - started,
+        **_ms("", takes),
+        **_ms("release_", gives),
+        "unschedulable": unschedulable,
+        # A run cut short (--arrivals) reports where it stopped.
+        "unallocated_pct_at_100": 100 - held / capacity * 100
+        if unallocated is None
+        else unallocated,
+        "reached_100": unallocated is not None,
+        "held_job_ids": [job_id for jobs in due.values() for job_id, _ in jobs],
     }
+
+
+def _ms(prefix: str, values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return {f"{prefix}p50_ms": statistics.median(ordered) * 1000, f"{prefix}p99_ms": p99 * 1000}
+
+
+@contextmanager
+def fresh_database(kind: str, postgresql: str) -> Iterator[str]:
+    """The URL of an empty database of this kind, removed afterwards."""
+    if kind == "sqlite":
+        with tempfile.TemporaryDirectory() as home:
+            yield f"sqlite:///{Path(home) / 'gpuflow.db'}"
+        return
+    import psycopg
+
+    name = f"fleet_scale_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgresql, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{postgresql.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(postgresql, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def over_allocations(store: Store) -> int:
+    """GPUs held beyond one whole GPU, and hosts whose CPUs or memory are held beyond theirs."""
+    with store.read() as session:
+        rows = session.connection().execute(
+            AllocationRow.__table__.select()  # type: ignore[attr-defined]
+        )
+        gpus: dict[tuple[str, int], float] = defaultdict(float)
+        cpus: dict[str, float] = defaultdict(float)
+        memory: dict[str, int] = defaultdict(int)
+        for row in rows.mappings():
+            for index in row["gpu_indices"]:
+                gpus[row["host_id"], index] += row["gpu_fraction"] or 1.0
+            cpus[row["host_id"]] += row["cpus"]
+            memory[row["host_id"]] += row["memory_mib"]
+        hosts = {
+            host.id: host
+            for host in session.connection().execute(
+                HostRow.__table__.select()  # type: ignore[attr-defined]
+            )
+        }
+    over = sum(used > 1 + EPSILON for used in gpus.values())
+    over += sum(cpus[h] > hosts[h].cpus + EPSILON for h in cpus)
+    return over + sum(memory[h] > hosts[h].memory_mib for h in memory)
+
+
+def _worker(
+    url: str,
+    k: int,
+    sequence: list[Pod],
+    releases: dict[int, int],
+    capacity: int,
+    start: Any,
+    out: Any,
+) -> None:
+    store = Store(url)
+    start.wait()
+    mine = range(k, len(sequence), 2)
+    result = asyncio.run(product_run(store, sequence, releases, capacity, tag=f"w{k}", mine=mine))
+    out.put(result)
+    store.dispose()
+
+
+def two_workers(
+    url: str, spec: FleetSpec, sequence: list[Pod], releases: dict[int, int], capacity: int
+) -> dict[str, Any]:
+    store = Store(url).init()
+    apply_fleet(store, spec)
+    context = multiprocessing.get_context("spawn")
+    start, out = context.Barrier(3), context.Queue()
+    workers = [
+        context.Process(target=_worker, args=(url, k, sequence, releases, capacity, start, out))
+        for k in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    start.wait()
+    begun = time.perf_counter()
+    results = [out.get() for _ in workers]
+    wall = time.perf_counter() - begun
+    for worker in workers:
+        worker.join()
+    over = over_allocations(store)
+    store.dispose()
+    placements = sum(r["placements"] for r in results)
+    return {
+        "placements_per_s": placements / wall,
+        "over_allocations": over,
+        "placements": placements,
+        "per_worker_p50_ms": [r["p50_ms"] for r in results],
+        "per_worker_p99_ms": [r["p99_ms"] for r in results],
+        "unschedulable": sum(r["unschedulable"] for r in results),
+    }
+
+
+def one_database(
+    url: str, spec: FleetSpec, sequence: list[Pod], releases: dict[int, int], args: Any
+) -> dict[str, Any]:
+    capacity = args.capacity
+    store = Store(url).init()
+    try:
+        apply_fleet(store, spec)
+        result = asyncio.run(product_run(store, sequence, releases, capacity, tag="one"))
+        result["over_allocations"] = over_allocations(store)
+        if args.cold:
+            tail = args.after[: args.cold]  # arrivals past the run's
+            cold = asyncio.run(product_run(store, tail, {}, 1 << 62, tag="cold", warm=False))
+            result["cold"] = {k: cold[k] for k in ("placements", "p50_ms", "p99_ms")}
+    finally:
+        store.dispose()
+    del result["held_job_ids"]
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", default="sqlite,postgresql", help="sqlite, postgresql or both")
+    parser.add_argument("--postgresql", default=POSTGRESQL, help="a server to make databases on")
     parser.add_argument("--hosts", type=int, default=None, help="the first N openb nodes")
-    parser.add_argument("--database", default=None, help="a PostgreSQL URL (default: SQLite)")
-    parser.add_argument("--fill", type=int, default=300, help="jobs taken before measuring")
-    parser.add_argument("--steps", type=int, default=300, help="take + release steps measured")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--arrivals", type=int, default=None, help="stop after N (quick runs)")
+    parser.add_argument("--only-two-workers", action="store_true", help="skip the single runs")
+    parser.add_argument("--cold", type=int, default=20, help="cold-path placements at the end")
+    parser.add_argument("--no-two-workers", dest="two_workers", action="store_false")
     parser.add_argument("--trace-dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)
+    kinds = [kind.strip() for kind in args.db.split(",") if kind.strip()]
+    if not kinds or set(kinds) - {"sqlite", "postgresql"}:
+        parser.error(f"--db: sqlite and/or postgresql, got {args.db!r}")
     trace_dir = args.trace_dir or next((d for d in _TRACE_DIRS if d.exists()), _TRACE_DIRS[0])
-    spec = fleet_spec(trace_dir, args.hosts)
+    nodes = load_nodes(trace_dir / "openb_node_list_gpu_node.csv")[: args.hosts]
+    spec = fleet_spec(nodes)
+    args.capacity = capacity = sum(node.gpus for node in nodes) * 1000
     pods = load_pods(trace_dir / "openb_pod_list_default.csv")
-    random.Random(args.seed).shuffle(pods)
-    jobs = [job_of(pod) for pod in pods[: args.fill + args.steps]]
-    with tempfile.TemporaryDirectory() as home:
-        store = Store(args.database or f"sqlite:///{Path(home) / 'gpuflow.db'}").init()
-        try:
-            apply_fleet(store, spec)
-            results = {
-                "hosts": len(spec.hosts),
-                "database": "postgresql" if args.database else "sqlite",
-                "cold": asyncio.run(
-                    measure(store, jobs, warm=False, fill=args.fill, steps=args.steps)
-                ),
-                "warm": asyncio.run(
-                    measure(store, jobs, warm=True, fill=args.fill, steps=args.steps)
-                ),
+    sequence = arrivals(pods, capacity, args.seed)
+    releases = release_plan(sequence, args.seed)
+    pure, taken = pure_run(nodes, sequence[: args.arrivals], releases, capacity)
+    taken = min(taken, args.arrivals or taken)
+    sequence, args.after = sequence[:taken], sequence[taken:] or sequence
+    results: dict[str, Any] = {"hosts": len(nodes), "arrivals": taken}
+    for kind in [] if args.only_two_workers else kinds:
+        with fresh_database(kind, args.postgresql) as url:
+            results[kind] = one_database(url, spec, sequence, releases, args)
+        results[kind]["pure_unallocated_pct_at_100"] = pure
+        _print(kind, results[kind])
+    if args.two_workers:
+        kind = "postgresql" if "postgresql" in kinds else kinds[0]
+        with fresh_database(kind, args.postgresql) as url:
+            results["two_workers"] = {
+                "database": kind,
+                **two_workers(url, spec, sequence, releases, capacity),
             }
-        finally:
-            store.dispose()
-    results["take_speedup"] = results["warm"]["takes_per_s"] / results["cold"]["takes_per_s"]
-    print(f"{results['hosts']} hosts on {results['database']}")
-    for path in ("cold", "warm"):
-        r = results[path]
+        r = results["two_workers"]
         print(
-            f"  {path}: take {r['take']['median_ms']:.1f} / {r['take']['p99_ms']:.1f} ms "
-            f"(median / p99), release {r['release']['median_ms']:.1f} / "
-            f"{r['release']['p99_ms']:.1f} ms, {r['takes_per_s']:.1f} takes/s, "
-            f"{r['unschedulable']} unschedulable"
+            f"two workers on {kind}: {r['placements_per_s']:.1f} placements/s together, "
+            f"{r['over_allocations']} over-allocations"
         )
-    print(f"  warm / cold takes per second: {results['take_speedup']:.1f}x")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
+
+
+def _print(kind: str, r: dict[str, Any]) -> None:
+    print(
+        f"{kind}: {r['placements']} placements, {r['placements_per_s']:.1f}/s, "
+        f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms; releases p50 "
+        f"{r.get('release_p50_ms', 0):.1f} / p99 {r.get('release_p99_ms', 0):.1f} ms; "
+        f"unallocated at 100% {r['unallocated_pct_at_100']:.2f}% "
+        f"(pure function {r['pure_unallocated_pct_at_100']:.2f}%), "
+        f"{r['unschedulable']} unschedulable, {r['over_allocations']} over-allocations"
+    )
+    if "cold" in r:
+        print(f"  cold path: p50 {r['cold']['p50_ms']:.1f} ms, p99 {r['cold']['p99_ms']:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -371,18 +371,11 @@ async def measure_jobs(
         await asyncio.to_thread(store.dispose)
 
 
-async def run(
-    *, n: int, concurrency: int, hosts: int, solo: int, paced: int, rate: float
-) -> Figures:
-    if hosts * GPUS_PER_HOST < n:
-        raise SystemExit(
-            f"--hosts {hosts} gives {hosts * GPUS_PER_HOST} GPUs; all {n} jobs must fit at once"
-        )
+def quiet_runtime() -> None:
+    """What every end-to-end benchmark sets up first."""
     import compileall
 
     from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
-
-    from gpuflow.control.embedded import start_dev_server
 
     # The SDK core warns on stderr about every workflow task slower than 5 s, which a loaded
     # 2-core machine produces by the hundred; the latencies in the table say it once.
@@ -401,6 +394,18 @@ async def run(
     # both phases. Measure what an installation runs.
     for tree in (ROOT / "gpuflow", Path(__file__).resolve().parent):
         compileall.compile_dir(tree, quiet=1)
+
+
+async def run(
+    *, n: int, concurrency: int, hosts: int, solo: int, paced: int, rate: float
+) -> Figures:
+    if hosts * GPUS_PER_HOST < n:
+        raise SystemExit(
+            f"--hosts {hosts} gives {hosts * GPUS_PER_HOST} GPUs; all {n} jobs must fit at once"
+        )
+    from gpuflow.control.embedded import start_dev_server
+
+    quiet_runtime()
     with tempfile.TemporaryDirectory(prefix="gpuflow-job-throughput-") as scratch:
         home = Path(scratch)
         saved = os.environ.get("GPUFLOW_HOME")

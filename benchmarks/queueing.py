@@ -1,6 +1,7 @@
 """Queue benchmark: the openb default trace online through admission, in simulated time.
 
     python benchmarks/queueing.py trace [--json PATH] [--every 100] [--limit N]
+    python benchmarks/queueing.py e2e [--json PATH] [-n 200]   (benchmarks/queue_e2e.py)
 
 Pods arrive at `creation_time` and, once started, hold their resources for their trace
 lifetime: `deletion_time - scheduled_time`, or `deletion_time - creation_time` for the pods the
@@ -346,13 +347,19 @@ def table(results: dict[str, dict[str, object]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=["trace"])
+    parser.add_argument("mode", choices=["trace", "e2e"])
     parser.add_argument("--json", type=Path, help="write {trace: {policy: {...}}} here")
+    parser.add_argument("-n", type=int, default=200, help="e2e: jobs of `sleep 2`")
     parser.add_argument("--every", type=int, default=100, help="take every Nth openb GPU node")
     parser.add_argument("--limit", type=int, help="only the first N pods (by arrival)")
     parser.add_argument("--trace-dir", type=Path, default=_data_dir())
     parser.add_argument("--policies", default=",".join(POLICIES))
     args = parser.parse_args(argv)
+    if args.mode == "e2e":
+        from benchmarks.queue_e2e import main_e2e
+
+        main_e2e(args.n, args.json)
+        return 0
     results: dict[str, dict[str, object]] = {}
     for policy in args.policies.split(","):
         if policy not in POLICIES:
@@ -365,7 +372,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{policy}: {report['seconds']} s", file=sys.stderr)
     print(table(results))
     if args.json:
-        args.json.write_text(json.dumps({"trace": results}, indent=2) + "\n")
+        existing = json.loads(args.json.read_text()) if args.json.exists() else {}
+        existing["trace"] = results
+        args.json.write_text(json.dumps(existing, indent=2) + "\n")
     return 0
 
 

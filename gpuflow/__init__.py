@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpuflow.client import (
+        AppliedQueue,
         Client,
         FleetInfo,
         JobInfo,
         JobOutcome,
         OptionOffers,
         Progress,
+        QueueInfo,
         StopOutcome,
         StopStep,
     )
@@ -31,18 +33,27 @@ if TYPE_CHECKING:
         SpecError,
         UnschedulableError,
     )
-    from gpuflow.specs import FleetSpec, JobSpec, ResourcesSpec, RetrySpec, UtilizationPolicy
+    from gpuflow.specs import (
+        FleetSpec,
+        JobSpec,
+        QueueSpec,
+        ResourcesSpec,
+        RetrySpec,
+        UtilizationPolicy,
+    )
     from gpuflow.status import JobStatus, TerminationReason
 
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "AppliedQueue": "gpuflow.client",
     "Client": "gpuflow.client",
     "FleetInfo": "gpuflow.client",
     "JobInfo": "gpuflow.client",
     "JobOutcome": "gpuflow.client",
     "OptionOffers": "gpuflow.client",
     "Progress": "gpuflow.client",
+    "QueueInfo": "gpuflow.client",
     "StopOutcome": "gpuflow.client",
     "StopStep": "gpuflow.client",
     "ConnectionFailed": "gpuflow.errors",
@@ -52,6 +63,7 @@ _EXPORTS = {
     "UnschedulableError": "gpuflow.errors",
     "FleetSpec": "gpuflow.specs",
     "JobSpec": "gpuflow.specs",
+    "QueueSpec": "gpuflow.specs",
     "ResourcesSpec": "gpuflow.specs",
     "RetrySpec": "gpuflow.specs",
     "UtilizationPolicy": "gpuflow.specs",
@@ -60,6 +72,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AppliedQueue",
     "Client",
     "ConnectionFailed",
     "FleetInfo",
@@ -72,6 +85,8 @@ __all__ = [
     "NotFoundError",
     "OptionOffers",
     "Progress",
+    "QueueInfo",
+    "QueueSpec",
     "ResourcesSpec",
     "RetrySpec",
     "SpecError",

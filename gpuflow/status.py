@@ -47,6 +47,7 @@ class TerminationReason(StrEnum):
     START_FAILED = "start_failed"
     INTERNAL_ERROR = "internal_error"
     WORKFLOW_CLOSED = "workflow_closed"
+    PREEMPTED = "preempted"
 
     @property
     def status(self) -> JobStatus:
@@ -74,6 +75,7 @@ _REASON_STATUS = {
     TerminationReason.START_FAILED: JobStatus.FAILED,
     TerminationReason.INTERNAL_ERROR: JobStatus.FAILED,
     TerminationReason.WORKFLOW_CLOSED: JobStatus.TERMINATED,
+    TerminationReason.PREEMPTED: JobStatus.TERMINATED,
 }
 
 _REASON_RETRY_EVENT = {
@@ -81,6 +83,7 @@ _REASON_RETRY_EVENT = {
     TerminationReason.NO_CAPACITY: RetryEvent.NO_CAPACITY,
     TerminationReason.HOST_LOST: RetryEvent.INTERRUPTION,
     TerminationReason.PROVISIONING_FAILED: RetryEvent.INTERRUPTION,
+    TerminationReason.PREEMPTED: RetryEvent.INTERRUPTION,
 }
 
 _REASON_DESCRIPTION = {
@@ -95,6 +98,7 @@ _REASON_DESCRIPTION = {
     TerminationReason.START_FAILED: "the job could not be started (e.g. a missing secret)",
     TerminationReason.INTERNAL_ERROR: "gpuflow hit an internal error",
     TerminationReason.WORKFLOW_CLOSED: "its workflow was closed outside gpuflow (e.g. terminated)",
+    TerminationReason.PREEMPTED: "stopped to admit a job of higher priority or to return quota",
 }
 
 

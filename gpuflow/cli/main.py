@@ -11,6 +11,7 @@ from gpuflow.cli import agent as _agent
 from gpuflow.cli import common, jobs
 from gpuflow.cli.common import run
 from gpuflow.cli.fleets import fleet_app
+from gpuflow.cli.queues import queue_app
 from gpuflow.cli.schedules import schedule_app
 from gpuflow.cli.secrets_cmd import secret_app
 from gpuflow.errors import GpuflowError
@@ -23,6 +24,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(fleet_app, name="fleet")
+app.add_typer(queue_app, name="queue")
 
 # ---- stack ----------------------------------------------------------------------------------
 

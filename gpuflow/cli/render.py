@@ -17,7 +17,7 @@ from rich.console import Group, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
-from gpuflow.cli.waiting import line_positions, why_waiting
+from gpuflow.cli.waiting import line_positions, queue_place, why_waiting
 from gpuflow.specs.units import format_size_mib
 from gpuflow.status import JobStatus
 
@@ -155,6 +155,9 @@ def _data(cell: str | Text) -> Text:
 
 def job_detail(job: Any, positions: dict[str, tuple[int, int]]) -> str:
     """Where a job runs, or why it waits (with its place in line), or how it ended."""
+    place = queue_place(job)  # `queue/#position reason`, once an admission pass has ordered it
+    if place is not None:
+        return place
     if job.status == JobStatus.PENDING:
         position, waiting = positions.get(job.id, (0, 0))
         line = f"#{position} of {waiting} waiting; " if position else ""

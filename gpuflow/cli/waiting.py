@@ -1,7 +1,9 @@
 """Why a job that has not started yet waits, and where it stands in line, as `gpuflow ps` says it.
 
-Pure functions of the client's JobInfo. The job's workflow records why it waits in its message
-(`waiting for capacity: host: reason; ...`); the full text stays in `ps --json`.
+Pure functions of the client's JobInfo. A job waiting in its queue has the place and the reason
+the last admission pass left it with (`queue_position`, `queue_reason`); the job's workflow
+records the hosts' reasons in its message (`waiting for capacity: host: reason; ...`); the full
+text stays in `ps --json`.
 """
 
 from __future__ import annotations
@@ -13,18 +15,50 @@ from gpuflow.status import NO_CAPACITY_PREFIX, WAITING_PREFIX, JobStatus
 
 
 def line_positions(jobs: Sequence[Any]) -> dict[str, tuple[int, int]]:
-    """Job id -> (position, number waiting) among the pending jobs: higher priority first, then
-    earlier submission.
-
-    There is no real queue yet: this is the order in which waiting jobs would be looked at.
-    Queues with an admission pass (fair share between queues, then priority, then submission
-    time) are not built yet (docs/architecture.md); they will replace this with their order.
-    """
+    """Job id -> (position, number waiting) among the pending jobs that no admission pass has
+    placed in line yet (no `queue_position`): higher priority first, then earlier submission,
+    as admission orders the jobs of one queue."""
     waiting = sorted(
-        (job for job in jobs if job.status == JobStatus.PENDING),
+        (job for job in jobs if job.status == JobStatus.PENDING and job.queue_position is None),
         key=lambda job: (-job.priority, job.submitted_at),
     )
     return {job.id: (k, len(waiting)) for k, job in enumerate(waiting, 1)}
+
+
+def queue_reason_text(reason: str | None) -> str:
+    """An admission pass's reason for leaving a job waiting, in words: `no_capacity` -> `no
+    capacity`, `quota` -> `over quota`, `reserved_for:ID` -> `reserved for ID` (job ids read
+    `job-<name>-<suffix>`), `preempting:ID,ID` -> `preempting ID, ID`."""
+    if not reason:
+        return "waiting to be admitted"
+    kind, _, rest = reason.partition(":")
+    if kind == "no_capacity":
+        return "no capacity"
+    if kind == "quota":
+        return "over quota"
+    if kind == "reserved_for":
+        return f"reserved for {rest}" if rest else "reserved for another job"
+    if kind == "preempting":
+        jobs = ", ".join(job for job in rest.split(",") if job)
+        return f"preempting {jobs}" if jobs else "preempting other jobs"
+    return reason.replace("_", " ")
+
+
+def queue_wait(job: Any) -> str | None:
+    """Why an admission pass left the job waiting, in words; None for a job that no pass has
+    placed in line. Without capacity, the hosts' first reason follows, as `why_waiting` says."""
+    if job.status != JobStatus.PENDING or job.queue_position is None:
+        return None
+    reason = queue_reason_text(job.queue_reason)
+    if reason == "no capacity" and (job.message or "").startswith(WAITING_PREFIX):
+        return why_waiting(job)
+    return reason
+
+
+def queue_place(job: Any) -> str | None:
+    """`queue/#position reason` for a job that an admission pass left waiting, else None."""
+    reason = queue_wait(job)
+    return None if reason is None else f"{job.queue}/#{job.queue_position} {reason}"
 
 
 def short_reasons(reasons: str, *, most: int = 1) -> str:
@@ -57,6 +91,10 @@ def waiting_summary(job: Any, positions: dict[str, tuple[int, int]]) -> dict[str
     """What `ps --json` adds for a job that waits; None for one that does not."""
     if job.status not in (JobStatus.PENDING, JobStatus.PROVISIONING):
         return None
+    reason = queue_wait(job)
+    if reason is not None:
+        # Its position is in the admission pass's order, of which ps sees only its own jobs.
+        return {"reason": reason, "position": job.queue_position, "waiting": None}
     position = positions.get(job.id)
     return {
         "reason": why_waiting(job),

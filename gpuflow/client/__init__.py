@@ -8,23 +8,27 @@ outcome = await client.wait(job.id)
 
 from gpuflow.client.core import Client
 from gpuflow.client.models import (
+    AppliedQueue,
     FleetInfo,
     JobInfo,
     JobOutcome,
     OptionOffers,
     Progress,
+    QueueInfo,
     StopOutcome,
     StopStep,
     taken_option,
 )
 
 __all__ = [
+    "AppliedQueue",
     "Client",
     "FleetInfo",
     "JobInfo",
     "JobOutcome",
     "OptionOffers",
     "Progress",
+    "QueueInfo",
     "StopOutcome",
     "StopStep",
     "taken_option",

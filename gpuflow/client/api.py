@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
@@ -21,6 +22,7 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow import errors
 from gpuflow.naming import CONTROL_TASK_QUEUE
@@ -62,6 +64,9 @@ def error_from(cause: ApplicationError) -> errors.GpuflowError:
 
 BACKSTOP_S = 5.0
 """After the RPC timeout, how long more the whole call may take before it is cut off."""
+IN_FLIGHT = 8
+"""Requests one client has in flight at once: under the server's default limit of 10 updates
+in flight per workflow, which refuses the rest (many `wait`s at once, say)."""
 
 
 class TemporalApi:
@@ -77,9 +82,29 @@ class TemporalApi:
         self.temporal = temporal
         self.task_queue = task_queue
         self.workflow_id = workflow_id
+        self._in_flight = asyncio.Semaphore(IN_FLIGHT)
 
     async def call(
         self, update: str, arg: BaseModel, result_type: type[R], *, timeout_s: float = API_TIMEOUT_S
+    ) -> R:
+        """One request. Requests of this client beyond IN_FLIGHT wait their turn, and a request
+        refused because the server's limit of updates in flight is reached (other clients'
+        requests) is sent again after a short, growing pause, within the same time budget."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        pause = 0.05
+        async with self._in_flight:
+            while True:
+                try:
+                    return await self._call(update, arg, result_type, timeout_s=timeout_s)
+                except RPCError as exc:
+                    left = deadline - asyncio.get_running_loop().time()
+                    if exc.status != RPCStatusCode.RESOURCE_EXHAUSTED or left <= pause:
+                        raise
+                await asyncio.sleep(pause * (0.5 + random.random()))
+                pause = min(pause * 2, 1.0)
+
+    async def _call(
+        self, update: str, arg: BaseModel, result_type: type[R], *, timeout_s: float
     ) -> R:
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             "ControlApiWorkflow",

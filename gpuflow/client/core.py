@@ -44,6 +44,7 @@ from gpuflow.client.models import (
     StopOutcome,
     StopStep,
 )
+from gpuflow.client.queues import QueueCalls
 from gpuflow.config import TemporalConfig, connect_temporal
 from gpuflow.errors import GpuflowError, NotFoundError, SpecError, UnschedulableError
 from gpuflow.log_reader import LogReader
@@ -102,7 +103,7 @@ def _search_attributes_enabled() -> bool:
 ScheduleList = list[dict[str, Any]]
 
 
-class Client(ControlPlaneCalls):
+class Client(ControlPlaneCalls, QueueCalls):
     """Async, typed access to gpuflow. Keyword-only arguments throughout. It holds a Temporal
     connection and nothing else: no database, no SSH key (see gpuflow/workflows/api.py)."""
 
@@ -315,7 +316,7 @@ class Client(ControlPlaneCalls):
                 else TypedSearchAttributes.empty
             ),
             task_queue=CONTROL_TASK_QUEUE,
-            memo={JOB_MEMO: {"name": spec.name, "priority": spec.priority}},
+            memo={JOB_MEMO: {"name": spec.name, "priority": spec.priority, "queue": spec.queue}},
             static_summary=f"job {spec.name} (from {schedule_id})",
         )
         calendar = (

@@ -16,7 +16,13 @@ from pydantic import BaseModel, Field
 from gpuflow.scheduler.model import Placement
 from gpuflow.scheduler.offers import Offers
 from gpuflow.status import JobStatus, TerminationReason
-from gpuflow.workflows.api import FleetRecord, JobRecord, OptionOffersRecord
+from gpuflow.workflows.api import (
+    FleetRecord,
+    JobRecord,
+    OptionOffersRecord,
+    QueueApplied,
+    QueueRecord,
+)
 from gpuflow.workflows.models import JobProgress, JobResult
 
 
@@ -36,6 +42,14 @@ class JobInfo(BaseModel):
     submitted_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    queue: str | None = None
+    """The queue the job waits or runs in."""
+    queue_position: int | None = None
+    """While it waits: its place in the last admission pass's order, 1 first."""
+    queue_reason: str | None = None
+    """While it waits: why the last admission pass did not start it: `no_capacity`, `quota`
+    (its queue's quota, borrowing included, is used), `reserved_for:<job id>` (what it needs is
+    held for a higher job), `preempting:<job ids>` (those jobs are being stopped for it)."""
 
     @classmethod
     def from_record(cls, record: JobRecord) -> JobInfo:
@@ -87,6 +101,48 @@ class FleetInfo(BaseModel):
     @classmethod
     def from_record(cls, record: FleetRecord) -> FleetInfo:
         return cls.model_validate(record.model_dump())
+
+
+class QueueInfo(BaseModel):
+    """A queue and what it uses now (`gpuflow queue list`). GPU amounts are per quota key: a
+    GPU model, or `*` for a queue whose quota is a total over every model; a GPU share counts
+    as its fraction."""
+
+    name: str
+    cohort: str | None = None
+    quota: dict[str, int]
+    """Nominal GPUs per quota key."""
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+    built_in: bool = False
+    """The default queue, not applied from a file (no quota limit)."""
+    used: dict[str, float] = Field(default_factory=dict)
+    """GPUs its admitted jobs hold."""
+    borrowed: dict[str, float] = Field(default_factory=dict)
+    """The part of `used` beyond its quota, from idle quota of its cohort."""
+    lent: dict[str, float] = Field(default_factory=dict)
+    """The part of its idle quota that its cohort's borrowing uses: the cohort's borrowing,
+    shared among the queues that lend in proportion to what each may lend."""
+    waiting: int = 0
+    """Jobs waiting to be admitted."""
+    admitted: int = 0
+    """Jobs admitted (starting or running)."""
+
+    @classmethod
+    def from_record(cls, record: QueueRecord) -> QueueInfo:
+        return cls.model_validate(record.model_dump())
+
+
+class AppliedQueue(BaseModel):
+    """What `Client.apply_queue` did."""
+
+    queue: QueueInfo
+    created: bool
+    """False: a queue of that name existed and was updated."""
+
+    @classmethod
+    def from_record(cls, record: QueueApplied) -> AppliedQueue:
+        return cls(queue=QueueInfo.from_record(record.queue), created=record.created)
 
 
 class OptionOffers(BaseModel):

@@ -10,18 +10,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, select
+from sqlmodel import select
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from gpuflow.control import reconcile
+from gpuflow.control.admission import AdmissionActivities
+from gpuflow.control.admission_wake import wake_admission
+from gpuflow.control.records import record_in
 from gpuflow.metrics import store as metrics
 from gpuflow.scheduler.model import Placement, Unschedulable
 from gpuflow.services.capacity import release_allocation_in, take_allocation_in
 from gpuflow.services.changes import bump
 from gpuflow.services.fleets import get_host, set_host_state
-from gpuflow.services.jobs import jobs_waiting_for_capacity, record_status_in
+from gpuflow.services.jobs import jobs_waiting_for_capacity
+from gpuflow.services.queue_entries import leave_queue_in
 from gpuflow.status import HostState
 from gpuflow.store.db import Store
 from gpuflow.store.tables import FleetRow, HostRow
@@ -56,22 +60,30 @@ class ControlActivities:
         ensure_agent: AgentStarter | None = None,
         temporal: Client | None = None,
         warm: bool = True,
+        task_queue: str | None = None,
     ) -> None:
         self.store = store
+        self.task_queue = task_queue
+        """The control task queue whose admission loop releases and health changes wake
+        (None: the queue of the activity that wakes it)."""
         self.warm = warm
         """Place on the warm fleet state (services/warm.py); False reads the whole fleet every
         time, as before it (benchmarks/fleet_scale.py compares the two)."""
         self.ensure_agent = ensure_agent
         self.temporal = temporal
-        """Asks Temporal whether jobs' workflows are still open (reconciliation); without it,
-        only allocations of jobs whose row has ended are reconciled."""
+        """Asks Temporal whether jobs' workflows are still open (reconciliation), and asks the
+        admission loop for passes; without it, only allocations of jobs whose row has ended are
+        reconciled, and the loop passes on its own schedule."""
+        self.admission = AdmissionActivities(
+            store, temporal=temporal, warm=warm, task_queue=task_queue
+        )
 
     @activity.defn(name="place_job")
     async def place_job(self, inp: PlaceInput) -> PlaceResult:
         def place() -> Placement | Unschedulable:
             with self.store.placement_transaction() as session:
                 if inp.before is not None:
-                    _record(session, inp.before)
+                    record_in(session, inp.before)
                 result = take_allocation_in(
                     session,
                     job_id=inp.job_id,
@@ -89,7 +101,7 @@ class ControlActivities:
                             "event_key": inp.placed.event_key + message[:80],
                         }
                     )
-                    _record(session, placed)
+                    record_in(session, placed)
                     metrics.observe_wait(session, placed)
                 return result
 
@@ -102,14 +114,17 @@ class ControlActivities:
 
     @activity.defn(name="release_job")
     async def release_job(self, inp: ReleaseInput) -> ReleaseResult:
-        def release() -> int:
+        def release() -> tuple[int, bool]:
             with self.store.placement_transaction() as session:
                 released = release_allocation_in(session, job_id=inp.job_id)
+                left = leave_queue_in(session, job_id=inp.job_id)
                 if inp.record is not None:
-                    _record(session, inp.record)
-                return released
+                    record_in(session, inp.record)
+                return released, left
 
-        released = await asyncio.to_thread(release)
+        released, left = await asyncio.to_thread(release)
+        if released or left:
+            await wake_admission(self.temporal, self.task_queue)
         return ReleaseResult(
             released_nodes=released, waiting_jobs=await asyncio.to_thread(self._pending_jobs)
         )
@@ -121,7 +136,7 @@ class ControlActivities:
     async def record_job_status(self, inp: JobStatusInput) -> None:
         def write() -> None:
             with self.store.session() as session:
-                _record(session, inp)
+                record_in(session, inp)
                 try:
                     session.commit()
                 except IntegrityError:  # a concurrent duplicate of this very call won
@@ -213,7 +228,10 @@ class ControlActivities:
                 became_ready=became_ready, waiting_jobs=self._pending_jobs() if became_ready else []
             )
 
-        return await asyncio.to_thread(write)
+        result = await asyncio.to_thread(write)
+        if result.became_ready:
+            await wake_admission(self.temporal, self.task_queue)
+        return result
 
     @activity.defn(name="find_orphans")
     async def find_orphans(self, inp: FleetInput) -> OrphansResult:
@@ -223,7 +241,10 @@ class ControlActivities:
     @activity.defn(name="release_orphans")
     async def release_orphans(self, inp: ReleaseOrphansInput) -> ReleaseResult:
         """Release what `find_orphans` found (their processes already stopped) and record it."""
-        return await asyncio.to_thread(reconcile.release_orphans, self.store, inp)
+        result = await asyncio.to_thread(reconcile.release_orphans, self.store, inp)
+        if result.released_nodes:
+            await wake_admission(self.temporal, self.task_queue)
+        return result
 
     def activities(self) -> list[Any]:
         """What the control worker registers: the control half of workflows.contract."""
@@ -236,38 +257,5 @@ class ControlActivities:
             self.provision_host,
             self.fleet_hosts,
             self.record_host_health,
+            *self.admission.activities(),
         ]
-
-
-def _record(session: Session, inp: JobStatusInput) -> None:
-    """The job's status and event, inside the caller's transaction."""
-    placement = inp.placement
-    record_status_in(
-        session,
-        job_id=inp.job_id,
-        name=inp.name,
-        spec=inp.spec.model_dump(mode="json") if inp.spec else None,
-        status=inp.status,
-        event_key=inp.event_key,
-        attempt=inp.attempt,
-        reason=inp.reason.value if inp.reason else None,
-        message=inp.message,
-        fleet=placement.fleet if placement else None,
-        hosts=[n.host_name for n in placement.nodes] if placement else None,
-        gpus=_gpu_summary(placement) if placement else None,
-        at=inp.at,
-        waiting_for_capacity=inp.waiting_for_capacity,
-    )
-
-
-def _gpu_summary(placement: Any) -> str:
-    parts = []
-    for node in placement.nodes:
-        if not node.gpu_indices:
-            continue
-        names = sorted(set(node.gpu_names)) or ["GPU"]
-        if node.gpu_fraction is not None:
-            parts.append(f"{node.gpu_fraction:g}x{names[0]}")
-        else:
-            parts.append(f"{len(node.gpu_indices)}x{'/'.join(names)}")
-    return ", ".join(parts) if parts else "-"

@@ -12,21 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow import sealed, secrets
+from gpuflow.control.admission_wake import wake_admission
+from gpuflow.control.api_common import job_record, one_line, unrecorded_job
+from gpuflow.control.api_queues import QueueActivities, check_queues
 from gpuflow.control.fleets import host_facts
-from gpuflow.errors import GpuflowError, NotFoundError, SpecError
+from gpuflow.errors import NotFoundError, SpecError
 from gpuflow.naming import CONTROL_TASK_QUEUE, fleet_workflow_id
 from gpuflow.scheduler import blocks_busy, explain
 from gpuflow.scheduler.together import plan_together
@@ -34,7 +35,10 @@ from gpuflow.services.capacity import read_snapshot
 from gpuflow.services.fleets import apply_fleet, delete_fleet, list_fleets, list_hosts
 from gpuflow.services.jobs import find_job, jobs_waiting_for_capacity, list_jobs
 from gpuflow.services.mix import mix_info
+from gpuflow.services.queue_entries import enter_at_submit_in
+from gpuflow.services.queues import WaitingPlace, waiting_places
 from gpuflow.specs.fleet import FleetSpec
+from gpuflow.specs.job import JobSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
 from gpuflow.store.tables import JobRow
@@ -61,56 +65,11 @@ from gpuflow.workflows.api import (
 from gpuflow.workflows.fleet import FleetWorkflow
 from gpuflow.workflows.handles import watch_fleet
 from gpuflow.workflows.models import JobInput
+from gpuflow.workflows.queue_models import QueueVerdict
 from gpuflow.workflows.ui import initial_search_attributes
 
-P = ParamSpec("P")
-R = TypeVar("R")
 
-
-def _one_line(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """A user error (unknown fleet, no such job) fails the update at once with its one line and
-    its type, for the client to raise again; anything else is retried."""
-
-    @functools.wraps(fn)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return await fn(*args, **kwargs)
-        except GpuflowError as exc:
-            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from None
-
-    return wrapper
-
-
-def job_record(row: JobRow) -> JobRecord:
-    return JobRecord(
-        id=row.id,
-        name=row.name,
-        status=row.status,
-        reason=row.termination_reason,
-        message=row.message,
-        fleet=row.fleet,
-        hosts=list(row.hosts),
-        gpus=row.gpus,
-        attempt=row.attempt,
-        priority=int((row.spec or {}).get("priority", 0)),
-        submitted_at=row.submitted_at,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-    )
-
-
-def _unrecorded(job_id: str, memo: dict[str, Any], started: datetime | None) -> JobRecord:
-    return JobRecord(
-        id=job_id,
-        name=str(memo.get("name", job_id)),
-        status=JobStatus.PENDING.value,
-        message="submitted",
-        priority=int(memo.get("priority", 0)),
-        submitted_at=started or datetime.now(UTC),
-    )
-
-
-class ApiActivities:
+class ApiActivities(QueueActivities):
     """The API's activities, over the control worker's store and Temporal client."""
 
     def __init__(self, store: Store, temporal: Client, *, home: Path) -> None:
@@ -122,10 +81,12 @@ class ApiActivities:
     # ---- jobs -----------------------------------------------------------------------------------
 
     @activity.defn(name="api_submit")
-    @_one_line
+    @one_line
     async def submit(self, req: SubmitRequest) -> JobRecord:
-        """Start the job's workflow once its fleets are known; a retry finds it started."""
+        """Start the job's workflow once its queue and fleets are known; a retry finds it
+        started."""
         spec = req.spec
+        await check_queues(self.store, [spec.queue])
         known = {fleet.name for fleet in await asyncio.to_thread(list_fleets, self.store)}
         unknown = [name for name in spec.fleets if name not in known]
         if unknown:
@@ -135,14 +96,16 @@ class ApiActivities:
             )
         gpu = spec.resources.gpu_label
         with contextlib.suppress(WorkflowAlreadyStartedError):
-            await self.temporal.start_workflow(
+            handle = await self.temporal.start_workflow(
                 "JobWorkflow",
                 JobInput(job_id=req.job_id, spec=spec, search_attributes=req.search_attributes),
                 id=req.job_id,
                 search_attributes=(
                     initial_search_attributes(spec) if req.search_attributes else None
                 ),
-                memo={JOB_MEMO: {"name": spec.name, "priority": spec.priority}},
+                memo={
+                    JOB_MEMO: {"name": spec.name, "priority": spec.priority, "queue": spec.queue}
+                },
                 task_queue=CONTROL_TASK_QUEUE,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 static_summary=f"job {spec.name}: {spec.nodes} node(s), GPU {gpu}",
@@ -151,15 +114,32 @@ class ApiActivities:
                     f"commands:\n\n" + "\n".join(f"    {c}" for c in spec.commands)
                 ),
             )
+            await self._enter_queue(req.job_id, handle.result_run_id or "", spec)
         return await self.job(JobRef(ref=req.job_id))
 
+    async def _enter_queue(self, job_id: str, run_id: str, spec: JobSpec) -> None:
+        """The job is in its queue from its submission: a pass that runs before its workflow's
+        first step still counts it (else a job submitted later could be admitted first)."""
+
+        def write() -> QueueVerdict:
+            with self.store.placement_transaction() as session:
+                at = datetime.now(UTC)
+                return enter_at_submit_in(session, job_id=job_id, run_id=run_id, spec=spec, at=at)
+
+        verdict = await asyncio.to_thread(write)
+        if verdict.placement is None and verdict.refused is None:
+            await wake_admission(self.temporal)
+
     @activity.defn(name="api_job")
-    @_one_line
+    @one_line
     async def job(self, ref: JobRef) -> JobRecord:
         try:
-            return job_record(await asyncio.to_thread(find_job, self.store, ref.ref))
+            row = await asyncio.to_thread(find_job, self.store, ref.ref)
         except NotFoundError:
             pass
+        else:
+            places = await asyncio.to_thread(self._places, [row.id])
+            return job_record(row, places.get(row.id))
         if ref.ref.startswith("job-"):  # an id: its workflow may be open without a row yet
             try:
                 desc = await self.temporal.get_workflow_handle(ref.ref).describe()
@@ -168,19 +148,25 @@ class ApiActivities:
                     raise
             else:
                 memo = await desc.memo_value(JOB_MEMO, {})
-                return _unrecorded(ref.ref, memo, desc.start_time)
+                return unrecorded_job(ref.ref, memo, desc.start_time)
         for record in await self._open_unrecorded(set()):
             if record.name == ref.ref:
                 return record
         raise NotFoundError(f"no job named {ref.ref!r} (see `gpuflow ps -a`)")
 
     @activity.defn(name="api_jobs")
-    @_one_line
+    @one_line
     async def jobs(self, req: JobsRequest) -> list[JobRecord]:
         rows = await asyncio.to_thread(list_jobs, self.store, include_finished=req.include_finished)
-        records = [job_record(row) for row in rows]
+        pending = [row.id for row in rows if row.status == JobStatus.PENDING]
+        places = await asyncio.to_thread(self._places, pending)
+        records = [job_record(row, places.get(row.id)) for row in rows]
         records += await self._open_unrecorded({r.id for r in records})
         return sorted(records, key=lambda r: r.submitted_at, reverse=True)
+
+    def _places(self, job_ids: list[str]) -> dict[str, WaitingPlace]:
+        with self.store.read() as session:
+            return waiting_places(session, job_ids)
 
     async def _open_unrecorded(self, recorded: set[str]) -> list[JobRecord]:
         """Open JobWorkflows without a row (submitted, not yet through their first place step)."""
@@ -192,7 +178,7 @@ class ApiActivities:
                     continue
                 if await asyncio.to_thread(_has_row, self.store, wf.id):
                     continue  # recorded since the list was read
-                out.append(_unrecorded(wf.id, await wf.memo_value(JOB_MEMO, {}), wf.start_time))
+                out.append(unrecorded_job(wf.id, await wf.memo_value(JOB_MEMO, {}), wf.start_time))
         except RPCError as exc:
             if exc.status != RPCStatusCode.UNIMPLEMENTED:
                 raise
@@ -200,7 +186,7 @@ class ApiActivities:
         return out
 
     @activity.defn(name="api_host_queue")
-    @_one_line
+    @one_line
     async def host_queue(self, req: HostQueueRequest) -> HostQueueResult:
         """The task queue of the host that ran a node of an ended job (its logs are there)."""
         row = await asyncio.to_thread(find_job, self.store, req.job_id)
@@ -212,7 +198,7 @@ class ApiActivities:
     # ---- fleets ---------------------------------------------------------------------------------
 
     @activity.defn(name="api_apply_fleet")
-    @_one_line
+    @one_line
     async def apply_fleet(self, spec: FleetSpec) -> FleetRecord:
         """Gather the hosts' facts here (the SSH keys are here), write the fleet, start its health
         checks and wake the jobs that wait for capacity."""
@@ -230,7 +216,7 @@ class ApiActivities:
         return next(f for f in await self.fleets(Empty()) if f.name == spec.name)
 
     @activity.defn(name="api_delete_fleet")
-    @_one_line
+    @one_line
     async def delete_fleet(self, ref: FleetRef) -> None:
         await asyncio.to_thread(delete_fleet, self.store, ref.name)
         with contextlib.suppress(RPCError):  # its health checks end (none ran: nothing to end)
@@ -239,14 +225,14 @@ class ApiActivities:
             ).signal(FleetWorkflow.delete)
 
     @activity.defn(name="api_fleets")
-    @_one_line
+    @one_line
     async def fleets(self, _: Empty) -> list[FleetRecord]:
         return await asyncio.to_thread(_read_fleets, self.store)
 
     # ---- the scheduler's dry runs ---------------------------------------------------------------
 
     @activity.defn(name="api_offers")
-    @_one_line
+    @one_line
     async def offers(self, req: OffersRequest) -> list[OptionOffersRecord]:
         def read() -> list[OptionOffersRecord]:
             with self.store.read() as session:
@@ -261,8 +247,10 @@ class ApiActivities:
         return await asyncio.to_thread(read)
 
     @activity.defn(name="api_plan")
-    @_one_line
+    @one_line
     async def plan(self, req: PlanRequest) -> list[PlanRecord]:
+        await check_queues(self.store, [spec.queue for spec in req.specs])
+
         def read() -> list[PlanRecord]:
             with self.store.read() as session:
                 snapshot = read_snapshot(session)
@@ -282,13 +270,13 @@ class ApiActivities:
     # ---- secrets (sealed by the client to this control plane's key) ----------------------------
 
     @activity.defn(name="api_secret_key")
-    @_one_line
+    @one_line
     async def secret_key(self, _: Empty) -> SecretKey:
         private = await asyncio.to_thread(sealed.control_key, self.home)
         return SecretKey(public_key=sealed.public_key(private))
 
     @activity.defn(name="api_set_secret")
-    @_one_line
+    @one_line
     async def set_secret(self, secret: sealed.SealedSecret) -> None:
         def write() -> None:
             value = sealed.open_sealed(secret, sealed.control_key(self.home))
@@ -297,13 +285,13 @@ class ApiActivities:
         await asyncio.to_thread(write)
 
     @activity.defn(name="api_secrets")
-    @_one_line
+    @one_line
     async def secret_names(self, _: Empty) -> SecretNames:
         stored = await asyncio.to_thread(secrets.load, secrets.secrets_file(self.home))
         return SecretNames(names=sorted(stored))
 
     @activity.defn(name="api_delete_secret")
-    @_one_line
+    @one_line
     async def delete_secret(self, ref: SecretRef) -> SecretDeleted:
         path = secrets.secrets_file(self.home)
         return SecretDeleted(deleted=await asyncio.to_thread(secrets.delete_secret, ref.name, path))
@@ -317,6 +305,7 @@ class ApiActivities:
             self.apply_fleet,
             self.delete_fleet,
             self.fleets,
+            *self.queue_activities(),
             self.offers,
             self.plan,
             self.secret_key,

@@ -16,6 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow.services.capacity import HeldAttempt, held_attempts, release_attempt_in
 from gpuflow.services.jobs import jobs_waiting_for_capacity, record_reconciled_in
+from gpuflow.services.queue_entries import leave_queue_in
 from gpuflow.status import TerminationReason
 from gpuflow.store.db import Store
 from gpuflow.workflows.models import (
@@ -111,6 +112,7 @@ def release_orphans(store: Store, inp: ReleaseOrphansInput) -> ReleaseResult:
         released = 0
         for orphan in inp.orphans:
             released += release_attempt_in(session, job_id=orphan.job_id, attempt=orphan.attempt)
+            leave_queue_in(session, job_id=orphan.job_id, attempt=orphan.attempt)
             record_reconciled_in(
                 session,
                 job_id=orphan.job_id,

@@ -25,6 +25,7 @@ from gpuflow.services.fleets import list_hosts
 from gpuflow.store.db import Store
 from gpuflow.store.tables import HostRow
 from gpuflow.workflows import workflow_runner
+from gpuflow.workflows.admission import AdmissionWorkflow
 from gpuflow.workflows.api import ControlApiWorkflow
 from gpuflow.workflows.fleet import FleetWorkflow
 from gpuflow.workflows.job import JobWorkflow
@@ -78,7 +79,13 @@ class ControlWorker:
         self.worker = Worker(
             client,
             task_queue=CONTROL_TASK_QUEUE,
-            workflows=[JobWorkflow, LogReaderWorkflow, FleetWorkflow, ControlApiWorkflow],
+            workflows=[
+                JobWorkflow,
+                LogReaderWorkflow,
+                FleetWorkflow,
+                ControlApiWorkflow,
+                AdmissionWorkflow,
+            ],
             workflow_runner=workflow_runner(),
             activities=[*self.activities.activities(), *self.api.activities()],
             max_concurrent_activities=64,

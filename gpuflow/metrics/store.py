@@ -26,7 +26,7 @@ from gpuflow.metrics._registry import REGISTRY
 from gpuflow.scheduler.model import Unschedulable
 from gpuflow.status import HostState, JobStatus
 from gpuflow.store.db import Store
-from gpuflow.store.tables import AllocationRow, GpuRow, HostRow, JobRow
+from gpuflow.store.tables import AllocationRow, GpuRow, HostRow, JobRow, QueueEntryRow
 from gpuflow.workflows.models import JobStatusInput
 
 log = logging.getLogger("gpuflow.metrics")
@@ -61,13 +61,20 @@ def observe_wait(session: Session, placed: JobStatusInput) -> None:
     how long the job waited since it was submitted. Only a first attempt is observed: a retry's
     wait would include the runs before it. The job's row is already in the session, so this
     reads nothing."""
-    if placed.attempt != 1 or placed.placement is None:
+    if placed.placement is not None:
+        observe_admitted(session, placed.job_id, placed.attempt, placed.placement.fleet)
+
+
+def observe_admitted(session: Session, job_id: str, attempt: int, fleet: str) -> None:
+    """The job's attempt was just placed (by its place step or an admission pass) in
+    `session`'s transaction: `observe_wait` without a record."""
+    if attempt != 1:
         return
-    job = session.get(JobRow, placed.job_id)
+    job = session.get(JobRow, job_id)
     if job is None:
         return
     waited = max(0.0, _utcnow() - _aware(job.submitted_at))
-    JOB_WAIT_SECONDS.labels(placed.placement.fleet).observe(waited)
+    JOB_WAIT_SECONDS.labels(fleet).observe(waited)
 
 
 def _utcnow() -> float:
@@ -154,14 +161,29 @@ def _live_job_families(session: Session) -> list[Metric]:
             waiting_count += int(waiters or 0)
             if first is not None:
                 oldest = _aware(first) if oldest is None else min(oldest, _aware(first))
+    queued = session.exec(
+        select(QueueEntryRow.queue, QueueEntryRow.reason, func.count())
+        .where(col(QueueEntryRow.state) == "waiting")
+        .group_by(col(QueueEntryRow.queue), col(QueueEntryRow.reason))
+    ).all()
+    in_queues = GaugeMetricFamily(
+        "gpuflow_queue_waiting_jobs",
+        "Jobs waiting in a queue, by queue and why (no_capacity, quota, reserved, "
+        "preempting; empty before the first pass)",
+        labels=["queue", "reason"],
+    )
+    for queue, reason, count in sorted(queued, key=lambda r: (r[0], r[1] or "")):
+        in_queues.add_metric([queue, (reason or "").split(":")[0]], count)
+        waiting_count += count
     return [
         jobs,
         GaugeMetricFamily("gpuflow_jobs_pending", "Jobs not placed yet", value=pending),
         GaugeMetricFamily(
             "gpuflow_jobs_waiting_for_capacity",
-            "Pending jobs that found no capacity and wait for some to free",
+            "Pending jobs that wait for capacity (in a queue, or placing themselves)",
             value=waiting_count,
         ),
+        in_queues,
         GaugeMetricFamily(
             "gpuflow_jobs_pending_oldest_seconds",
             "How long the longest-pending job has waited (0 when none is pending)",

@@ -68,6 +68,9 @@ class Waiting:
     submitted_at: float
     priority: int = 0
     preemptible: bool = False
+    options: tuple[JobSpec, ...] = ()
+    """The job once per resource option, tried in order (JobSpec.resource_options); empty:
+    `job` alone. Reservations and preemption plan for the first."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,15 @@ def admit(
     the start of this pass (jobs ahead of it in this pass's order respect it too) on the same
     hosts when they can still serve."""
     return _Pass(queues, running, snapshot, now, reserved).run(waiting)
+
+
+def _first_fit(job: Waiting, snapshot: Snapshot) -> Placement | None:
+    """The first of the job's resource options that fits, each on its fleets in order."""
+    for option in job.options or (job.job,):
+        found = place(option, snapshot)
+        if isinstance(found, Placement):
+            return found
+    return None
 
 
 def _order(job: Waiting) -> tuple[float, float, str]:
@@ -221,7 +233,7 @@ class _Pass:
         """Every job but the holder goes outside the reserved hosts when it can: those that
         may use them (a higher priority, or an end before the reserved start) only when
         nothing else fits, so the reservation drains."""
-        found = place(job.job, self.snapshot)
+        found = _first_fit(job, self.snapshot)
         if not isinstance(found, Placement):
             return None, NO_CAPACITY
         reservation = self.decision.reservation
@@ -230,7 +242,7 @@ class _Pass:
         if not reservation.hosts & {node.host_id for node in found.nodes}:
             return found, ""
         with hidden(self.snapshot, reservation.hosts):
-            elsewhere = place(job.job, self.snapshot)
+            elsewhere = _first_fit(job, self.snapshot)
         if isinstance(elsewhere, Placement):
             return elsewhere, ""
         if self._allowed(job, found):

@@ -245,3 +245,54 @@ def held_attempts(store: Store, *, fleet: str, limit: int = 2000) -> list[HeldAt
         )
         for (job_id, attempt), held in nodes.items()
     ]
+
+
+def commit_placement_in(
+    session: Session, *, job_id: str, attempt: int, placement: Placement
+) -> None:
+    """Record a placement decided elsewhere in this `placement_transaction` (the admission
+    pass decides on its own copy of the fleets): the allocation rows, the warm state and the
+    change counter, as `take_allocation_in` does for the placement it decides."""
+    state = warm_capacity(session)
+    versions = state.hold(session)
+    if versions is not None:
+        state.track(versions)
+    rows = [
+        AllocationRow(
+            job_id=job_id,
+            attempt=attempt,
+            rank=node.rank,
+            fleet=placement.fleet,
+            host_id=node.host_id,
+            gpu_indices=list(node.gpu_indices),
+            gpu_fraction=node.gpu_fraction,
+            blocks=list(node.blocks),
+            cpus=node.cpus,
+            memory_mib=node.memory_mib,
+            disk_mib=node.disk_mib,
+            node=node.model_dump(mode="json"),
+            score=placement.score,
+            scorer=placement.scorer,
+        )
+        for node in placement.nodes
+    ]
+    session.add_all(rows)
+    session.flush()
+    for row in rows:
+        state.taken(row.host_id, use_of(row))
+    state.counted(bump(session, "allocations"))
+
+
+def placements_of(session: Session, job_ids: list[str]) -> dict[str, Placement]:
+    """What each of these jobs holds (its latest attempt's allocation), by job id."""
+    if not job_ids:
+        return {}
+    rows = session.exec(select(AllocationRow).where(col(AllocationRow.job_id).in_(job_ids)))
+    by_job: dict[str, list[AllocationRow]] = {}
+    for row in rows:
+        by_job.setdefault(row.job_id, []).append(row)
+    found = {}
+    for job_id, held in by_job.items():
+        latest = max(row.attempt for row in held)
+        found[job_id] = _placement_from_rows([row for row in held if row.attempt == latest])
+    return found

@@ -51,6 +51,11 @@ def record_status_in(
 ) -> None:
     """Create the job's row if needed, set its status and add the event, inside the caller's
     transaction (which commits); a repeated call (same event key) changes nothing."""
+    exists = session.exec(
+        select(JobEventRow.id).where(JobEventRow.job_id == job_id, JobEventRow.key == event_key)
+    ).first()
+    if exists is not None:
+        return  # this very record was written: a later one must not be undone by its repeat
     # The spec is written once and never read back here: leave it unloaded.
     unloaded = [defer(JobRow.spec)]  # type: ignore[arg-type]
     if session.get(JobRow, job_id, options=unloaded) is None:
@@ -74,11 +79,7 @@ def record_status_in(
         # record because it had ended) waits for nothing.
         job.waiting_for_capacity = waiting_for_capacity and job.status == JobStatus.PENDING
         session.add(job)
-    exists = session.exec(
-        select(JobEventRow).where(JobEventRow.job_id == job_id, JobEventRow.key == event_key)
-    ).first()
-    if exists is None:
-        session.add(JobEventRow(job_id=job_id, key=event_key, kind=status.value, message=message))
+    session.add(JobEventRow(job_id=job_id, key=event_key, kind=status.value, message=message))
 
 
 def _apply_status(
@@ -200,3 +201,17 @@ def job_events(store: Store, job_id: str) -> list[JobEventRow]:
                 .order_by(col(JobEventRow.ts), col(JobEventRow.id))
             )
         )
+
+
+def gpu_summary(placement: Any) -> str:
+    """A placement's GPUs in a few words, e.g. `2xA100` or `0.5xT4` (what `ps` shows)."""
+    parts = []
+    for node in placement.nodes:
+        if not node.gpu_indices:
+            continue
+        names = sorted(set(node.gpu_names)) or ["GPU"]
+        if node.gpu_fraction is not None:
+            parts.append(f"{node.gpu_fraction:g}x{names[0]}")
+        else:
+            parts.append(f"{len(node.gpu_indices)}x{'/'.join(names)}")
+    return ", ".join(parts) if parts else "-"

@@ -4,22 +4,32 @@ how; this module only reads the jobs).
 A fleet's jobs are those placed on it (JobRow.fleet) and those still pending without a fleet
 (their requests are the ones its free capacity is kept for). What a job asked for is its spec's
 first resource option as the scheduler reads it. The newest `WINDOW_HALF_LIVES` half-lives of
-jobs are read, at most `MAX_JOBS` rows; a job's spec is parsed once per process (a job's spec
-never changes). Measured on SQLite, 5,000 jobs: 0.6 s the first time (parsing the specs),
-then about 20 ms a snapshot.
+jobs up to the newest checkpoint job are read (scheduler/mix.py `window`), at most `MAX_JOBS`
+rows; a job's spec is parsed once per process (a job's spec never changes), when it is first
+read, so a checkpoint does not parse the jobs since the last one all at once. The mix of a
+window is kept per fleet: until the next checkpoint a read returns the same LearnedMix object,
+and the scorer keeps what it prepared for it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import or_
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
-from gpuflow.scheduler.mix import Kind, LearnedMix, MixLearner, half_life, kind_of
+from gpuflow.scheduler.mix import (
+    Kind,
+    LearnedMix,
+    MixLearner,
+    half_life,
+    kind_of,
+    window,
+    window_reads,
+)
 from gpuflow.scheduler.model import FleetSnapshot, Snapshot
 from gpuflow.specs import JobSpec
 from gpuflow.status import JobStatus
@@ -30,54 +40,86 @@ WINDOW_HALF_LIVES = 4
 MAX_JOBS = 5000
 """Rows read per fleet and snapshot at most (every placement reads a snapshot)."""
 
-_KINDS: dict[tuple[str, str], tuple[Kind, int] | None] = {}
-"""(database, job id) -> what the job asks per node, and for how many nodes."""
+_KINDS: dict[str, dict[str, tuple[Kind, int] | None]] = {}
+"""Per database: job id -> what the job asks per node, and for how many nodes (one shared
+tuple per distinct ask: a full garbage collection walks a few hundred, not one per job)."""
+_SHARED: dict[tuple[Kind, int], tuple[Kind, int]] = {}
 _MAX_KINDS = 50_000
 _CHUNK = 500
 """Ids per IN (...) query (SQLite limits a statement's parameters)."""
+_MIXES: dict[tuple[str, str, float], tuple[list[str], LearnedMix]] = {}
+"""(database, fleet, half-life) -> the window last learned from and its mix."""
 
 
 def fleet_mix(session: Session, fleet: str, fleet_gpus: int) -> LearnedMix:
-    """The mix the fleet's recent jobs make (the built-in mix when there are none)."""
+    """The mix the fleet's recent jobs make (the built-in mix when there are none); the same
+    object as the last read's while the jobs it was learned from are the same."""
     life = half_life(fleet_gpus)
     limit = min(MAX_JOBS, math.ceil(WINDOW_HALF_LIVES * life))
     table = JobRow.__table__.c  # type: ignore[attr-defined]
-    # Plain column reads (no ORM rows): this runs for every placement.
-    newest = (
-        session.connection()
-        .execute(
-            sa_select(table.id)
-            .where(
-                or_(
-                    table.fleet == fleet,
-                    table.fleet.is_(None) & (table.status == JobStatus.PENDING.value),
-                )
+    query = (
+        sa_select(table.id)
+        .where(
+            or_(
+                table.fleet == fleet,
+                table.fleet.is_(None) & (table.status == JobStatus.PENDING.value),
             )
-            .order_by(table.submitted_at.desc(), table.id.desc())
-            .limit(limit)
         )
-        .scalars()
-        .all()
+        .order_by(table.submitted_at.desc(), table.id.desc())
+        .limit(window_reads(limit, life))
     )
+    # This runs for every placement: the driver's rows as they come (SQLAlchemy's row
+    # processing of thousands of ids cost more than the query).
+    result = session.connection().execute(query)
+    try:
+        newest = [row[0] for row in result.cursor.fetchall()]
+    finally:
+        result.close()
     database = str(session.get_bind().engine.url)
-    ids = [(database, job_id) for job_id in reversed(newest)]  # oldest first
-    unknown = [key[1] for key in ids if key not in _KINDS]
-    if unknown:
-        if len(_KINDS) + len(unknown) > _MAX_KINDS:
-            _KINDS.clear()
-            unknown = [key[1] for key in ids]
-        for start in range(0, len(unknown), _CHUNK):
-            chunk = unknown[start : start + _CHUNK]
-            query = select(JobRow.id, JobRow.spec).where(col(JobRow.id).in_(chunk))
-            for job_id, spec in session.exec(query).all():
-                if spec:  # an empty spec may be written later: read it again then
-                    _KINDS[database, job_id] = _kind_of_spec(spec)
+    kinds = _read_kinds(session, database, newest)
+    ids = window(newest, limit, life)  # oldest first
+    key = (database, fleet, life)
+    found = _MIXES.get(key)
+    if found is not None and found[0] == ids:
+        return found[1]
     learner = MixLearner(life)
-    for key in ids:
-        found = _KINDS.get(key)
-        if found is not None:
-            learner.observe(*found)
-    return learner.mix()
+    complete = True
+    for job_id in ids:
+        kind = kinds.get(job_id, _UNREAD)
+        if kind is _UNREAD:
+            complete = False  # its spec is not written yet: learn again next time
+        elif kind is not None:
+            learner.observe(*kind)
+    mix = learner.mix()
+    if complete:
+        _MIXES[key] = (ids, mix)
+    return mix
+
+
+_UNREAD: Any = object()
+
+
+def _read_kinds(
+    session: Session, database: str, job_ids: Sequence[str]
+) -> dict[str, tuple[Kind, int] | None]:
+    """The database's parsed kinds, after parsing the specs of these jobs not parsed yet."""
+    kinds = _KINDS.setdefault(database, {})
+    unknown = [job_id for job_id in job_ids if job_id not in kinds]
+    if not unknown:
+        return kinds
+    if sum(map(len, _KINDS.values())) + len(unknown) > _MAX_KINDS:
+        _KINDS.clear()
+        _SHARED.clear()
+        kinds = _KINDS.setdefault(database, {})
+        unknown = list(job_ids)
+    for start in range(0, len(unknown), _CHUNK):
+        chunk = unknown[start : start + _CHUNK]
+        query = select(JobRow.id, JobRow.spec).where(col(JobRow.id).in_(chunk))
+        for job_id, spec in session.exec(query).all():
+            if spec:  # an empty spec may be written later: read it again then
+                kind = _kind_of_spec(spec)
+                kinds[job_id] = kind if kind is None else _SHARED.setdefault(kind, kind)
+    return kinds
 
 
 def _kind_of_spec(spec: Mapping[str, Any]) -> tuple[Kind, int] | None:

@@ -60,26 +60,38 @@ _USE_COLUMNS = [
 ]
 
 
+_PARSED: dict[str | None, tuple[int, ...]] = {}
+"""JSON text -> its integers: a fleet's allocations hold few distinct index lists, and every
+allocation is read again when another worker writes one."""
+
+
 def _ints(text: str | None) -> tuple[int, ...]:
     """A JSON list of integers, e.g. `[0, 3]`."""
-    inner = (text or "").strip().removeprefix("[").removesuffix("]")
-    return tuple(int(item) for item in inner.split(",") if item.strip())
+    found = _PARSED.get(text)
+    if found is None:
+        inner = (text or "").strip().removeprefix("[").removesuffix("]")
+        found = tuple(int(item) for item in inner.split(",") if item.strip())
+        if len(_PARSED) > 10_000:
+            _PARSED.clear()
+        _PARSED[text] = found
+    return found
 
 
-def read_uses(session: Session, host_ids: list[str]) -> dict[str, list[Use]]:
-    """The allocations on these hosts, per host, oldest first (the order their shares add up
-    in, so a warm and a cold read sum floats alike)."""
+def read_uses(session: Session, host_ids: list[str] | None) -> dict[str, list[Use]]:
+    """The allocations on these hosts (None: on every host), per host, oldest first (the order
+    their shares add up in, so a warm and a cold read sum floats alike)."""
     uses: dict[str, list[Use]] = defaultdict(list)
-    if not host_ids:
+    if host_ids is not None and not host_ids:
         return uses
-    held = (
-        sa_select(*_USE_COLUMNS)
-        .where(col(AllocationRow.host_id).in_(host_ids))
-        .order_by(col(AllocationRow.id))
-    )
-    for host_id, row_id, indices, fraction, blocks, cpus, memory, disk in (
-        session.connection().execute(held).all()
-    ):
+    held = sa_select(*_USE_COLUMNS).order_by(col(AllocationRow.id))
+    if host_ids is not None:
+        held = held.where(col(AllocationRow.host_id).in_(host_ids))
+    result = session.connection().execute(held)
+    try:
+        rows = result.cursor.fetchall()  # the driver's rows: every allocation, for a reload
+    finally:
+        result.close()
+    for host_id, row_id, indices, fraction, blocks, cpus, memory, disk in rows:
         uses[host_id].append((row_id, _ints(indices), fraction, _ints(blocks), cpus, memory, disk))
     return uses
 
@@ -135,14 +147,15 @@ def read_fleets(
     rows = session.connection()  # plain column reads: no ORM row processing
     host_rows = rows.execute(host_query).all()
     host_ids = [host.id for host in host_rows]
+    by_host = set(host_ids)
     slots_by_host: dict[str, dict[int, GpuSlot]] = defaultdict(dict)
     if host_ids:
-        gpus = (
-            sa_select(*_GPU_COLUMNS)
-            .where(col(GpuRow.host_id).in_(host_ids))
-            .order_by(col(GpuRow.host_id), col(GpuRow.index))
-        )
+        gpus = sa_select(*_GPU_COLUMNS).order_by(col(GpuRow.host_id), col(GpuRow.index))
+        if fleets:  # else every host's (a list of every host id costs more than the read)
+            gpus = gpus.where(col(GpuRow.host_id).in_(host_ids))
         for host_id, index, name, vendor, memory_mib, cc, uuid in rows.execute(gpus).all():
+            if host_id not in by_host:
+                continue  # a host of no fleet (being deleted)
             slots_by_host[host_id][index] = GpuSlot(
                 index=index,
                 name=name,
@@ -151,7 +164,7 @@ def read_fleets(
                 compute_capability=cc,
                 uuid=uuid,
             )
-    uses = read_uses(session, host_ids)
+    uses = read_uses(session, host_ids if fleets else None)
 
     by_fleet: dict[str, FleetSnapshot] = {
         row.name: FleetSnapshot(

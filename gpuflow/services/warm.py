@@ -17,6 +17,9 @@ How it stays correct with any number of control workers on one database:
 - This worker's own allocations are applied to memory as they are written; the counters it
   trusts move only when its transaction commits, and a rolled-back transaction drops the warm
   state (the next placement reads everything).
+- Jobs have no counter: each placement reads the ids of every fleet's recent jobs (mix.py) and
+  keeps the fleet's `workload` list, and so the scorer's prepared mix, until a checkpoint job
+  moves it. That read is what a warm placement costs most (O(jobs) without an index).
 
 One warm state per engine (a Store), guarded by a lock held from the catch-up to the end of the
 transaction, so threads of one worker never see each other's uncommitted changes.
@@ -35,6 +38,7 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
 from gpuflow.scheduler.index import index_of
+from gpuflow.scheduler.mix import LearnedMix
 from gpuflow.scheduler.model import HostSnapshot, Snapshot
 from gpuflow.services.changes import Versions, read_versions
 from gpuflow.services.mix import fleet_gpus, fleet_mix
@@ -67,6 +71,11 @@ class WarmCapacity:
         self.reloads = 0
         """How many times everything was read (for tests and the benchmark)."""
         self._pending: Versions | None = None
+        self._unusual: set[str] = set()
+        """Hosts whose detail a cold read words differently from the row (not ready, or a
+        detail that `_refresh_details` has not copied yet): the only ones it looks at."""
+        self._mixes: dict[str, tuple[int, LearnedMix | None]] = {}
+        """Per fleet: its GPUs, and the mix its `workload` was last taken from."""
 
     def hold(self, session: Session) -> Versions | None:
         """Take the warm state for the caller's transaction (after it holds the placement
@@ -94,6 +103,7 @@ class WarmCapacity:
     def forget(self) -> None:
         self.snapshot, self.versions, self._pending = None, None, None
         self.hosts, self.uses, self.states = {}, {}, {}
+        self._unusual, self._mixes = set(), {}
 
     def catch_up(self, session: Session, versions: Versions) -> Snapshot:
         """The warm snapshot, current as of `versions` (read in this transaction)."""
@@ -101,11 +111,12 @@ class WarmCapacity:
         if self.snapshot is None or known is None or known.structure != versions.structure:
             self._reload(session)
         else:
-            if known.states != versions.states:
+            states_read = known.states != versions.states
+            if states_read:
                 self._read_states(session)
             if known.allocations != versions.allocations:
                 self._read_allocations(session)
-            self._refresh_details()
+            self._refresh_details(states_read)
             self._refresh_mix(session)
         self._pending = versions
         assert self.snapshot is not None
@@ -128,6 +139,13 @@ class WarmCapacity:
                 current = False
                 self._set_uses(host_id, uses)
         return current
+
+    def resync(self, session: Session, host_ids: list[str]) -> None:
+        """Give these hosts the database's usage again, whatever memory holds (an admission
+        pass changes the snapshot in memory as it decides, and commits only part of it)."""
+        found = read_uses(session, host_ids)
+        for host_id in host_ids:
+            self._set_uses(host_id, found.get(host_id, []))
 
     def taken(self, host_id: str, use: Use) -> None:
         """An allocation this transaction wrote."""
@@ -170,6 +188,12 @@ class WarmCapacity:
             host_id: (row.state, row.state_detail, row.last_heartbeat)
             for host_id, row in states.items()
         }
+        self._unusual = {
+            host_id
+            for host_id, (state, detail, _) in self.states.items()
+            if state != HostState.READY or detail is not None
+        }
+        self._mixes = {fleet.name: (fleet_gpus(fleet), None) for fleet in snapshot.fleets}
         index_of(snapshot)  # built now, while the lock is held, not in the first `place`
 
     def _read_states(self, session: Session) -> None:
@@ -178,40 +202,49 @@ class WarmCapacity:
             if host is not None:
                 self.states[host_id] = (state, detail, beat)
                 host.state = HostState(state)
+                if state != HostState.READY or host.state_detail != detail:
+                    self._unusual.add(host_id)
 
-    def _refresh_details(self) -> None:
+    def _refresh_details(self, states_read: bool) -> None:
         """Word each host's state as a cold read would now; static verdicts that quote a
         detail are dropped when one changed."""
         assert self.snapshot is not None
         now = datetime.now(UTC)
         changed = False
-        for host_id, (state, detail, beat) in self.states.items():
+        for host_id in list(self._unusual):
+            state, detail, beat = self.states[host_id]
             host = self.hosts[host_id]
             if state == HostState.READY and host.state_detail == detail:
+                self._unusual.discard(host_id)  # worded as its row: nothing to do until read
                 continue
-            row = _StateRow(state, detail, beat)
-            worded = state_detail(row, now)
+            worded = state_detail(_StateRow(state, detail, beat), now)
             if worded != host.state_detail:
                 host.state_detail = worded
                 changed = True
-        index = index_of(self.snapshot)
-        if index.states_changed() or changed:
+        if changed or (states_read and index_of(self.snapshot).states_changed()):
+            index = index_of(self.snapshot)
             index.static_memo.clear()
             index.refusals.clear()
 
     def _read_allocations(self, session: Session) -> None:
-        found = read_uses(session, list(self.hosts))
+        found = read_uses(session, None)  # every host's: cheaper than naming them all
         for host_id in self.hosts:
             uses = found.get(host_id, [])
             if uses != self.uses.get(host_id, []):
                 self._set_uses(host_id, uses)
 
     def _refresh_mix(self, session: Session) -> None:
-        """The fleets' request mixes, read as a cold snapshot reads them; an unchanged mix keeps
-        its list, so what the scorer prepared for it is kept too."""
+        """The fleets' request mixes, read as a cold snapshot reads them. A mix moves only at
+        checkpoint jobs (scheduler/mix.py `window`); until then the read returns the same mix
+        and the fleet keeps its `workload` list, so what the scorer prepared for it is kept."""
         assert self.snapshot is not None
         for fleet in self.snapshot.fleets:
-            requests = list(fleet_mix(session, fleet.name, fleet_gpus(fleet)).requests)
+            gpus, known = self._mixes.get(fleet.name) or (fleet_gpus(fleet), None)
+            mix = fleet_mix(session, fleet.name, gpus)
+            if mix is known:
+                continue
+            self._mixes[fleet.name] = (gpus, mix)
+            requests = list(mix.requests)
             if requests != fleet.workload:
                 fleet.workload = requests
 

@@ -24,6 +24,8 @@ MAX_TEXT = 4096
 MAX_COMMAND = 128 * 1024
 """Longest command or environment value (Linux's limit on one argument, MAX_ARG_STRLEN)."""
 MAX_ITEMS = 1024
+DEFAULT_QUEUE = "default"
+"""The queue of a job that names none; it exists without a queue file (no quota limit)."""
 """Most commands, environment variables, labels, taints or names in one list."""
 
 
@@ -181,9 +183,16 @@ class JobSpec(BaseModel):
     fleet at once (a host split into blocks counts only with every block free), or waits;
     GPU fractions are not allowed then."""
     priority: int = Field(default=0, ge=0, le=100, examples=[50])
-    """Higher is more important. Today it is recorded and shown: `gpuflow ps` lists waiting
-    jobs higher priority first, then by submission time; it does not yet change which waiting
-    job is admitted first."""
+    """Higher is more important within the job's queue: admission starts waiting jobs of a
+    queue higher priority first, then by submission time, and may preempt `preemptible` jobs
+    of lower priority for it."""
+    queue: str = Field(default=DEFAULT_QUEUE, examples=["research"])
+    """The queue the job waits in (`gpuflow queue list`); its quota counts the job's GPUs.
+    Omitted: the `default` queue, which exists without a queue file."""
+    preemptible: bool = Field(default=False, examples=[True])
+    """The job may be stopped to admit a higher-priority job of its queue, or to give another
+    queue of its cohort back its quota; it then ends `terminated` / `preempted`, an
+    interruption (`retry` on `interruption` requeues it)."""
     retry: RetrySpec | None = Field(default=None, examples=[True])
     """When to try the job again; `true`: on every event, with the default settings of
     `retry`. Omitted or `false`: the job is tried once and fails when nothing fits."""
@@ -222,6 +231,11 @@ class JobSpec(BaseModel):
     @classmethod
     def _name(cls, value: str) -> str:
         return check_name(value, "job name")
+
+    @field_validator("queue")
+    @classmethod
+    def _queue(cls, value: str) -> str:
+        return check_name(value, "queue name")
 
     @field_validator("commands", mode="before")
     @classmethod
@@ -322,6 +336,12 @@ class JobSpec(BaseModel):
         named = [("resources", self.resources)]
         named += [(f"alternatives[{i}]", alt) for i, alt in enumerate(self.alternatives)]
         return named
+
+    @property
+    def may_wait(self) -> bool:
+        """Whether the job waits in its queue when nothing fits (its retry covers
+        no-capacity); otherwise the first admission pass that cannot admit it refuses it."""
+        return self.retry is not None and RetryEvent.NO_CAPACITY in self.retry.on_events
 
     def resource_options(self) -> list[JobSpec]:
         """The job once per resource option, in the order they are tried: `resources`, then

@@ -18,6 +18,7 @@ from gpuflow.errors import SpecError
 from gpuflow.specs.flags import JobFlags
 from gpuflow.specs.fleet import FleetSpec
 from gpuflow.specs.job import MAX_TEXT, JobSpec
+from gpuflow.specs.queue import QueueSpec
 from gpuflow.specs.safe_yaml import YamlRefused, display_path, parse_yaml, read_text
 from gpuflow.specs.units import shown
 
@@ -218,9 +219,12 @@ def load_job(
     data = read_yaml(path)
     kind = data.get("type", "task")
     if kind != "task":
-        raise SpecError(
-            f"{source}: type: {shown(kind)} is not a job; use `gpuflow fleet apply` for a fleet"
+        hint = (
+            f"use `gpuflow {kind} apply` for a {kind} file"
+            if kind in ("fleet", "queue")
+            else "a job file says type: task, or no type"
         )
+        raise SpecError(f"{source}: type: {shown(kind)} is not a job; {hint}")
     if profile is not None:
         found = resolve_profile(profile, relative_to=Path.cwd(), what="--profile")
     elif "profile" in data:
@@ -246,3 +250,14 @@ def load_fleet(path: str | Path) -> FleetSpec:
             f"{source}: type: must be 'fleet' for a fleet file (got {shown(data.get('type'))})"
         )
     return _validate(FleetSpec, data, source)
+
+
+def load_queue(path: str | Path) -> QueueSpec:
+    path = Path(path)
+    source = display_path(path)
+    data = read_yaml(path)
+    if data.get("type") != "queue":
+        raise SpecError(
+            f"{source}: type: must be 'queue' for a queue file (got {shown(data.get('type'))})"
+        )
+    return _validate(QueueSpec, data, source)

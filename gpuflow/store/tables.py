@@ -137,3 +137,48 @@ class CapacityVersionRow(SQLModel, table=True):
     """A host's readiness (state or its detail) changed."""
     allocations: int = 0
     """Allocations taken or released."""
+
+
+class QueueRow(SQLModel, table=True):
+    """A queue file as applied (gpuflow/specs/queue.py); `default` exists without a row."""
+
+    __tablename__ = "queues"
+
+    name: str = Field(primary_key=True)
+    spec: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class QueueEntryRow(SQLModel, table=True):
+    """A job's place in its queue, from the moment it asks for capacity until it releases it:
+    `waiting` until an admission pass admits it (`admitted`, its allocation taken in the same
+    transaction). What admission reads of running jobs (queue, priority, preemptible) is here,
+    so a pass never parses running jobs' specs."""
+
+    __tablename__ = "queue_entries"
+
+    job_id: str = Field(primary_key=True)
+    attempt: int
+    name: str
+    queue: str = Field(index=True)
+    state: str = Field(index=True)
+    """waiting | admitted"""
+    priority: int = 0
+    preemptible: bool = False
+    may_wait: bool = True
+    """False: a job whose retry does not cover no_capacity; refused by the first pass that
+    cannot admit it, with the reasons."""
+    spec: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    """The job spec (what admission places); {} once admitted."""
+    fleets: list[str] = Field(default_factory=list, sa_column=Column(JSON))
+    submitted_at: datetime = Field(default_factory=utcnow)
+    """When the job entered the queue (order within a priority)."""
+    admitted_at: datetime | None = None
+    max_duration_s: float | None = None
+    position: int | None = None
+    """Its place in the last pass's order of waiting jobs (0 first)."""
+    reason: str | None = None
+    """Why the last pass left it waiting: no_capacity, quota, reserved_for:<job>, preempting."""
+    detail: str | None = None
+    """The last pass's per-host reasons, `; `-separated (for a job that may not wait)."""

@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
     from gpuflow.sealed import SealedSecret
     from gpuflow.specs.fleet import FleetSpec
     from gpuflow.specs.job import JobSpec
+    from gpuflow.specs.queue import QueueSpec
 
 API_WORKFLOW_ID = "gpuflow-api"
 JOB_MEMO = "gpuflow_job"
@@ -69,6 +70,13 @@ class JobRecord(BaseModel):
     submitted_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    queue: str | None = None
+    """The queue the job waits or runs in (None: not known, from a control plane before queues)."""
+    queue_position: int | None = None
+    """A waiting job's place in the last admission pass's order, 1 first."""
+    queue_reason: str | None = None
+    """Why a waiting job was not admitted by the last pass: no_capacity, quota,
+    reserved_for:<job id> or preempting:<job ids>."""
 
 
 class FleetRecord(BaseModel):
@@ -77,6 +85,34 @@ class FleetRecord(BaseModel):
     scorer: str
     hosts: list[dict[str, Any]]
     workload: dict[str, Any] | None = None
+
+
+class QueueRecord(BaseModel):
+    """A queue and what it uses now (gpuflow/services/queues.py `QueueUsage`). GPU amounts are
+    per quota key: a GPU model, or `*` for a queue whose quota is a total over every model."""
+
+    name: str
+    cohort: str | None = None
+    quota: dict[str, int]
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+    built_in: bool = False
+    """The default queue, not applied from a file."""
+    used: dict[str, float] = Field(default_factory=dict)
+    borrowed: dict[str, float] = Field(default_factory=dict)
+    lent: dict[str, float] = Field(default_factory=dict)
+    waiting: int = 0
+    admitted: int = 0
+
+
+class QueueApplied(BaseModel):
+    queue: QueueRecord
+    created: bool
+    """False: the queue existed and was updated."""
+
+
+class QueueRef(BaseModel):
+    name: str
 
 
 class OptionOffersRecord(BaseModel):
@@ -256,6 +292,24 @@ class ControlApiWorkflow:
     @delete_fleet.validator
     def _check_delete_fleet(self, ref: FleetRef) -> None:
         _name(ref.name, "fleet name")
+
+    @workflow.update
+    async def queues(self, _: Empty) -> list[QueueRecord]:
+        records: list[QueueRecord] = await self._call("api_queues", Empty(), list[QueueRecord])
+        return records
+
+    @workflow.update
+    async def apply_queue(self, spec: QueueSpec) -> QueueApplied:
+        applied: QueueApplied = await self._call("api_apply_queue", spec, QueueApplied)
+        return applied
+
+    @workflow.update
+    async def delete_queue(self, ref: QueueRef) -> None:
+        await self._call("api_delete_queue", ref, type(None))
+
+    @delete_queue.validator
+    def _check_delete_queue(self, ref: QueueRef) -> None:
+        _name(ref.name, "queue name")
 
     @workflow.update
     async def offers(self, req: OffersRequest) -> list[OptionOffersRecord]:

@@ -38,6 +38,13 @@ from gpuflow.workflows.models import (
     StopProcessInput,
     StopProcessResult,
 )
+from gpuflow.workflows.queue_models import (
+    EnqueueInput,
+    PassInput,
+    PassResult,
+    QueueVerdict,
+    WithdrawInput,
+)
 
 
 def _stub() -> NotImplementedError:
@@ -87,6 +94,21 @@ async def release_orphans(inp: ReleaseOrphansInput) -> ReleaseResult:
     raise _stub()
 
 
+@activity.defn(name="enqueue_job")
+async def enqueue_job(inp: EnqueueInput) -> QueueVerdict:
+    raise _stub()
+
+
+@activity.defn(name="withdraw_job")
+async def withdraw_job(inp: WithdrawInput) -> QueueVerdict:
+    raise _stub()
+
+
+@activity.defn(name="admission_pass")
+async def admission_pass(inp: PassInput) -> PassResult:
+    raise _stub()
+
+
 # ---- host activities (each host's own task queue, served by its agent) -------------------------
 
 
@@ -124,6 +146,9 @@ CONTROL_ACTIVITIES = (
     record_host_health,
     find_orphans,
     release_orphans,
+    enqueue_job,
+    withdraw_job,
+    admission_pass,
 )
 """What the control worker registers."""
 

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         ReleaseInput,
     )
     from gpuflow.workflows.outcome import failure_of
+    from gpuflow.workflows.queue_models import Admission, Preemption, Refusal
 
 
 TICKS_PER_RUN = 300
@@ -59,6 +60,30 @@ class JobWorkflow(JobPhases):
     def capacity_changed(self) -> None:
         """Capacity was freed or added: a job waiting for it tries again now."""
         self._capacity_changed = True
+
+    @workflow.signal
+    def admitted(self, admission: Admission) -> None:
+        """The admission loop admitted the waiting attempt: its allocation is taken."""
+        if admission.attempt == self._attempt and self._placement is None:
+            self._admission = admission
+
+    @workflow.signal
+    def refused(self, refusal: Refusal) -> None:
+        """The admission loop could not admit an attempt that may not wait."""
+        if refusal.attempt == self._attempt and self._placement is None:
+            self._refusal = refusal
+
+    @workflow.signal
+    def waiting(self, why: Refusal) -> None:
+        """Why the attempt waits in its queue, as the admission loop found it."""
+        if why.attempt == self._attempt and self._placement is None:
+            self._waiting_reasons = list(why.reasons)
+
+    @workflow.signal
+    def preempt(self, preemption: Preemption) -> None:
+        """Stop the running attempt for a job the admission loop chose over it."""
+        if preemption.attempt == self._attempt and self._placement is not None:
+            self._preempted_for = preemption.for_job
 
     @workflow.query
     def progress(self) -> JobProgress:
@@ -147,6 +172,7 @@ class JobWorkflow(JobPhases):
             self._attempt += 1
             self._start_attempted = False
             self._gone = set()
+            self._preempted_for = None
             resume = None
             self._placement = None
             self._utilization = utilization.UtilizationState()
@@ -233,7 +259,7 @@ class JobWorkflow(JobPhases):
                 # A node whose script exited with 0 stays so: only the others are watched.
                 nodes = [n for n in placement.nodes if n.rank not in watch.exit_codes]
                 probes = await steps.long_poll(
-                    inp.job_id, self._attempt, nodes, tick, lambda: self._stop_requested
+                    inp.job_id, self._attempt, nodes, tick, self._interrupted
                 )
                 ticks += 1
             else:
@@ -242,12 +268,12 @@ class JobWorkflow(JobPhases):
                     self._attempt,
                     placement.nodes,
                     tick,
-                    lambda: self._stop_requested,
+                    self._interrupted,
                     first=ticks == 0,
                 )
                 ticks += 1
-            if self._stop_requested:
-                return Ending(TerminationReason.STOPPED_BY_USER, "stopped by the user")
+            if self._interrupted():
+                return self._interruption()
             verdict = monitor.judge(
                 watch,
                 self._utilization,
@@ -265,9 +291,9 @@ class JobWorkflow(JobPhases):
                 workflow.set_current_details(self._details())
             rest = tick - (workflow.now() - asked)
             if long_poll and rest > EARLY_ANSWER:
-                await steps.wait_until(lambda: self._stop_requested, rest, "monitor tick")
-                if self._stop_requested:
-                    return Ending(TerminationReason.STOPPED_BY_USER, "stopped by the user")
+                await steps.wait_until(self._interrupted, rest, "monitor tick")
+                if self._interrupted():
+                    return self._interruption()
             if workflow.info().is_continue_as_new_suggested() or (
                 ticks - resume.ticks >= TICKS_PER_RUN
             ):
@@ -320,6 +346,14 @@ class JobWorkflow(JobPhases):
         )
 
     # ---- helpers ----------------------------------------------------------------------------
+
+    def _interrupted(self) -> bool:
+        return self._stop_requested or self._preempted_for is not None
+
+    def _interruption(self) -> Ending:
+        if self._stop_requested:
+            return Ending(TerminationReason.STOPPED_BY_USER, "stopped by the user")
+        return Ending(TerminationReason.PREEMPTED, f"preempted for job {self._preempted_for}")
 
     def _should_retry(self, inp: JobInput, ending: Ending) -> bool:
         retry = inp.spec.retry

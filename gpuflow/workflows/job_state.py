@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from gpuflow.status import JobStatus, TerminationReason
     from gpuflow.workflows import monitor, ui
     from gpuflow.workflows.models import JobInput, JobStatusInput
+    from gpuflow.workflows.queue_models import Admission, Refusal
 
 
 class Ending(Exception):
@@ -45,6 +46,11 @@ class JobState:
         self._waiting_reasons: list[str] = []
         self._stop_requested = False
         self._capacity_changed = False
+        self._admission: Admission | None = None
+        """What the admission loop said of the attempt waiting in its queue."""
+        self._refusal: Refusal | None = None
+        self._preempted_for: str | None = None
+        """The job the running attempt is preempted for (it stops as when stopped)."""
         self._utilization = utilization.UtilizationState()
         self._search_attributes = True
         self._unrecorded: JobStatusInput | None = None

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
         StartProcessInput,
         placed_message,
     )
+    from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict, WithdrawInput
 
 CAPACITY_BACKOFF_FIRST = timedelta(seconds=5)
 CAPACITY_BACKOFF_MAX = timedelta(minutes=5)
@@ -39,10 +40,92 @@ START_WAIT_S = 0.25
 is done at once, is seen without a probe."""
 START_HEARTBEAT = timedelta(seconds=15)
 """A start heartbeats on arrival and every poll of its short wait; one silent this long died."""
+PATCH_QUEUE = "queue-admission"
+"""The job waits in its queue for the admission loop; before it, each job placed itself and
+retried on a backoff and on broadcasts (histories from then replay that way)."""
+ADMISSION_CHECK = timedelta(seconds=60)
+"""A job waiting in its queue asks again after this without news (a signal that was lost, a
+loop that was down): the only cost of waiting."""
 
 
 class JobPhases(JobState):
     async def _place(self, inp: JobInput) -> Placement:
+        if workflow.patched(PATCH_QUEUE):
+            return await self._queued(inp)
+        return await self._place_alone(inp)
+
+    async def _queued(self, inp: JobInput) -> Placement:
+        """Enter the job's queue and wait, costing nothing, until an admission pass admits it
+        (the pass took its allocation), refuses it (a job that may not wait, when nothing
+        fits now), or the wait is over (stopped, or its retry deadline passed)."""
+        spec = inp.spec
+        may_wait = spec.may_wait
+        deadline = retry_deadline(inp)
+        self._admission, self._refusal = None, None
+        ask = EnqueueInput(
+            job_id=inp.job_id,
+            attempt=self._attempt,
+            spec=spec,
+            submitted_at=inp.submitted_at or workflow.info().start_time,
+            may_wait=may_wait,
+        )
+        before, self._unrecorded = self._unrecorded, None
+        verdict = await steps.control(
+            contract.enqueue_job,
+            ask.model_copy(update={"before": before}),
+            f"enter queue {spec.queue}",
+        )
+        self._set_status(JobStatus.PENDING, f"waiting in queue {spec.queue}")
+        while True:
+            if self._admission is not None:
+                verdict = QueueVerdict(placement=self._admission.placement)
+            elif self._refusal is not None:
+                verdict = QueueVerdict(refused=self._refusal.reasons)
+            if verdict.placement is not None:
+                return self._placed(verdict.placement)
+            if verdict.refused is not None:
+                raise Ending(TerminationReason.NO_CAPACITY, _no_capacity(verdict.refused))
+            self._waiting_reasons = verdict.detail
+            left = deadline - workflow.now()
+            if self._stop_requested or (may_wait and left <= timedelta(0)):
+                return await self._leave_queue(inp, verdict)
+            await steps.wait_until(
+                lambda: (
+                    self._admission is not None or self._refusal is not None or self._stop_requested
+                ),
+                min(ADMISSION_CHECK, left) if may_wait else ADMISSION_CHECK,
+                "wait for admission",
+            )
+            if self._admission is None and self._refusal is None and not self._stop_requested:
+                verdict = await steps.control(
+                    contract.enqueue_job, ask, f"ask queue {spec.queue} again"
+                )
+
+    async def _leave_queue(self, inp: JobInput, verdict: QueueVerdict) -> Placement:
+        """Stopped, or out of time: leave the queue. An attempt admitted meanwhile is taken
+        (out of time) or released by the compensation (stopped)."""
+        left = await steps.control(
+            contract.withdraw_job,
+            WithdrawInput(job_id=inp.job_id, attempt=self._attempt),
+            f"leave queue {inp.spec.queue}",
+        )
+        if left.placement is not None:
+            if not self._stop_requested:
+                return self._placed(left.placement)
+            self._placement = left.placement
+        if self._stop_requested:
+            raise Ending(TerminationReason.STOPPED_BY_USER, "stopped while waiting in its queue")
+        reasons = left.detail or verdict.detail or [_QUEUE_REASONS.get(left.reason or "", "")]
+        raise Ending(TerminationReason.NO_CAPACITY, _no_capacity([r for r in reasons if r]))
+
+    def _placed(self, placement: Placement) -> Placement:
+        self._waiting_reasons = []
+        self._placement = placement
+        self._set_status(JobStatus.PROVISIONING, placed_message(placement))
+        return placement
+
+    async def _place_alone(self, inp: JobInput) -> Placement:
+        """Before queues: place, and on no capacity wait on a backoff or a broadcast."""
         spec = inp.spec
         retry = spec.retry
         fleet_order: list[list[str] | None] = [[fleet] for fleet in spec.fleets] or [None]
@@ -192,6 +275,16 @@ class JobPhases(JobState):
             self._upsert(status=JobStatus.RUNNING, placement=placement)
             return None
         return [e for e in exits if e is not None]  # ended already: the final upsert says so
+
+
+_QUEUE_REASONS = {
+    "no_capacity": "nothing fits now",
+    "quota": "its queue has no quota left for it",
+}
+
+
+def _no_capacity(reasons: list[str]) -> str:
+    return NO_CAPACITY_PREFIX + "; ".join(reasons) if reasons else "no capacity"
 
 
 def _option_label(k: int, option: JobSpec, count: int) -> str:

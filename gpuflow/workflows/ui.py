@@ -21,11 +21,13 @@ SA_STATUS = SearchAttributeKey.for_keyword("GpuflowStatus")
 SA_FLEET = SearchAttributeKey.for_keyword("GpuflowFleet")
 SA_GPU = SearchAttributeKey.for_keyword("GpuflowGpu")
 SA_PRIORITY = SearchAttributeKey.for_int("GpuflowPriority")
+SA_QUEUE = SearchAttributeKey.for_keyword("GpuflowQueue")
 SEARCH_ATTRIBUTES = {
     "GpuflowStatus": "Keyword",
     "GpuflowFleet": "Keyword",
     "GpuflowGpu": "Keyword",
     "GpuflowPriority": "Int",
+    "GpuflowQueue": "Keyword",
 }
 
 
@@ -36,6 +38,7 @@ def initial_search_attributes(spec: JobSpec) -> TypedSearchAttributes:
         [
             SearchAttributePair(SA_STATUS, JobStatus.PENDING.value),
             SearchAttributePair(SA_PRIORITY, spec.priority),
+            SearchAttributePair(SA_QUEUE, spec.queue),
         ]
     )
 

@@ -1,7 +1,7 @@
 #!/bin/sh
-# Register gpuflow's search attributes (GpuflowStatus, GpuflowFleet, GpuflowGpu, GpuflowPriority)
-# on a Temporal cluster with the `temporal` CLI. Safe to run again: an attribute that already
-# exists with the same type counts as registered.
+# Register gpuflow's search attributes (GpuflowStatus, GpuflowFleet, GpuflowGpu, GpuflowPriority,
+# GpuflowQueue) on a Temporal cluster with the `temporal` CLI. Safe to run again: an attribute
+# that already exists with the same type counts as registered.
 #
 #   GPUFLOW_TEMPORAL_ADDRESS=temporal.internal:7233 GPUFLOW_TEMPORAL_NAMESPACE=gpuflow \
 #       infra/scripts/register-search-attributes.sh [--create-namespace]
@@ -38,7 +38,7 @@ wait_s=${GPUFLOW_WAIT_S:-120}
 cli=${TEMPORAL_CLI:-temporal}
 
 # Must match SEARCH_ATTRIBUTES in gpuflow/workflows/job.py.
-attributes="GpuflowStatus=Keyword GpuflowFleet=Keyword GpuflowGpu=Keyword GpuflowPriority=Int"
+attributes="GpuflowStatus=Keyword GpuflowFleet=Keyword GpuflowGpu=Keyword GpuflowPriority=Int GpuflowQueue=Keyword"
 
 if ! command -v "$cli" >/dev/null 2>&1; then
     echo "error: the temporal CLI ($cli) is not on PATH; set TEMPORAL_CLI" >&2

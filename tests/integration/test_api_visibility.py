@@ -1,6 +1,6 @@
-"""Against a real dev server (with visibility): `ps` lists a job from the moment `submit`
-returns, before its workflow's first place step writes its row; a request no control worker
-answers is one line, not a hang."""
+"""Against a real dev server (with visibility): `ps` lists a job started outside the API (a
+Temporal Schedule's run) from the moment its workflow exists, before its first step writes its
+row; a request no control worker answers is one line, not a hang."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from gpuflow.services.jobs import list_jobs
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.store.db import Store
 from gpuflow.workflows import workflow_runner
-from gpuflow.workflows.api import ControlApiWorkflow
+from gpuflow.workflows.api import JOB_MEMO, ControlApiWorkflow
+from gpuflow.workflows.models import JobInput
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -51,7 +52,16 @@ async def test_an_unrecorded_job_is_listed_from_visibility(
                 }
             )
         )
-        job = await client.submit(JobSpec(name="early", commands=["x"], fleets=[fleet], priority=3))
+        spec = JobSpec(name="early", commands=["x"], fleets=[fleet], priority=3)
+        # Started as a Schedule starts its runs: not through the API's submit, which records
+        # the job and enters it in its queue at once.
+        job = await dev_env.client.start_workflow(
+            "JobWorkflow",
+            JobInput(spec=spec, search_attributes=False),
+            id=f"job-early-{uuid.uuid4().hex[:6]}",
+            task_queue=task_queue,
+            memo={JOB_MEMO: {"name": "early", "priority": 3, "queue": "default"}},
+        )
         try:
             assert list_jobs(sqlite_store, include_finished=True) == []
             listed = None

@@ -248,12 +248,14 @@ async def test_cli_what_a_user_sees_at_80_columns(
         # Nothing is left for the gang now: it waits, and ps says why and where it stands.
         await _gpuflow(env, "apply", "-y", "-d", "-f", str(tmp_path / "gang.yaml"))
         for _ in range(150):
-            gang_job = next(j for j in await client.jobs() if j.name == "gang")
-            if (gang_job.message or "").startswith("waiting for capacity"):
+            # (listed once its row or its workflow is visible: visibility lags a moment)
+            gang_job = next((j for j in await client.jobs() if j.name == "gang"), None)
+            if gang_job and (gang_job.message or "").startswith("waiting for capacity"):
                 break
             await asyncio.sleep(0.2)
+        assert gang_job is not None
         text = _fits(await _gpuflow(env, "ps"))
-        assert gang_job.id in text and "#1 of 1 waiting; no capacity:" in text
+        assert gang_job.id in text and "default/#1 no capacity: " in text
         waiting = next(
             j for j in json.loads(await _gpuflow(env, "ps", "--json")) if j["id"] == gang_job.id
         )["waiting"]

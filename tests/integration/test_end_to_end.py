@@ -160,13 +160,19 @@ async def test_killed_control_worker_resumes_with_one_process_and_one_allocation
         await client.apply_fleet(_fleet(fleet))
         job = await client.submit(
             _job(
-                "durable", [f"echo started >> {marker}", "sleep 6", "echo finished"], fleets=[fleet]
+                "durable",
+                [f"echo started >> {marker}", "sleep 25", "echo finished"],
+                fleets=[fleet],
             )
         )
-        worker.send_signal(signal.SIGKILL)  # the job just submitted: not placed yet
+        # The job just submitted (placed by the submit itself): its workflow's first steps are
+        # in flight on this worker, each lost one retried by the next worker after its timeout
+        # (a workflow task 10 s, a start's heartbeat 15 s): a start that had begun is adopted,
+        # not repeated, so the job runs long enough to be seen running after that.
+        worker.send_signal(signal.SIGKILL)
         worker.wait()
         worker = start_worker()
-        await _wait_for(client, job.id, JobStatus.RUNNING, timeout=60)
+        await _wait_for(client, job.id, JobStatus.RUNNING, timeout=120)
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         await asyncio.sleep(1.0)

@@ -1,6 +1,7 @@
-"""Fuzzing the commands that read files and flags (`apply -f`, `offers -f`, `fleet apply -f`):
-a bad file or flag is one `error:` line and exit code 1 before anything is connected to or
-created; a good one, with no stack running, is the one-line 'cannot reach Temporal' error."""
+"""Fuzzing the commands that read files and flags (`apply -f`, `offers -f`, `fleet apply -f`,
+`queue apply -f`): a bad file or flag is one `error:` line and exit code 1 before anything is
+connected to or created; a good one, with no stack running, is the one-line 'cannot reach
+Temporal' error."""
 
 from __future__ import annotations
 
@@ -27,7 +28,12 @@ CLI_FUZZ = settings(
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-COMMANDS = [["apply", "-y", "-f"], ["offers", "-f"], ["fleet", "apply", "-f"]]
+COMMANDS = [
+    ["apply", "-y", "-f"],
+    ["offers", "-f"],
+    ["fleet", "apply", "-f"],
+    ["queue", "apply", "-f"],
+]
 
 
 @pytest.fixture
@@ -98,8 +104,9 @@ def test_bad_files_fail_before_connecting(
         (["apply", "-y", "-f"], corpus.GOOD_JOBS[0][1]),
         (["offers", "-f"], corpus.GOOD_JOBS[1][1]),
         (["fleet", "apply", "-f"], corpus.GOOD_FLEETS[0][1]),
+        (["queue", "apply", "-f"], (corpus.EXAMPLES / "queue-research.yaml").read_bytes()),
     ],
-    ids=["apply", "offers", "fleet apply"],
+    ids=["apply", "offers", "fleet apply", "queue apply"],
 )
 def test_good_files_reach_for_temporal(home: Path, command: list[str], data: bytes) -> None:
     path = home.parent / "good.yaml"

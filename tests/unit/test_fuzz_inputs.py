@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from gpuflow.errors import MAX_MESSAGE, SpecError
-from gpuflow.specs import FleetSpec, JobSpec, load_fleet, load_job
+from gpuflow.specs import FleetSpec, JobSpec, load_fleet, load_job, load_queue
 from tests.unit import input_corpus as corpus
 from tests.unit.input_corpus import FLEET_HOST_FIELDS, JOB_FIELDS, NASTY
 
@@ -92,6 +92,8 @@ def _load_any(path: Path) -> BaseModel:
         kind = None
     if isinstance(kind, dict) and kind.get("type") == "fleet":
         return load_fleet(path)
+    if isinstance(kind, dict) and kind.get("type") == "queue":
+        return load_queue(path)
     return load_job(path)
 
 
@@ -204,6 +206,7 @@ def test_random_bytes(workdir: Path, raw: bytes) -> None:
     path = _write(workdir, "raw.yaml", raw)
     outcome(load_job, path)
     outcome(load_fleet, path)
+    outcome(load_queue, path)
 
 
 @FUZZ

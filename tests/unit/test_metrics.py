@@ -44,7 +44,7 @@ from gpuflow.services.jobs import record_status_in
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.store.db import Store
-from gpuflow.store.tables import JobRow
+from gpuflow.store.tables import JobRow, QueueEntryRow
 from gpuflow.utilization import GpuSample
 from gpuflow.workflows.models import (
     JobStatusInput,
@@ -194,6 +194,13 @@ def test_store_metrics_count_jobs_and_gpus(store: Store) -> None:
         reason=TerminationReason.GPU_UNDERUTILIZED.value,
     )
     _status(store, "job-d-1", JobStatus.DONE, fleet="sim", reason=TerminationReason.DONE.value)
+    with store.session() as session:  # one job waits in a queue, over its quota
+        session.add(
+            QueueEntryRow(
+                job_id="job-w-1", attempt=1, name="w", queue="team", state="waiting", reason="quota"
+            )
+        )
+        session.commit()
 
     samples = _scrape(StoreMetrics(store))
 
@@ -202,7 +209,8 @@ def test_store_metrics_count_jobs_and_gpus(store: Store) -> None:
     assert _value(samples, "gpuflow_jobs", fleet="", status="pending") == 2  # not placed yet
     assert _value(samples, "gpuflow_jobs_pending") == 2
     assert _value(samples, "gpuflow_jobs", fleet="sim", status="done") is None  # history: below
-    assert _value(samples, "gpuflow_jobs_waiting_for_capacity") == 1
+    assert _value(samples, "gpuflow_jobs_waiting_for_capacity") == 2
+    assert _value(samples, "gpuflow_queue_waiting_jobs", queue="team", reason="quota") == 1
     oldest = _value(samples, "gpuflow_jobs_pending_oldest_seconds")
     assert oldest is not None and 290 < oldest < 400
     assert (

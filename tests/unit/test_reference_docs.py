@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel, Field, field_validator
 
 from gpuflow.errors import SpecError
-from gpuflow.specs import FleetSpec, HostDecl, JobSpec, RetrySpec
+from gpuflow.specs import FleetSpec, HostDecl, JobSpec, QueueSpec, RetrySpec
 from gpuflow.specs.job import check_name
 from gpuflow.specs.load import PROFILE_FIELDS
 from gpuflow.specs.reference import COMMAND, fields, pages
@@ -75,6 +75,13 @@ def test_every_field_of_every_nested_model_has_a_row(
     assert len(found) >= 4  # the nested models are walked, not only the top one
     for section in found:
         assert set(_table(page, section.label)) == set(section.model.model_fields)
+
+
+def test_the_queue_page_has_every_field_and_the_example_queues() -> None:
+    assert set(_table("queue.md", "queue")) == set(QueueSpec.model_fields)
+    page = _pages()["queue.md"]
+    assert "### examples/queue-prod.yaml" in page and "### examples/queue-research.yaml" in page
+    assert "### examples/queue-prod.yaml" not in _pages()["job.md"]
 
 
 def test_the_profile_page_lists_exactly_the_fields_a_profile_may_set() -> None:

@@ -4,6 +4,7 @@ and scripted host activities registered under the agent's activity names."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -15,6 +16,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.api.testservice.v1 import SleepRequest
 from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from gpuflow.control.activities import ControlActivities
@@ -23,6 +25,7 @@ from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.store.db import Store
 from gpuflow.utilization import GpuSample
 from gpuflow.workflows import workflow_runner
+from gpuflow.workflows.admission import AdmissionWorkflow
 from gpuflow.workflows.job import JobWorkflow
 from gpuflow.workflows.models import (
     JobInput,
@@ -35,6 +38,7 @@ from gpuflow.workflows.models import (
     StopProcessInput,
     StopProcessResult,
 )
+from gpuflow.workflows.queue_models import admission_workflow_id
 
 HEARTBEAT_STEP_S = 20.0
 """Server seconds a scripted long poll skips between heartbeats (under PROBE_HEARTBEAT)."""
@@ -168,7 +172,7 @@ async def workers(
     fleets: list[FleetSpec],
     control: ControlActivities | None = None,
 ) -> AsyncIterator[None]:
-    control = control or ControlActivities(store)
+    control = control or ControlActivities(store, temporal=client, task_queue=task_queue)
     hosts.client = client
     async with AsyncExitStack() as stack:
         executor = stack.enter_context(ThreadPoolExecutor(max_workers=4))
@@ -176,7 +180,7 @@ async def workers(
             Worker(
                 client,
                 task_queue=task_queue,
-                workflows=[JobWorkflow],
+                workflows=[JobWorkflow, AdmissionWorkflow],
                 workflow_runner=workflow_runner(),
                 activities=control.activities(),
                 activity_executor=executor,
@@ -195,7 +199,26 @@ async def workers(
                         max_heartbeat_throttle_interval=timedelta(milliseconds=5),
                     )
                 )
+        stack.push_async_callback(_end_admission, client, task_queue)
         yield
+
+
+async def _end_admission(client: Client, task_queue: str) -> None:
+    """The admission loop never ends on its own: a loop left open would keep the shared
+    time-skipping server's clock for later tests."""
+    handle = client.get_workflow_handle(admission_workflow_id(task_queue))
+    with contextlib.suppress(RPCError):
+        # Idle, not in the middle of a pass or a workflow task: one cut off by a terminate stops
+        # that clock too.
+        idle = 0
+        for _ in range(200):
+            raw = (await handle.describe()).raw_description
+            busy = raw.pending_activities or raw.HasField("pending_workflow_task")
+            idle = 0 if busy else idle + 1
+            if idle >= 3:
+                break
+            await asyncio.sleep(0.02)
+        await handle.terminate()
 
 
 async def start_job(client: Client, task_queue: str, spec: JobSpec) -> WorkflowHandle[Any, Any]:

@@ -22,9 +22,11 @@ from gpuflow import secrets
 from gpuflow.client import Client
 from gpuflow.client.api import TemporalApi
 from gpuflow.control import api as api_module
+from gpuflow.control import api_queues
 from gpuflow.control.api import ApiActivities
 from gpuflow.errors import GpuflowError, NotFoundError, SpecError
-from gpuflow.specs import FleetSpec, JobSpec
+from gpuflow.services.jobs import job_events
+from gpuflow.specs import FleetSpec, JobSpec, QueueSpec
 from gpuflow.store.db import Store
 from gpuflow.workflows import workflow_runner
 from gpuflow.workflows.api import ControlApiWorkflow
@@ -153,6 +155,39 @@ async def test_a_control_plane_refusal_keeps_its_type_and_line(api: Api) -> None
         await api.client.get("ghost")
 
 
+async def test_queues_are_applied_listed_and_deleted_by_the_control_plane(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    woken: list[object] = []
+
+    async def wake_admission(temporal: object) -> bool:
+        # No admission loop runs here (a workflow nobody serves would hold the clock still).
+        woken.append(temporal)
+        return True
+
+    monkeypatch.setattr(api_queues, "wake_admission", wake_admission)
+    spec = QueueSpec(name="research", gpus={"A100": 2}, cohort="lab", borrowing_limit=1)
+    applied = await api.client.apply_queue(spec)
+    assert applied.created and applied.queue.quota == {"A100": 2}
+    assert not (await api.client.apply_queue(spec)).created
+    queues = await api.client.list_queues()
+    assert [(q.name, q.cohort, q.built_in) for q in queues] == [
+        ("default", None, True),
+        ("research", "lab", False),
+    ]
+    with pytest.raises(SpecError, match=r'^queue "nope" does not exist; known: default, res'):
+        await api.client.submit(JobSpec(name="lost", commands=["x"], queue="nope"))
+    before = await api.accepted_updates()
+    with pytest.raises(GpuflowError) as refused:
+        await api.client.delete_queue(" ")
+    assert str(refused.value) == "queue name is empty"
+    assert await api.accepted_updates() == before
+    await api.client.delete_queue("research")
+    with pytest.raises(NotFoundError, match=r"^no queue named 'research' \(known: default\)$"):
+        await api.client.delete_queue("research")
+    assert len(woken) == 3  # each apply, and the delete
+
+
 async def test_a_secret_reaches_the_control_plane_sealed(api: Api) -> None:
     value = f"tok-{uuid.uuid4().hex}"
     await api.client.set_secret("hf_token", value)
@@ -166,18 +201,20 @@ async def test_a_secret_reaches_the_control_plane_sealed(api: Api) -> None:
     assert await api.client.secrets() == []
 
 
-async def test_a_submitted_job_is_seen_before_its_first_place_step_records_it(
-    api: Api, monkeypatch: pytest.MonkeyPatch
+async def test_a_submitted_job_is_in_its_queue_before_its_workflows_first_step(
+    api: Api, sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The row is written by the job's workflow only; until then the API answers from the
-    workflow itself (no JobWorkflow runs here: it stays submitted)."""
+    """Submitting records the job and puts it in its queue at once (no JobWorkflow runs here):
+    alone in it, it is admitted there and then, so no later job can be admitted before it."""
     monkeypatch.setenv("GPUFLOW_SEARCH_ATTRIBUTES", "0")  # the test server has none
     await api.client.apply_fleet(FleetSpec.model_validate(FLEET))
     job = await api.client.submit(JobSpec(name="early", commands=["x"], fleets=["sim"]))
     try:
-        assert job.id.startswith("job-early-") and job.status == "pending"
-        assert job.message == "submitted"
+        assert job.id.startswith("job-early-") and job.status == "provisioning"
+        assert (job.message or "").startswith("placed on ")
         seen = await api.client.get(job.id)
-        assert (seen.id, seen.name, seen.status) == (job.id, "early", "pending")
+        assert (seen.id, seen.name, seen.status) == (job.id, "early", "provisioning")
+        events = [e.message for e in job_events(sqlite_store, job.id)]
+        assert events[0] == "submitted" and events[1].startswith("placed on ")
     finally:
         await api.env.client.get_workflow_handle(job.id).terminate("test over")

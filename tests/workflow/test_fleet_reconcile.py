@@ -19,13 +19,13 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 from gpuflow.control.activities import ControlActivities
-from gpuflow.errors import NotFoundError
 from gpuflow.naming import host_task_queue
 from gpuflow.scheduler.model import Placement
 from gpuflow.services.capacity import allocations_of, take_allocation
 from gpuflow.services.jobs import find_job, job_events, record_status_in
 from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.store.db import Store
+from gpuflow.store.tables import QueueEntryRow
 from gpuflow.workflows import workflow_runner
 from gpuflow.workflows.fleet import FleetWorkflow
 from gpuflow.workflows.models import (
@@ -130,7 +130,9 @@ async def test_orphans_are_stopped_and_released_and_live_jobs_left_alone(
                 task_queue=fleet_queue,
                 workflows=[FleetWorkflow],
                 workflow_runner=workflow_runner(),
-                activities=ControlActivities(sqlite_store, temporal=time_env.client).activities(),
+                activities=ControlActivities(
+                    sqlite_store, temporal=time_env.client, task_queue=task_queue
+                ).activities(),
                 activity_executor=executor,
             ):
                 watcher = await time_env.client.start_workflow(
@@ -172,10 +174,9 @@ async def _is(handle: WorkflowHandle[Any, Any], status: JobStatus) -> bool:
 
 async def _waiting(store: Store, job_id: str) -> bool:
     def read() -> bool:
-        try:
-            return find_job(store, job_id).waiting_for_capacity
-        except NotFoundError:  # its first record is not written yet
-            return False
+        with store.read() as session:
+            entry = session.get(QueueEntryRow, job_id)
+            return entry is not None and entry.state == "waiting"
 
     return await asyncio.to_thread(read)
 
@@ -190,7 +191,7 @@ async def test_a_reconciliation_that_keeps_failing_never_stops_the_health_checks
     """find_orphans broken for good (a bug, a database that refuses): each round gives it up
     after its retries, and the fleet's hosts are still pinged and recorded every round."""
     fleet = sim_fleet(sqlite_store)
-    control = ControlActivities(sqlite_store, temporal=time_env.client)
+    control = ControlActivities(sqlite_store)  # no admission loop here: none is woken
     health_rounds: list[HostHealthInput] = []
     broken: list[int] = []
 

@@ -384,7 +384,9 @@ async def test_failed_provisioning_releases_without_waiting_for_an_agent(
         task_queue,
         hosts,
         [fleet],
-        control=ControlActivities(sqlite_store, ensure_agent=unreachable),
+        control=ControlActivities(
+            sqlite_store, ensure_agent=unreachable, temporal=time_env.client, task_queue=task_queue
+        ),
     ):
         handle = await start_job(time_env.client, task_queue, job())
         result = await job_result(handle)

@@ -12,7 +12,7 @@ from gpuflow.specs.reference import COMMAND, pages, stale, undescribed, unexampl
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpuflow.specs.reference", description=__doc__)
     action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--write", metavar="DIR", help="write job.md, fleet.md and profile.md")
+    action.add_argument("--write", metavar="DIR", help="write the pages (job.md, fleet.md, ...)")
     action.add_argument("--check", metavar="DIR", help="exit 1 if a page differs from the models")
     args = parser.parse_args(argv)
     if args.write:

@@ -1,4 +1,4 @@
-"""The Markdown pages: job.md, fleet.md and profile.md."""
+"""The Markdown pages: job.md, fleet.md, queue.md and profile.md."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pydantic.fields import FieldInfo
 from gpuflow.specs import load, resources, units
 from gpuflow.specs.fleet import FleetSpec
 from gpuflow.specs.job import JobSpec
+from gpuflow.specs.queue import QueueSpec
 from gpuflow.specs.reference.fields import Row, Section, rows, sections
 
 COMMAND = "python -m gpuflow.specs.reference --write docs/reference"
@@ -29,7 +30,7 @@ _RANGES = ("2", "1..4", "8..", "..4", "24GB..80GB")
 @dataclass(frozen=True)
 class ExampleFile:
     name: str
-    kind: str  # job, fleet or profile
+    kind: str  # job, fleet, queue or profile
     text: str
     data: dict[str, Any]
 
@@ -43,6 +44,9 @@ def example_files(folder: Path = EXAMPLES) -> list[ExampleFile]:
         if data.get("type") == "fleet":
             kind = "fleet"
             load.load_fleet(path)
+        elif data.get("type") == "queue":
+            kind = "queue"
+            load.load_queue(path)
         elif "commands" in data or "name" in data:
             kind = "job"
             load.load_job(path)
@@ -154,13 +158,15 @@ def _page(
 
 
 def pages(folder: Path = EXAMPLES) -> dict[str, str]:
-    """File name -> Markdown, for job.md, fleet.md and profile.md."""
+    """File name -> Markdown, for job.md, fleet.md, queue.md and profile.md."""
     files = example_files(folder)
     job_parts, fleet_parts = sections(JobSpec, "job"), sections(FleetSpec, "fleet")
+    queue_parts = sections(QueueSpec, "queue")
     job_links = {s.model: f"[{s.label}](#{s.anchor})" for s in job_parts}
     fleet_links = {s.model: f"[{s.label}](#{s.anchor})" for s in fleet_parts}
     profile_links = {s.model: f"[{s.label}](job.md#{s.anchor})" for s in job_parts}
-    of = {kind: [f for f in files if f.kind == kind] for kind in ("job", "fleet", "profile")}
+    kinds = ("job", "fleet", "queue", "profile")
+    of = {kind: [f for f in files if f.kind == kind] for kind in kinds}
     return {
         "job.md": _page(
             "Job files",
@@ -184,6 +190,19 @@ def pages(folder: Path = EXAMPLES) -> dict[str, str]:
             of["fleet"],
             links=fleet_links,
         ),
+        "queue.md": _page(
+            "Queue files",
+            [
+                "A queue file declares a queue that jobs wait in (`gpuflow queue apply -f",
+                "queue.yaml`; a job names it in `queue`), with a nominal GPU quota and what it",
+                "borrows from and lends to the other queues of its cohort. The `default` queue",
+                "exists without a file, with no quota limit and no cohort; applying a file named",
+                "`default` replaces it. Unknown fields are errors.",
+            ],
+            queue_parts,
+            of["queue"],
+            links={s.model: f"[{s.label}](#{s.anchor})" for s in queue_parts},
+        ),
         "profile.md": _page(
             "Profile files",
             [
@@ -205,9 +224,9 @@ def pages(folder: Path = EXAMPLES) -> dict[str, str]:
 
 
 def _every_field() -> list[tuple[str, Row, FieldInfo]]:
-    """(`section.field`, row, field) for every field of job and fleet files."""
+    """(`section.field`, row, field) for every field of job, fleet and queue files."""
     found = []
-    for model, label in ((JobSpec, "job"), (FleetSpec, "fleet")):
+    for model, label in ((JobSpec, "job"), (FleetSpec, "fleet"), (QueueSpec, "queue")):
         for section in sections(model, label):
             for row in rows(section, links={}, files=[]):
                 name = row.field.strip("`")
@@ -216,11 +235,11 @@ def _every_field() -> list[tuple[str, Row, FieldInfo]]:
 
 
 def undescribed() -> list[str]:
-    """Fields of job and fleet files that have neither a description nor a docstring yet."""
+    """Fields of job, fleet and queue files that have neither a description nor a docstring yet."""
     return [where for where, row, _ in _every_field() if not row.description]
 
 
 def unexampled() -> list[str]:
-    """Fields of job and fleet files without an example of their own (`Field(examples=...)`):
+    """Fields of job, fleet and queue files without an example of their own (`Field(examples=...)`):
     the example files may not write every field, and may change."""
     return [where for where, _, field in _every_field() if not field.examples]

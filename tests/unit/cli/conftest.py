@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -57,15 +58,21 @@ class FakeTemporal:
     store: Store
     started: list[str] = field(default_factory=list)
     signals: list[tuple[str, str]] = field(default_factory=list)
+    admission_wakes: int = 0
+    """Asks for an admission pass (gpuflow/control/admission_wake.py): no pass runs here."""
 
     def get_workflow_handle(self, workflow_id: str, **_: Any) -> FakeHandle:
         return FakeHandle(self, workflow_id)
 
-    async def start_workflow(self, _: str, inp: Any, *, id: str, **__: Any) -> None:
+    async def start_workflow(self, workflow: str, inp: Any, *, id: str, **__: Any) -> Any:
+        if workflow == "AdmissionWorkflow":
+            self.admission_wakes += 1
+            return None
         self.started.append(id)
         # What the job's workflow does in its first place step: record the job.
         spec = inp.spec.model_dump(mode="json")
         record_job(self.store, job_id=id, name=inp.spec.name, spec=spec)
+        return SimpleNamespace(result_run_id=f"run-{id}")
 
     async def list_workflows(self, *_: Any, **__: Any) -> AsyncIterator[Any]:
         for _ in ():  # every started job is recorded at once: none open without a row

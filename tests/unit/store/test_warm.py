@@ -1,27 +1,32 @@
 """The warm fleet state (gpuflow/services/warm.py): every decision it makes is the one a cold
 read of the database makes, no GPU is ever given twice, and two control workers racing for the
-last GPU get it once."""
+last GPU get it once; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import re
 import tempfile
 import threading
+import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from sqlmodel import Session, select
+from sqlmodel import Session, SQLModel, select
 
 from gpuflow.errors import GpuflowError
 from gpuflow.scheduler import place
 from gpuflow.scheduler.model import Placement, Snapshot, Unschedulable
+from gpuflow.services import mix
 from gpuflow.services.capacity import read_snapshot, release_allocation, take_allocation
 from gpuflow.services.changes import Versions
 from gpuflow.services.fleets import apply_fleet, delete_fleet, set_host_state
@@ -31,9 +36,56 @@ from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.status import HostState
 from gpuflow.store.db import Store
 from gpuflow.store.tables import AllocationRow
+from tests.conftest import PG_ADMIN_URL, _pg_available
 
 EPSILON = 1e-9
 REQUESTS: list[Any] = ["A100:1", "A100:2", "A100:4", 0.5, 0.25, "H100:1"]
+
+
+EmptyDatabase = Callable[[], AbstractContextManager[str]]
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def empty_database(request: pytest.FixtureRequest) -> Iterator[EmptyDatabase]:
+    """Gives the URL of an empty database for each hypothesis example: a new SQLite file, or
+    this module's PostgreSQL database with its tables dropped (a database per example would
+    cost more than the example)."""
+    if request.param == "sqlite":
+
+        @contextlib.contextmanager
+        def sqlite() -> Iterator[str]:
+            with tempfile.TemporaryDirectory() as home:
+                yield f"sqlite:///{Path(home) / 'gpuflow.db'}"
+
+        yield sqlite
+        return
+    reason = _pg_available()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    import psycopg
+
+    name = f"gpuflow_warm_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    url = f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}"
+
+    @contextlib.contextmanager
+    def postgresql() -> Iterator[str]:
+        store = Store(url)
+        SQLModel.metadata.drop_all(store.engine)
+        store.dispose()
+        # What this process learned of the jobs of the database of that URL is gone with it.
+        mix._KINDS.clear()
+        mix._MIXES.clear()
+        yield url
+
+    try:
+        yield postgresql
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _fleet_spec(name: str, sizes: list[int], model: str = "A100") -> FleetSpec:
@@ -108,13 +160,15 @@ def _plain(snapshot: Snapshot) -> Any:
 def _memory_checked() -> Iterator[list[int]]:
     """Every catch-up of a warm state (in the product's own placement transaction, before any
     verify) leaves memory equal to a cold read of the database in that same transaction: the
-    snapshot, and the allocations and state rows it keeps per host. Yields the count of checks."""
+    snapshot (the fleets' mixes learned afresh), and the allocations and state rows it keeps per
+    host. Yields the count of checks."""
     checks = [0]
     original = WarmCapacity.catch_up
 
     def catch_up(state: WarmCapacity, session: Session, versions: Versions) -> Snapshot:
         snapshot = original(state, session, versions)
-        cold, uses, rows = read_fleets(session)
+        with mock.patch.dict(mix._MIXES, clear=True):  # the mixes learned afresh, not kept
+            cold, uses, rows = read_fleets(session)
         assert _plain(snapshot) == _plain(cold)
         assert {host.id for host in snapshot.hosts()} == {host.id for host in cold.hosts()}
         hosts = [host.id for host in cold.hosts()]
@@ -190,14 +244,14 @@ OPS = st.one_of(
     )
 )
 def test_warm_decisions_equal_cold_ones_and_never_overallocate(
+    empty_database: EmptyDatabase,
     ops: list[tuple[bool, tuple[Any, ...], tuple[int, ...]]],
 ) -> None:
-    """Two workers (two Stores on one SQLite file) take turns at random writes; before every
+    """Two workers (two Stores on one database) take turns at random writes; before every
     take, the decision a cold read gives is the one the worker's warm state gives, and every
     catch-up (a take's, or a look some workers take after a step) leaves the warm memory equal
     to a cold read."""
-    with tempfile.TemporaryDirectory() as home, _memory_checked() as checks:
-        url = f"sqlite:///{Path(home) / 'gpuflow.db'}"
+    with empty_database() as url, _memory_checked() as checks:
         workers = [Store(url).init(), Store(url)]
         held: list[str] = []
         try:

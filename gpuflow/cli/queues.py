@@ -1,0 +1,112 @@
+"""`gpuflow queue`: apply, list and delete the queues jobs wait in."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from gpuflow.cli import common
+from gpuflow.cli.common import run
+from gpuflow.cli.render import Cell, Column, fitted_table
+from gpuflow.specs.queue import ANY_MODEL
+
+queue_app = typer.Typer(help="Queues: where jobs wait, with GPU quotas.", no_args_is_help=True)
+
+
+def gpu_amounts(amounts: Mapping[str, float]) -> str:
+    """`16` for a total, `A100:8 T4:4` per model, `0` for nothing; a share as its fraction."""
+    parts = [
+        f"{gpus:g}" if key == ANY_MODEL else f"{key}:{gpus:g}"
+        for key, gpus in sorted(amounts.items())
+        if gpus
+    ]
+    return " ".join(parts) or "0"
+
+
+def queues_table(queues: Sequence[Any], *, width: int) -> Table:
+    """NAME, COHORT, QUOTA, USED, BORROWED, LENT, WAITING, RUNNING (admitted jobs)."""
+    columns = [
+        Column("NAME"),
+        Column("COHORT", drop=3),
+        Column("QUOTA", wrap=True, readable=8),
+        Column("USED", wrap=True, readable=8),
+        Column("BORROWED", drop=1, wrap=True, readable=8),
+        Column("LENT", drop=2, wrap=True, readable=8),
+        Column("WAITING", justify="right"),
+        Column("RUNNING", justify="right"),
+    ]
+    rows: list[list[Cell]] = [
+        [
+            queue.name,
+            queue.cohort or "-",
+            "no limit" if queue.built_in else gpu_amounts(queue.quota),
+            gpu_amounts(queue.used),
+            gpu_amounts(queue.borrowed),
+            gpu_amounts(queue.lent),
+            str(queue.waiting),
+            str(queue.admitted),
+        ]
+        for queue in queues
+    ]
+    return fitted_table(columns, rows, width=width)
+
+
+@queue_app.command("apply")
+@run
+async def queue_apply(
+    file: Path = typer.Option(..., "--file", "-f", help="Queue file (type: queue)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Create or update a queue."""
+    from gpuflow.specs.load import load_queue
+
+    spec = load_queue(file)
+    client = await common.open_client()
+    try:
+        with common.console.status(f"applying queue {escape(spec.name)}…"):
+            applied = await client.apply_queue(spec)
+    finally:
+        await client.close()
+    if as_json:
+        common.print_json(applied.model_dump(mode="json"))
+        return
+    done = "created" if applied.created else "updated"
+    common.console.print(f"queue [bold]{escape(applied.queue.name)}[/] {done}")
+    common.console.print(queues_table([applied.queue], width=common.console.width))
+
+
+@queue_app.command("list")
+@run
+async def queue_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List queues: quota, GPUs used, borrowed and lent, and jobs waiting and running."""
+    client = await common.open_client()
+    try:
+        with common.console.status("reading the queues…"):
+            queues = await client.list_queues()
+    finally:
+        await client.close()
+    if as_json:
+        common.print_json([queue.model_dump(mode="json") for queue in queues])
+    else:
+        common.console.print(queues_table(queues, width=common.console.width))
+
+
+@queue_app.command("delete")
+@run
+async def queue_delete(name: str = typer.Argument(..., help="Queue name.")) -> None:
+    """Delete a queue that holds no job (deleting an applied `default` restores the built-in
+    one, which has no quota limit)."""
+    client = await common.open_client()
+    try:
+        await client.delete_queue(name)
+    finally:
+        await client.close()
+    if name == "default":
+        common.console.print("queue default deleted; the built-in default queue (no limit) is back")
+    else:
+        common.console.print(f"queue {escape(name)} deleted", highlight=False)

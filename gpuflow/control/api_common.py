@@ -1,0 +1,73 @@
+"""What the API's activity modules (gpuflow/control/api.py, api_queues.py) share: a user error
+fails a request in one line, and a job's row becomes the record `ps` reads, with its place in
+its queue while it waits."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any, ParamSpec, TypeVar
+
+from temporalio.exceptions import ApplicationError
+
+from gpuflow.errors import GpuflowError
+from gpuflow.services.queues import WaitingPlace
+from gpuflow.specs.job import DEFAULT_QUEUE
+from gpuflow.status import JobStatus
+from gpuflow.store.tables import JobRow
+from gpuflow.workflows.api import JobRecord
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def one_line(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """A user error (unknown fleet, no such job) fails the update at once with its one line and
+    its type, for the client to raise again; anything else is retried."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await fn(*args, **kwargs)
+        except GpuflowError as exc:
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from None
+
+    return wrapper
+
+
+def job_record(row: JobRow, place: WaitingPlace | None = None) -> JobRecord:
+    """The job's record; `place`: where it waits in its queue (gpuflow/services/queues.py)."""
+    spec = row.spec or {}
+    queue = place.queue if place else (str(spec.get("queue", DEFAULT_QUEUE)) if spec else None)
+    return JobRecord(
+        id=row.id,
+        name=row.name,
+        status=row.status,
+        reason=row.termination_reason,
+        message=row.message,
+        fleet=row.fleet,
+        hosts=list(row.hosts),
+        gpus=row.gpus,
+        attempt=row.attempt,
+        priority=int(spec.get("priority", 0)),
+        submitted_at=row.submitted_at,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        queue=queue,
+        queue_position=place.position if place else None,
+        queue_reason=place.reason if place else None,
+    )
+
+
+def unrecorded_job(job_id: str, memo: dict[str, Any], started: datetime | None) -> JobRecord:
+    """A job whose workflow is open but has no row yet, from its workflow's memo."""
+    return JobRecord(
+        id=job_id,
+        name=str(memo.get("name", job_id)),
+        status=JobStatus.PENDING.value,
+        message="submitted",
+        priority=int(memo.get("priority", 0)),
+        submitted_at=started or datetime.now(UTC),
+        queue=str(memo.get("queue", DEFAULT_QUEUE)),
+    )

@@ -1,0 +1,86 @@
+"""The API's queue activities (gpuflow/workflows/api.py): apply, delete and list queues, and
+the check that a job submitted (or planned) names a queue that exists. `ApiActivities` has them all.
+
+After a queue is applied or deleted the admission pass runs again: a larger quota may admit
+waiting jobs, a smaller one may take GPUs back from borrowers."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client
+
+from gpuflow.control.admission_wake import wake_admission
+from gpuflow.control.api_common import one_line
+from gpuflow.errors import SpecError
+from gpuflow.services.queues import (
+    QueueUsage,
+    apply_queue,
+    delete_queue,
+    list_queues,
+    queue_names,
+)
+from gpuflow.specs.queue import QueueSpec
+from gpuflow.store.db import Store
+from gpuflow.workflows.api import Empty, QueueApplied, QueueRecord, QueueRef
+
+
+def queue_record(usage: QueueUsage) -> QueueRecord:
+    spec = usage.spec
+    return QueueRecord(
+        name=spec.name,
+        cohort=spec.cohort,
+        quota=spec.quota,
+        borrowing_limit=spec.borrowing_limit,
+        lending_limit=spec.lending_limit,
+        built_in=usage.built_in,
+        used=usage.used,
+        borrowed=usage.borrowed,
+        lent=usage.lent,
+        waiting=usage.waiting,
+        admitted=usage.admitted,
+    )
+
+
+def read_queues(store: Store) -> list[QueueRecord]:
+    return [queue_record(usage) for usage in list_queues(store)]
+
+
+async def check_queues(store: Store, names: list[str]) -> None:
+    """SpecError unless a queue of each name exists (applied, or the built-in default)."""
+    known = await asyncio.to_thread(queue_names, store)
+    for name in names:
+        if name not in known:
+            raise SpecError(f'queue "{name}" does not exist; known: {", ".join(known)}')
+
+
+class QueueActivities:
+    """Queue activities over the control worker's store and Temporal client."""
+
+    store: Store
+    temporal: Client
+
+    @activity.defn(name="api_apply_queue")
+    @one_line
+    async def apply_queue(self, spec: QueueSpec) -> QueueApplied:
+        """Write the queue (a retry after the write says `updated`), then ask for a pass."""
+        created = await asyncio.to_thread(apply_queue, self.store, spec)
+        await wake_admission(self.temporal)
+        records = await asyncio.to_thread(read_queues, self.store)
+        return QueueApplied(queue=next(r for r in records if r.name == spec.name), created=created)
+
+    @activity.defn(name="api_delete_queue")
+    @one_line
+    async def delete_queue(self, ref: QueueRef) -> None:
+        await asyncio.to_thread(delete_queue, self.store, ref.name)
+        await wake_admission(self.temporal)
+
+    @activity.defn(name="api_queues")
+    @one_line
+    async def queues(self, _: Empty) -> list[QueueRecord]:
+        return await asyncio.to_thread(read_queues, self.store)
+
+    def queue_activities(self) -> list[Any]:
+        return [self.apply_queue, self.delete_queue, self.queues]

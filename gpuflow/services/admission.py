@@ -1,0 +1,314 @@
+"""The admission pass over the store (entries: services/queue_entries.py): the pass that
+decides (scheduler/admission.py) and commits, in one placement transaction, which waiting jobs
+start where and which running jobs are preempted for them (DESIGN.md, "Queues and admission").
+
+Every function runs inside the caller's `placement_transaction`, so a pass never overlaps a
+placement, a release or another pass, whichever control worker runs it. All are idempotent:
+asking again for the same (job, attempt) returns what became of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlmodel import Session, col, select
+
+from gpuflow.scheduler import place
+from gpuflow.scheduler.admission import Decision, Held, Running, Waiting, admit
+from gpuflow.scheduler.model import Placement, Snapshot, Unschedulable
+from gpuflow.scheduler.reservation import Reservation
+from gpuflow.services.capacity import commit_placement_in, placements_of
+from gpuflow.services.jobs import gpu_summary, record_status_in
+from gpuflow.services.queues import queues_in
+from gpuflow.services.snapshot import read_snapshot
+from gpuflow.services.warm import WarmCapacity, warm_capacity
+from gpuflow.specs.job import DEFAULT_QUEUE, JobSpec
+from gpuflow.status import NO_CAPACITY_PREFIX, WAITING_PREFIX, JobStatus
+from gpuflow.store.tables import JobRow, QueueEntryRow
+from gpuflow.workflows.models import placed_message
+from gpuflow.workflows.queue_models import (
+    AdmittedJob,
+    PreemptedJob,
+    RefusedJob,
+    ReservationState,
+)
+
+WAITING = "waiting"
+ADMITTED = "admitted"
+REFUSED = "refused"
+PREEMPTING = "preempting:"
+"""The reason of a job admitted in a pass whose victims are still stopping."""
+
+__all__ = [
+    "ADMITTED",
+    "PREEMPTING",
+    "REFUSED",
+    "WAITING",
+    "PassOutcome",
+    "admit_placement_in",
+    "run_pass_in",
+    "warm_snapshot_in",
+]
+
+
+def _utc(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+@dataclass
+class PassOutcome:
+    admitted: list[AdmittedJob] = field(default_factory=list)
+    preempted: list[PreemptedJob] = field(default_factory=list)
+    refused: list[RefusedJob] = field(default_factory=list)
+    held: list[RefusedJob] = field(default_factory=list)
+    """Jobs newly left waiting (or for a new reason), with why in words."""
+    reservation: ReservationState | None = None
+    waiting: int = 0
+
+
+SpecCache = dict[tuple[str, int], tuple[JobSpec, tuple[JobSpec, ...]]]
+
+
+def run_pass_in(
+    session: Session,
+    *,
+    reservation: ReservationState | None,
+    now: datetime | None = None,
+    specs: SpecCache | None = None,
+    warm: bool = True,
+) -> PassOutcome:
+    """One admission pass: decide on every waiting job and commit the decision."""
+    now = now or datetime.now(UTC)
+    specs = {} if specs is None else specs
+    entries = list(session.exec(select(QueueEntryRow).order_by(col(QueueEntryRow.submitted_at))))
+    waiting_rows = [e for e in entries if e.state == WAITING]
+    outcome = PassOutcome()
+    if not waiting_rows:
+        return outcome
+    queues = queues_in(session)
+    known = {queue.name for queue in queues}
+    for entry in entries:
+        if entry.queue not in known:  # deleted while the job was on its way in: the default
+            entry.queue = DEFAULT_QUEUE
+    snapshot, state = _snapshot(session, warm)
+    placements = placements_of(session, [e.job_id for e in entries if e.state == ADMITTED])
+    running = [
+        _running(entry, placements[entry.job_id])
+        for entry in entries
+        if entry.state == ADMITTED and entry.job_id in placements
+    ]
+    by_id = {entry.job_id: entry for entry in waiting_rows}
+    for key in [key for key in specs if key[0] not in by_id]:
+        del specs[key]  # admitted, refused or gone: not parsed again
+    waiting = [_waiting(entry, specs) for entry in waiting_rows]
+    held_before = None
+    if reservation is not None and reservation.job in by_id:
+        held_before = Reservation(
+            reservation.job, reservation.starts_at, frozenset(reservation.hosts)
+        )
+    decision = admit(
+        queues=queues,
+        running=running,
+        waiting=waiting,
+        snapshot=snapshot,
+        now=now.timestamp(),
+        reserved=held_before,
+    )
+    attempts = {entry.job_id: entry.attempt for entry in entries}
+    _commit(session, decision, by_id, attempts, now, outcome)
+    _hold(session, decision.waiting, by_id, snapshot, outcome)
+    _resync(session, state, decision, running)
+    if decision.reservation is not None:
+        outcome.reservation = ReservationState(
+            job=decision.reservation.job,
+            starts_at=decision.reservation.starts_at,
+            hosts=sorted(decision.reservation.hosts),
+        )
+    return outcome
+
+
+def warm_snapshot_in(session: Session) -> Snapshot:
+    """The warm snapshot of this placement transaction (a fresh read without the counters)."""
+    return _snapshot(session, warm=True)[0]
+
+
+def _snapshot(session: Session, warm: bool) -> tuple[Snapshot, WarmCapacity | None]:
+    """The fleets as this transaction sees them: the warm state's own snapshot, which the pass
+    changes as it decides (see `_resync`), or a fresh read."""
+    if warm:
+        state = warm_capacity(session)
+        versions = state.hold(session)
+        if versions is not None:
+            return state.catch_up(session, versions), state
+    return read_snapshot(session), None
+
+
+def _resync(
+    session: Session, state: WarmCapacity | None, decision: Decision, running: list[Running]
+) -> None:
+    """Give the warm snapshot back the database's usage on every host the pass changed in
+    memory: a committed admission is there already (its allocation rows), a preemptor and its
+    victims are not (their allocations change only when the victims release)."""
+    if state is None:
+        return
+    hosts = {node.host_id for a in decision.admitted for node in a.placement.nodes}
+    victims = {p.victim for p in decision.preemptions}
+    hosts |= {n.host_id for r in running if r.name in victims for n in r.placement.nodes}
+    if hosts:
+        state.resync(session, sorted(hosts))
+
+
+def _running(entry: QueueEntryRow, placement: Placement) -> Running:
+    started = _utc(entry.admitted_at or entry.submitted_at).timestamp()
+    return Running(
+        name=entry.job_id,
+        queue=entry.queue,
+        placement=placement,
+        priority=entry.priority,
+        preemptible=entry.preemptible,
+        started_at=started,
+        ends_at=None if entry.max_duration_s is None else started + entry.max_duration_s,
+    )
+
+
+def _waiting(entry: QueueEntryRow, specs: SpecCache) -> Waiting:
+    key = (entry.job_id, entry.attempt)
+    cached = specs.get(key)
+    if cached is None:
+        spec = JobSpec.model_validate(entry.spec)
+        cached = (spec, tuple(spec.resource_options()))
+        specs[key] = cached
+    spec, options = cached
+    return Waiting(
+        name=entry.job_id,
+        queue=entry.queue,
+        job=spec,
+        submitted_at=_utc(entry.submitted_at).timestamp(),
+        priority=entry.priority,
+        preemptible=entry.preemptible,
+        options=options,
+    )
+
+
+def _commit(
+    session: Session,
+    decision: Decision,
+    by_id: dict[str, QueueEntryRow],
+    attempts: dict[str, int],
+    now: datetime,
+    outcome: PassOutcome,
+) -> None:
+    """Admitted jobs take their allocation now; one that preempts waits for its victims to
+    release theirs (the next pass admits it), so no GPU is ever held twice."""
+    for admitted in decision.admitted:
+        entry = by_id[admitted.job.name]
+        if admitted.victims:
+            _set(entry, reason=PREEMPTING + ",".join(admitted.victims), detail=None)
+            session.add(entry)
+            outcome.preempted.extend(
+                PreemptedJob(job_id=victim, attempt=attempts[victim], for_job=entry.job_id)
+                for victim in admitted.victims
+                if victim in attempts
+            )
+            continue
+        admit_placement_in(session, entry, admitted.placement, now)
+        outcome.admitted.append(
+            AdmittedJob(job_id=entry.job_id, attempt=entry.attempt, placement=admitted.placement)
+        )
+
+
+def admit_placement_in(
+    session: Session, entry: QueueEntryRow, placement: Placement, now: datetime
+) -> None:
+    """The entry's job is admitted on this placement: its allocation, entry and record."""
+    commit_placement_in(session, job_id=entry.job_id, attempt=entry.attempt, placement=placement)
+    entry.state, entry.admitted_at, entry.spec = ADMITTED, now, {}
+    entry.position, entry.reason, entry.detail = None, None, None
+    session.add(entry)
+    message = placed_message(placement)
+    record_status_in(
+        session,
+        job_id=entry.job_id,
+        name=entry.name,
+        spec=None,
+        status=JobStatus.PROVISIONING,
+        event_key=f"{entry.attempt}:admitted:{message[:80]}",
+        attempt=entry.attempt,
+        message=message,
+        fleet=placement.fleet,
+        hosts=[n.host_name for n in placement.nodes],
+        gpus=gpu_summary(placement),
+        at=now,
+    )
+
+
+def _hold(
+    session: Session,
+    held: list[Held],
+    by_id: dict[str, QueueEntryRow],
+    snapshot: Snapshot,
+    outcome: PassOutcome,
+) -> None:
+    """Jobs left waiting learn their position and why; one that may not wait is refused, with
+    the per-host reasons of the fleet as the pass leaves it."""
+    places: dict[str, int] = {}
+    for item in held:
+        entry = by_id[item.job.name]
+        position = places.setdefault(entry.queue, 0)  # its place among its queue's waiting
+        places[entry.queue] = position + 1
+        item = Held(item.job, item.reason, position)
+        if entry.may_wait:
+            outcome.waiting += 1
+            if entry.reason and entry.reason.startswith(PREEMPTING):
+                continue  # its victims are stopping: it keeps its claim
+            if entry.reason != item.reason or entry.detail is None:
+                # Newly held, or held for another reason: say why in words, once.
+                reasons = _reasons(item, snapshot)
+                _set(entry, position=item.position, reason=item.reason, detail="\n".join(reasons))
+                _say_waiting(session, entry.job_id, reasons)
+                outcome.held.append(
+                    RefusedJob(job_id=entry.job_id, attempt=entry.attempt, reasons=reasons)
+                )
+                session.add(entry)
+            elif entry.position != item.position:
+                entry.position = item.position
+                session.add(entry)
+            continue
+        reasons = _reasons(item, snapshot)
+        _set(entry, reason=item.reason, detail="\n".join(reasons))
+        entry.state, entry.spec = REFUSED, {}
+        session.add(entry)
+        outcome.refused.append(
+            RefusedJob(job_id=entry.job_id, attempt=entry.attempt, reasons=reasons)
+        )
+
+
+def _say_waiting(session: Session, job_id: str, reasons: list[str]) -> None:
+    """The job's row says why it waits (what `ps` and `get` show), as the place step did."""
+    job = session.get(JobRow, job_id)
+    if job is not None and job.status == JobStatus.PENDING:
+        job.message = WAITING_PREFIX + "; ".join(reasons)
+        session.add(job)
+
+
+def _reasons(item: Held, snapshot: Snapshot) -> list[str]:
+    """Why the job cannot start now, in words: per host for a job nothing fits."""
+    reason = item.reason
+    if reason.startswith("reserved_for:"):
+        return [f"the capacity it needs is reserved for job {reason.split(':', 1)[1]}"]
+    if reason == "quota":
+        return [f"queue {item.job.queue} has no quota left for it"]
+    lines: list[str] = []
+    options = item.job.options or (item.job.job,)
+    for k, option in enumerate(options):
+        found = place(option, snapshot)
+        label = f"option {k + 1} ({option.resources.gpu_label}): " if len(options) > 1 else ""
+        if isinstance(found, Unschedulable):
+            lines.extend(label + line for line in (found.lines or [found.message()]))
+    return lines or [NO_CAPACITY_PREFIX.rstrip(": ")]
+
+
+def _set(entry: QueueEntryRow, **values: object) -> None:
+    for name, value in values.items():
+        setattr(entry, name, value)

@@ -1,0 +1,156 @@
+"""A job's entry in its queue, over the store: entering (at submit, or by its workflow's
+enqueue step), asking what became of it, withdrawing, leaving. Each runs inside the caller's
+transaction (the placement transaction where it writes) and is idempotent per (job, attempt).
+A job that enters while nobody waits is decided at once by the pass (services/admission.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlmodel import Session, select
+
+from gpuflow.scheduler import place
+from gpuflow.scheduler.model import Placement
+from gpuflow.services.admission import (
+    ADMITTED,
+    REFUSED,
+    WAITING,
+    admit_placement_in,
+    run_pass_in,
+    warm_snapshot_in,
+)
+from gpuflow.services.capacity import held_allocation
+from gpuflow.services.jobs import record_status_in
+from gpuflow.services.queues import queues_in
+from gpuflow.specs.job import JobSpec
+from gpuflow.specs.queue import MAX_QUOTA_GPUS
+from gpuflow.status import JobStatus
+from gpuflow.store.tables import QueueEntryRow
+from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
+
+__all__ = ["enqueue_in", "enter_at_submit_in", "leave_queue_in", "look_in", "withdraw_in"]
+
+
+def _utc(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _verdict(session: Session, entry: QueueEntryRow) -> QueueVerdict:
+    if entry.state == ADMITTED:
+        placement = held_allocation(session, entry.job_id, entry.attempt)
+        if placement is not None:
+            return QueueVerdict(placement=placement)
+    detail = [line for line in (entry.detail or "").split("\n") if line]
+    if entry.state == REFUSED:
+        return QueueVerdict(refused=detail or [entry.reason or "no capacity"])
+    return QueueVerdict(reason=entry.reason, detail=detail)
+
+
+def look_in(session: Session, *, job_id: str, attempt: int) -> QueueVerdict | None:
+    """What became of the job's attempt in its queue, read without the placement lock; None
+    when it has not entered it."""
+    entry = session.get(QueueEntryRow, job_id)
+    if entry is None or entry.attempt != attempt:
+        return None
+    return _verdict(session, entry)
+
+
+def enqueue_in(session: Session, inp: EnqueueInput) -> QueueVerdict:
+    """Put the job's attempt in its queue (an earlier attempt's entry is replaced), or, when it
+    is there already, say what became of it. When no other job waits, the pass runs here at
+    once; otherwise the entry is `waiting` until the loop's next pass decides."""
+    entry = session.get(QueueEntryRow, inp.job_id)
+    if entry is not None and entry.attempt == inp.attempt:
+        return _verdict(session, entry)
+    spec = inp.spec
+    if entry is None:
+        entry = QueueEntryRow(
+            job_id=inp.job_id, attempt=inp.attempt, name=spec.name, queue=spec.queue, state=""
+        )
+    entry.attempt = inp.attempt
+    entry.name = spec.name
+    entry.queue = spec.queue
+    entry.state = WAITING
+    entry.priority = spec.priority
+    entry.preemptible = spec.preemptible
+    entry.may_wait = inp.may_wait
+    entry.spec = spec.model_dump(mode="json")
+    entry.fleets = list(spec.fleets)
+    entry.submitted_at = _utc(inp.submitted_at)
+    entry.admitted_at = None
+    entry.max_duration_s = None if spec.max_duration is None else float(spec.max_duration)
+    entry.position, entry.reason, entry.detail = None, None, None
+    session.add(entry)
+    session.flush()
+    others = select(QueueEntryRow.job_id).where(
+        QueueEntryRow.state == WAITING, QueueEntryRow.job_id != inp.job_id
+    )
+    if session.exec(others.limit(1)).first() is None:
+        # Nobody waits: the pass over this job alone is what the loop would decide, so it is
+        # decided here, in the same transaction, without a round trip to the loop.
+        if not _admitted_alone(session, entry, spec):
+            run_pass_in(session, reservation=None)
+        return _verdict(session, entry)
+    return QueueVerdict()
+
+
+def _admitted_alone(session: Session, entry: QueueEntryRow, spec: JobSpec) -> bool:
+    """A pass over one waiting job of a queue without quota limit or cohort admits it on the
+    first of its options that fits, whatever else runs: decided so here, without reading the
+    running jobs a full pass counts quotas, preemptions and reservations with."""
+    queue = next((q for q in queues_in(session) if q.name == entry.queue), None)
+    if queue is None or queue.cohort is not None:
+        return False
+    if any(gpus < MAX_QUOTA_GPUS for gpus in queue.quota.values()):
+        return False
+    snapshot = warm_snapshot_in(session)
+    for option in spec.resource_options():
+        found = place(option, snapshot)
+        if isinstance(found, Placement):
+            admit_placement_in(session, entry, found, datetime.now(UTC))
+            return True
+    return False
+
+
+def enter_at_submit_in(
+    session: Session, *, job_id: str, run_id: str, spec: JobSpec, at: datetime
+) -> QueueVerdict:
+    """A job just submitted enters its queue at once, before its workflow's first step, so no
+    pass can miss it in between: its `submitted` record (the one its workflow writes, same key)
+    and its entry (which its workflow's enqueue step then finds)."""
+    record_status_in(
+        session,
+        job_id=job_id,
+        name=spec.name,
+        spec=spec.model_dump(mode="json"),
+        status=JobStatus.PENDING,
+        event_key=f"1:{JobStatus.PENDING.value}:{run_id}:submitted",
+        attempt=1,
+        message="submitted",
+        at=at,
+    )
+    ask = EnqueueInput(job_id=job_id, attempt=1, spec=spec, submitted_at=at, may_wait=spec.may_wait)
+    return enqueue_in(session, ask)
+
+
+def withdraw_in(session: Session, *, job_id: str, attempt: int) -> QueueVerdict:
+    """The job stops waiting (stopped, or its wait is over). An attempt already admitted keeps
+    its entry and gets its placement back (the caller takes it or releases it); otherwise the
+    entry is gone and the verdict says why it waited."""
+    entry = session.get(QueueEntryRow, job_id)
+    if entry is None or entry.attempt != attempt:
+        return QueueVerdict()
+    verdict = _verdict(session, entry)
+    if verdict.placement is None:
+        session.delete(entry)
+    return verdict
+
+
+def leave_queue_in(session: Session, *, job_id: str, attempt: int | None = None) -> bool:
+    """The job released its capacity (or ended): its entry (of that attempt, when given) is
+    gone. Whether there was one."""
+    entry = session.get(QueueEntryRow, job_id)
+    if entry is None or (attempt is not None and entry.attempt != attempt):
+        return False
+    session.delete(entry)
+    return True

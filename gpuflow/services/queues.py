@@ -1,0 +1,241 @@
+"""Queues in the database: applied queue files, the built-in default queue, and what each queue
+uses of its quota (`gpuflow queue list`).
+
+Usage is counted as admission counts it (gpuflow/scheduler/quota.py): the GPUs held by the
+allocations of the queue's admitted entries, per quota key (a GPU model, or ANY_MODEL for a
+queue whose quota is a total), a shared GPU as its fraction.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlalchemy import func
+from sqlmodel import Session, col, select
+
+from gpuflow.errors import GpuflowError, NotFoundError
+from gpuflow.scheduler.model import NodePlacement, Placement
+from gpuflow.scheduler.quota import EPSILON, Quotas
+from gpuflow.specs.job import DEFAULT_QUEUE
+from gpuflow.specs.queue import MAX_QUOTA_GPUS, QueueSpec
+from gpuflow.store.db import Store
+from gpuflow.store.tables import AllocationRow, QueueEntryRow, QueueRow
+
+WAITING = "waiting"
+ADMITTED = "admitted"
+
+
+def default_queue() -> QueueSpec:
+    """The queue of jobs that name none, while no queue file named `default` is applied: no
+    cohort, and a quota no fleet reaches."""
+    return QueueSpec(name=DEFAULT_QUEUE, gpus=MAX_QUOTA_GPUS)
+
+
+def queues_in(session: Session) -> list[QueueSpec]:
+    """Every queue, by name: the applied ones, and the built-in default unless one named
+    `default` was applied. One read of the queues table (admission calls it on every pass)."""
+    rows = session.exec(select(QueueRow).order_by(col(QueueRow.name))).all()
+    queues = [QueueSpec.model_validate(row.spec) for row in rows]
+    if all(queue.name != DEFAULT_QUEUE for queue in queues):
+        queues.append(default_queue())
+        queues.sort(key=lambda queue: queue.name)
+    return queues
+
+
+def queue_names(store: Store) -> list[str]:
+    with store.read() as session:
+        return [queue.name for queue in queues_in(session)]
+
+
+def apply_queue(store: Store, spec: QueueSpec) -> bool:
+    """Create or update the queue; True when it was created. Jobs already admitted keep
+    running: a smaller quota is given back by admission (preempting borrowers), never here."""
+    # The placement transaction: an admission pass reads queues and writes entries in one, so
+    # it sees a queue either before or after this change, never half of it.
+    with store.placement_transaction() as session:
+        row = session.get(QueueRow, spec.name)
+        created = row is None
+        if row is None:
+            row = QueueRow(name=spec.name)
+        row.spec = spec.model_dump(mode="json", exclude_none=True)
+        row.updated_at = datetime.now(UTC)
+        session.add(row)
+    return created
+
+
+def delete_queue(store: Store, name: str) -> None:
+    """Delete an applied queue that holds no job. Deleting an applied `default` brings back
+    the built-in one (jobs that name no queue always have one); the built-in one itself cannot
+    be deleted."""
+    with store.placement_transaction() as session:
+        row = session.get(QueueRow, name)
+        if row is None:
+            if name == DEFAULT_QUEUE:
+                raise GpuflowError(
+                    "queue default is built in and cannot be deleted (apply a queue file named "
+                    "default to change its quota)"
+                )
+            known = ", ".join(queue.name for queue in queues_in(session))
+            raise NotFoundError(f"no queue named {name!r} (known: {known})")
+        counts = _entry_counts(session, [name]).get(name, {})
+        waiting, admitted = counts.get(WAITING, 0), counts.get(ADMITTED, 0)
+        if (waiting or admitted) and name != DEFAULT_QUEUE:
+            raise GpuflowError(
+                f"queue {name} still holds {waiting + admitted} job(s) ({waiting} waiting, "
+                f"{admitted} admitted); stop them or let them finish first"
+            )
+        session.delete(row)
+
+
+def _entry_counts(session: Session, names: Sequence[str]) -> dict[str, dict[str, int]]:
+    """Queue -> entry state -> number of entries."""
+    rows = session.exec(
+        select(QueueEntryRow.queue, QueueEntryRow.state, func.count())
+        .where(col(QueueEntryRow.queue).in_(names))
+        .group_by(col(QueueEntryRow.queue), col(QueueEntryRow.state))
+    ).all()
+    counts: dict[str, dict[str, int]] = defaultdict(dict)
+    for queue, state, count in rows:
+        counts[queue][state] = count
+    return counts
+
+
+@dataclass(frozen=True)
+class QueueUsage:
+    """A queue and what it uses now. GPU amounts are per quota key: GPU model names, or
+    ANY_MODEL (`*`) for a queue whose quota is a total; a key appears once it is non-zero."""
+
+    spec: QueueSpec
+    built_in: bool
+    """The default queue, not applied from a file."""
+    used: dict[str, float] = field(default_factory=dict)
+    """GPUs held by the queue's admitted jobs."""
+    borrowed: dict[str, float] = field(default_factory=dict)
+    """The part of `used` beyond the queue's nominal quota (idle quota of its cohort)."""
+    lent: dict[str, float] = field(default_factory=dict)
+    """The part of the queue's idle quota that covers its cohort's borrowing (`lent_shares`)."""
+    waiting: int = 0
+    admitted: int = 0
+
+
+def admitted_placements(session: Session) -> list[tuple[str, Placement]]:
+    """(queue, placement) of every admitted entry that holds an allocation."""
+    rows = session.exec(
+        select(QueueEntryRow.job_id, QueueEntryRow.queue, AllocationRow)
+        .join(AllocationRow, col(AllocationRow.job_id) == col(QueueEntryRow.job_id))
+        .where(QueueEntryRow.state == ADMITTED)
+    ).all()
+    nodes: dict[str, list[AllocationRow]] = defaultdict(list)
+    queue_of: dict[str, str] = {}
+    for job_id, queue, allocation in rows:
+        nodes[job_id].append(allocation)
+        queue_of[job_id] = queue
+    return [
+        (
+            queue_of[job_id],
+            Placement(
+                fleet=held[0].fleet,
+                nodes=[
+                    NodePlacement.model_validate(row.node)
+                    for row in sorted(held, key=lambda row: row.rank)
+                ],
+            ),
+        )
+        for job_id, held in sorted(nodes.items())
+    ]
+
+
+def lent_shares(quotas: Quotas) -> dict[str, dict[str, float]]:
+    """Queue -> quota key -> GPUs of its idle quota that its cohort borrows now.
+
+    The cohort's borrowing of a key (the sum of its queues' use beyond their nominal quota) is
+    covered by the idle quota its queues lend (`Quotas.lendable`: idle, within
+    `lending_limit`). No row says which lender covers which borrower, so each lender is counted
+    in proportion to what it lends, and never beyond that: the shares add up to the borrowing
+    whenever the cohort's lending covers it (admission keeps it so, except while an owner takes
+    its quota back and the borrowers are being preempted)."""
+    lent: dict[str, dict[str, float]] = defaultdict(dict)
+    cohorts: dict[str, list[str]] = defaultdict(list)
+    for name, spec in quotas.queues.items():
+        if spec.cohort is not None:
+            cohorts[spec.cohort].append(name)
+    for members in cohorts.values():
+        keys = {key for name in members for key in (*quotas.usage[name], *quotas.queue(name).quota)}
+        for key in sorted(keys):
+            borrowed = sum(quotas.borrowed(name, key) for name in members)
+            lendable = {name: quotas.lendable(name, key) for name in members}
+            offered = sum(lendable.values())
+            if borrowed <= EPSILON or offered <= EPSILON:
+                continue
+            for name, gpus in lendable.items():
+                share = min(gpus, borrowed * gpus / offered)
+                if share > EPSILON:
+                    lent[name][key] = share
+    return lent
+
+
+def queue_usage(session: Session) -> list[QueueUsage]:
+    """Every queue (by name) with its usage, borrowing, lending and entries."""
+    queues = queues_in(session)
+    applied = set(session.exec(select(QueueRow.name)).all())
+    quotas = Quotas(queues)
+    for owner, placement in admitted_placements(session):
+        if owner in quotas.queues:  # an entry of a deleted queue counts for no quota
+            quotas.add(owner, quotas.demand(owner, placement))
+    lent = lent_shares(quotas)
+    counts = _entry_counts(session, [queue.name for queue in queues])
+    out = []
+    for queue in queues:
+        name = queue.name
+        used = {key: gpus for key, gpus in quotas.usage[name].items() if gpus > EPSILON}
+        borrowed = {key: quotas.borrowed(name, key) for key in used}
+        out.append(
+            QueueUsage(
+                spec=queue,
+                built_in=name not in applied,
+                used=used,
+                borrowed={key: gpus for key, gpus in borrowed.items() if gpus > EPSILON},
+                lent=dict(lent.get(name, {})),
+                waiting=counts.get(name, {}).get(WAITING, 0),
+                admitted=counts.get(name, {}).get(ADMITTED, 0),
+            )
+        )
+    return out
+
+
+def list_queues(store: Store) -> list[QueueUsage]:
+    with store.read() as session:
+        return queue_usage(session)
+
+
+@dataclass(frozen=True)
+class WaitingPlace:
+    """Where a waiting job stands, as the last admission pass left it."""
+
+    queue: str
+    position: int | None
+    """Its place in that pass's order, 1 first; None before a pass has looked at it."""
+    reason: str | None
+    """no_capacity, quota, reserved_for:<job id>, preempting:<job ids>; None before a pass."""
+
+
+def waiting_places(session: Session, job_ids: Iterable[str]) -> dict[str, WaitingPlace]:
+    """Job id -> its place, for those of `job_ids` that wait in a queue."""
+    ids = list(job_ids)
+    if not ids:
+        return {}
+    # Not the entry's spec: a waiting job's spec may be large, and ps needs none of it.
+    entries = session.exec(
+        select(
+            QueueEntryRow.job_id, QueueEntryRow.queue, QueueEntryRow.position, QueueEntryRow.reason
+        ).where(col(QueueEntryRow.job_id).in_(ids), QueueEntryRow.state == WAITING)
+    ).all()
+    return {
+        job_id: WaitingPlace(
+            queue=queue, position=None if position is None else position + 1, reason=reason
+        )
+        for job_id, queue, position, reason in entries
+    }

@@ -1,0 +1,296 @@
+"""`gpuflow queue apply | list | delete`, a job naming its queue, and what `ps` says of a job an
+admission pass left waiting: at 80 columns, with one-line errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from gpuflow.cli import common
+from gpuflow.client import AppliedQueue, QueueInfo
+from gpuflow.errors import SpecError
+from gpuflow.scheduler.model import NodePlacement
+from gpuflow.specs import JobSpec, QueueSpec
+from gpuflow.status import JobStatus
+from gpuflow.store.tables import AllocationRow, QueueEntryRow
+from tests.unit.cli.conftest import Cli, column_rows, lines_fit
+
+RESEARCH = "type: queue\nname: research\ngpus: {A100: 2}\ncohort: lab\nborrowing_limit: 4\n"
+PROD = "type: queue\nname: prod\ngpus: {A100: 4}\ncohort: lab\n"
+BOX = """
+type: fleet
+name: lab
+kind: sim
+hosts:
+  - name: box
+    gpus: [{name: A100, memory: 80GB, count: 8}]
+"""
+
+
+def _error(output: str) -> str:
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), output
+    return lines[0].removeprefix("error: ")
+
+
+def _entry(
+    cli: Cli,
+    job_id: str,
+    queue: str,
+    state: str,
+    *,
+    gpus: int = 0,
+    position: int | None = None,
+    reason: str | None = None,
+) -> None:
+    """A queue entry as admission writes it; an admitted one holds `gpus` A100s on box."""
+    with cli.store.session() as session:
+        session.add(
+            QueueEntryRow(
+                job_id=job_id,
+                attempt=1,
+                name=job_id,
+                queue=queue,
+                state=state,
+                position=position,
+                reason=reason,
+            )
+        )
+        if gpus:
+            node = NodePlacement(
+                rank=0,
+                host_id="lab/box",
+                host_name="box",
+                fleet="lab",
+                task_queue="host-box",
+                gpu_indices=list(range(gpus)),
+                gpu_names=["A100"] * gpus,
+            )
+            session.add(
+                AllocationRow(
+                    job_id=job_id,
+                    attempt=1,
+                    rank=0,
+                    fleet="lab",
+                    host_id=node.host_id,
+                    node=node.model_dump(mode="json"),
+                )
+            )
+        session.commit()
+
+
+def test_apply_says_created_then_updated_and_asks_for_an_admission_pass(cli: Cli) -> None:
+    path = cli.write("research.yaml", RESEARCH)
+    out = cli("queue", "apply", "-f", path)
+    lines = lines_fit(out)
+    assert lines[0] == "queue research created"
+    assert lines[1].split() == [
+        "NAME",
+        "COHORT",
+        "QUOTA",
+        "USED",
+        "BORROWED",
+        "LENT",
+        "WAITING",
+        "RUNNING",
+    ]
+    assert lines[2].split() == ["research", "lab", "A100:2", "0", "0", "0", "0", "0"]
+    assert cli.temporal.admission_wakes == 1
+
+    path = cli.write("research.yaml", RESEARCH.replace("A100: 2", "A100: 3, T4: 1"))
+    applied = json.loads(cli("queue", "apply", "-f", path, "--json"))
+    assert applied["created"] is False
+    assert applied["queue"]["quota"] == {"A100": 3, "T4": 1}
+    assert cli.temporal.admission_wakes == 2
+
+
+def test_list_shows_quota_use_borrowing_lending_and_jobs(cli: Cli) -> None:
+    cli("queue", "apply", "-f", cli.write("research.yaml", RESEARCH))
+    cli("queue", "apply", "-f", cli.write("prod.yaml", PROD))
+    _entry(cli, "job-r1", "research", "admitted", gpus=3)
+    _entry(cli, "job-r2", "research", "waiting", position=0, reason="quota")
+    _entry(cli, "job-p1", "prod", "admitted", gpus=1)
+    _entry(cli, "job-d1", "default", "waiting", position=1, reason="no_capacity")
+    out = cli("queue", "list")
+    rows = {line.split()[0]: line.split()[1:] for line in lines_fit(out)[1:]}
+    # research runs 3 of its quota of 2: 1 borrowed, lent by prod, which has 3 idle.
+    assert rows == {
+        "default": ["-", "no", "limit", "0", "0", "0", "1", "0"],
+        "prod": ["lab", "A100:4", "A100:1", "0", "A100:1", "0", "1"],
+        "research": ["lab", "A100:2", "A100:3", "A100:1", "0", "1", "1"],
+    }
+    data = {q["name"]: q for q in json.loads(cli("queue", "list", "--json"))}
+    assert data["research"] == {
+        "name": "research",
+        "cohort": "lab",
+        "quota": {"A100": 2},
+        "borrowing_limit": 4,
+        "lending_limit": None,
+        "built_in": False,
+        "used": {"A100": 3.0},
+        "borrowed": {"A100": 1.0},
+        "lent": {},
+        "waiting": 1,
+        "admitted": 1,
+    }
+    assert data["default"]["built_in"] is True and data["default"]["quota"] == {"*": 1_000_000}
+
+
+def test_list_fits_80_columns_with_long_names_and_many_models(cli: Cli) -> None:
+    name, cohort = (
+        "a-rather-long-queue-name-for-the-lab-team",
+        "a-cohort-whose-name-is-long-as-well-too",
+    )
+    models = "{A100: 8, H100: 8, L4: 16, T4: 4, 'A[/]': 2}"
+    path = cli.write("long.yaml", f"type: queue\nname: {name}\ngpus: {models}\ncohort: {cohort}\n")
+    out = cli("queue", "apply", "-f", path)
+    lines_fit(out)
+    assert name in out  # whole, on one line
+    assert "A[/]:2" in out  # a model is data, never markup
+    assert "A100:8" in " ".join(column_rows(out, "QUOTA"))
+
+
+def test_delete_refuses_a_queue_with_jobs_then_deletes_it(cli: Cli) -> None:
+    cli("queue", "apply", "-f", cli.write("research.yaml", RESEARCH))
+    _entry(cli, "job-r1", "research", "admitted", gpus=1)
+    _entry(cli, "job-r2", "research", "waiting")
+    out = cli("queue", "delete", "research", code=1)
+    assert _error(out) == (
+        "queue research still holds 2 job(s) (1 waiting, 1 admitted); "
+        "stop them or let them finish first"
+    )
+    with cli.store.session() as session:
+        for job_id in ("job-r1", "job-r2"):
+            session.delete(session.get(QueueEntryRow, job_id))
+        session.commit()
+    assert cli("queue", "delete", "research").strip() == "queue research deleted"
+    assert [q["name"] for q in json.loads(cli("queue", "list", "--json"))] == ["default"]
+    assert cli.temporal.admission_wakes == 2  # the apply, and the delete
+
+
+def test_delete_of_an_unknown_queue_or_the_built_in_default_is_one_line(cli: Cli) -> None:
+    out = cli("queue", "delete", "nope", code=1)
+    assert _error(out) == "no queue named 'nope' (known: default)"
+    out = cli("queue", "delete", "default", code=1)
+    assert _error(out).startswith("queue default is built in and cannot be deleted")
+    cli("queue", "apply", "-f", cli.write("default.yaml", "type: queue\nname: default\ngpus: 4\n"))
+    out = cli("queue", "delete", "default")
+    assert out.strip() == "queue default deleted; the built-in default queue (no limit) is back"
+
+
+def test_bad_queue_files_are_one_line_naming_the_file(cli: Cli) -> None:
+    cases = {
+        "type: fleet\nname: x\nkind: sim\n": "type: must be 'queue' for a queue file",
+        "type: queue\nname: x\n": "gpus: required field is missing",
+        "type: queue\nname: x\ngpus: 4\ncohort: lab\nlending_limit: 9\n": (
+            "lending_limit 9 is more than its quota of 4 GPUs"
+        ),
+        "type: queue\nname: x\ngpus: 4\nweight: 2\n": "weight: unknown field",
+        "type: queue\nname: Research\ngpus: 4\n": "queue name 'Research' must start",
+    }
+    for text, expected in cases.items():
+        path = cli.write("bad.yaml", text)
+        line = _error(cli("queue", "apply", "-f", path, code=1))
+        assert "bad.yaml" in line and expected in line, line
+    assert cli.temporal.admission_wakes == 0
+
+
+def test_apply_points_a_queue_file_to_queue_apply(cli: Cli) -> None:
+    path = cli.write("research.yaml", RESEARCH)
+    line = _error(cli("apply", "-y", "-f", path, code=1))
+    assert line.endswith("type: 'queue' is not a job; use `gpuflow queue apply` for a queue file")
+
+
+def test_a_job_naming_an_unknown_queue_is_refused_at_submit(cli: Cli) -> None:
+    cli.fleet(BOX)
+    cli("queue", "apply", "-f", cli.write("research.yaml", RESEARCH))
+    job = cli.write(
+        "job.yaml", "name: a\ncommands: [x]\nresources: {gpu: A100:1}\nqueue: reserch\n"
+    )
+    # Refused by the plan already: no plan is shown for a job that cannot be submitted.
+    out = cli("apply", "-y", "-d", "-f", job, code=1)
+    assert _error(out) == 'queue "reserch" does not exist; known: default, research'
+    assert cli.temporal.started == []
+    job = cli.write(
+        "job.yaml", "name: a\ncommands: [x]\nresources: {gpu: A100:1}\nqueue: research\n"
+    )
+    cli("apply", "-y", "-d", "-f", job)
+    assert len(cli.temporal.started) == 1
+    (info,) = json.loads(cli("ps", "--json"))
+    assert info["queue"] == "research"
+
+
+def test_ps_shows_a_waiting_jobs_queue_position_and_reason(cli: Cli) -> None:
+    cli("queue", "apply", "-f", cli.write("research.yaml", RESEARCH))
+    jobs = {
+        "quota": cli.job("over-quota", JobStatus.PENDING, suffix="000001", minutes_ago=9),
+        "no_capacity": cli.job(
+            "no-room",
+            JobStatus.PENDING,
+            suffix="000002",
+            minutes_ago=8,
+            message="waiting for capacity: box: has 8 GPUs free 1, needs 2; other: not ready",
+        ),
+        "reserved_for:job-big-abcdef": cli.job(
+            "behind-big", JobStatus.PENDING, suffix="000003", minutes_ago=7
+        ),
+        "preempting:job-low-111111,job-low-222222": cli.job(
+            "taking-back", JobStatus.PENDING, suffix="000004", minutes_ago=6
+        ),
+    }
+    for position, (reason, job_id) in enumerate(jobs.items()):
+        _entry(cli, job_id, "research", "waiting", position=position, reason=reason)
+    unordered = cli.job("just-in", JobStatus.PENDING, suffix="000005", minutes_ago=1)
+    out = cli("ps")
+    lines = lines_fit(out)
+    ids = [*jobs.values(), unordered]
+    order = [next(j for j in ids if j in line) for line in lines[1:] if any(j in line for j in ids)]
+    why = dict(zip(order, column_rows(out, "WHERE / WHY"), strict=True))
+    assert why == {
+        jobs["quota"]: "research/#1 over quota",
+        jobs["no_capacity"]: "research/#2 no capacity: box: has 8 GPUs free 1, needs 2 (+1 more)",
+        jobs["reserved_for:job-big-abcdef"]: "research/#3 reserved for job-big-abcdef",
+        jobs["preempting:job-low-111111,job-low-222222"]: (
+            "research/#4 preempting job-low-111111, job-low-222222"
+        ),
+        # No admission pass has looked at it yet: ps orders it among such jobs.
+        unordered: "#1 of 1 waiting; waiting to be placed",
+    }
+    data = {j["id"]: j for j in json.loads(cli("ps", "--json"))}
+    over = data[jobs["quota"]]
+    assert (over["queue"], over["queue_position"], over["queue_reason"]) == ("research", 1, "quota")
+    assert over["waiting"] == {"reason": "over quota", "position": 1, "waiting": None}
+    assert data[unordered]["queue_position"] is None
+    assert data[unordered]["waiting"] == {
+        "reason": "waiting to be placed",
+        "position": 1,
+        "waiting": 1,
+    }
+
+
+def test_the_python_client_applies_lists_and_deletes_queues(cli: Cli) -> None:
+    async def session() -> None:
+        client = await common.open_client()
+        applied = await client.apply_queue(Path(cli.write("research.yaml", RESEARCH)))
+        assert isinstance(applied, AppliedQueue) and applied.created
+        again = await client.apply_queue(QueueSpec(name="research", gpus=6, cohort="lab"))
+        assert not again.created and again.queue.quota == {"*": 6}
+        queues = await client.list_queues()
+        assert [(q.name, q.built_in) for q in queues] == [("default", True), ("research", False)]
+        assert isinstance(queues[0], QueueInfo)
+        # Submit itself refuses an unknown queue (not only the plan before it).
+        job = JobSpec(name="a", commands=["x"], queue="nope")
+        with pytest.raises(
+            SpecError, match=r'^queue "nope" does not exist; known: default, research$'
+        ):
+            await client.submit(job)
+        with pytest.raises(SpecError, match=r"bad\.yaml: type: must be 'queue'"):
+            await client.apply_queue(cli.write("bad.yaml", "type: fleet\n"))
+        await client.delete_queue("research")
+        assert [q.name for q in await client.list_queues()] == ["default"]
+
+    asyncio.run(session())
+    assert cli.temporal.started == []

@@ -1,0 +1,148 @@
+"""The admission pass over the store (gpuflow/services/admission.py), on SQLite and PostgreSQL:
+what it commits, what it leaves waiting and why, and the warm state it leaves behind."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gpuflow.scheduler.model import Placement
+from gpuflow.services.admission import run_pass_in
+from gpuflow.services.capacity import allocations_of, release_allocation_in
+from gpuflow.services.fleets import apply_fleet
+from gpuflow.services.queue_entries import enqueue_in, leave_queue_in, withdraw_in
+from gpuflow.services.queues import apply_queue
+from gpuflow.specs import FleetSpec, JobSpec, QueueSpec
+from gpuflow.store.db import Store
+from gpuflow.store.tables import QueueEntryRow
+from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
+from tests.unit.store.test_warm import _look, _memory_checked
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def _fleet(store: Store, gpus: int = 1, cpus: int = 8) -> None:
+    apply_fleet(
+        store,
+        FleetSpec.model_validate(
+            {
+                "type": "fleet",
+                "name": "sim",
+                "kind": "sim",
+                "hosts": [
+                    {
+                        "name": "h1",
+                        "cpus": cpus,
+                        "gpus": [{"name": "A100", "memory": "80GB", "count": gpus}],
+                    }
+                ],
+            }
+        ),
+    )
+
+
+def _enqueue(
+    store: Store, name: str, k: int, *, may_wait: bool = True, **fields: Any
+) -> QueueVerdict:
+    spec = JobSpec.model_validate(
+        {"name": name, "commands": ["true"], "resources": {"gpu": "A100:1"}, **fields}
+    )
+    with store.placement_transaction() as session:
+        return enqueue_in(
+            session,
+            EnqueueInput(
+                job_id=f"job-{name}",
+                attempt=1,
+                spec=spec,
+                submitted_at=T0 + timedelta(seconds=k),
+                may_wait=may_wait,
+            ),
+        )
+
+
+def _entry(store: Store, name: str) -> QueueEntryRow | None:
+    with store.read() as session:
+        return session.get(QueueEntryRow, f"job-{name}")
+
+
+def _release(store: Store, name: str) -> None:
+    with store.placement_transaction() as session:
+        release_allocation_in(session, job_id=f"job-{name}")
+        leave_queue_in(session, job_id=f"job-{name}")
+
+
+def test_alone_a_job_is_admitted_in_its_enqueue_and_asking_again_gives_the_same(
+    store: Store,
+) -> None:
+    _fleet(store)
+    first = _enqueue(store, "first", 0)
+    assert isinstance(first.placement, Placement)
+    again = _enqueue(store, "first", 0)
+    assert again.placement == first.placement
+    assert len(allocations_of(store, "job-first")) == 1
+    entry = _entry(store, "first")
+    assert entry is not None and entry.state == "admitted"
+
+
+def test_a_pass_admits_the_highest_priority_then_the_earliest(store: Store) -> None:
+    _fleet(store)
+    assert _enqueue(store, "blocker", 0).placement is not None
+    held = _enqueue(store, "low", 1)
+    assert held.placement is None and held.reason == "no_capacity"
+    assert held.detail and held.detail[0].startswith("h1: ")
+    _enqueue(store, "high", 2, priority=100)
+    _enqueue(store, "low2", 3)
+    _release(store, "blocker")
+    with store.placement_transaction() as session:
+        outcome = run_pass_in(session, reservation=None)
+    assert [a.job_id for a in outcome.admitted] == ["job-high"]
+    assert outcome.waiting == 2
+    assert len(allocations_of(store, "job-high")) == 1
+    low, low2 = _entry(store, "low"), _entry(store, "low2")
+    assert low is not None and (low.state, low.position, low.reason) == (
+        "waiting",
+        0,
+        "no_capacity",
+    )
+    assert low2 is not None and low2.position == 1
+    # Withdrawing a waiting job removes it; an admitted one keeps its placement.
+    with store.placement_transaction() as session:
+        assert withdraw_in(session, job_id="job-low2", attempt=1).placement is None
+        assert withdraw_in(session, job_id="job-high", attempt=1).placement is not None
+    assert _entry(store, "low2") is None
+
+
+def test_a_job_that_may_not_wait_is_refused_once_with_reasons(store: Store) -> None:
+    _fleet(store)
+    apply_queue(store, QueueSpec(name="tiny", gpus=0))
+    refused = _enqueue(store, "late", 0, may_wait=False, queue="tiny")
+    assert refused.refused == ["queue tiny has no quota left for it"]
+    again = _enqueue(store, "late", 0, may_wait=False, queue="tiny")
+    assert again.refused == refused.refused
+    assert allocations_of(store, "job-late") == []
+
+
+def test_a_preemption_changes_nothing_in_the_database_or_the_warm_state(store: Store) -> None:
+    """The preemptor is admitted only once its victim has released: until then the victim keeps
+    its allocation, and the warm snapshot the pass changed in memory is the database's again."""
+    _fleet(store, cpus=8)
+    with _memory_checked() as checks:
+        victim = _enqueue(store, "victim", 0, preemptible=True)
+        assert victim.placement is not None
+        boss = _enqueue(store, "boss", 1, priority=100, resources={"gpu": "A100:1", "cpu": 6})
+        assert boss.placement is None and boss.reason == "preempting:job-victim"
+        entry = _entry(store, "boss")
+        assert entry is not None and entry.reason == "preempting:job-victim"
+        assert len(allocations_of(store, "job-victim")) == 1
+        assert allocations_of(store, "job-boss") == []
+        _look(store)  # memory equals a cold read: the boss's 6 CPUs are not held in memory
+        with store.placement_transaction() as session:
+            outcome = run_pass_in(session, reservation=None)
+        assert [(p.job_id, p.for_job) for p in outcome.preempted] == [("job-victim", "job-boss")]
+        assert outcome.admitted == []
+        _release(store, "victim")
+        with store.placement_transaction() as session:
+            outcome = run_pass_in(session, reservation=None)
+        assert [a.job_id for a in outcome.admitted] == ["job-boss"]
+        _look(store)
+    assert checks[0] >= 3

@@ -1,0 +1,59 @@
+"""benchmarks/fleet_scale.py on a small slice of openb: the protocol's JSON, and an
+over-allocation count that can see one."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpuflow.store.db import Store
+from gpuflow.store.tables import AllocationRow
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACE = next(
+    (d for d in (ROOT.parent / "shared/data/openb", Path("/work/shared/data/openb")) if d.exists()),
+    None,
+)
+pytestmark = pytest.mark.skipif(TRACE is None, reason="the openb trace is not here")
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import fleet_scale  # noqa: E402
+
+
+def test_a_small_run_writes_the_protocol_s_json(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    argv = ["--db", "sqlite", "--hosts", "12", "--cold", "2", "--no-two-workers"]
+    assert fleet_scale.main([*argv, "--trace-dir", str(TRACE), "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    sqlite = result["sqlite"]
+    assert {"placements_per_s", "p50_ms", "p99_ms", "unallocated_pct_at_100"} <= set(sqlite)
+    assert sqlite["placements"] == result["arrivals"] > 0
+    assert sqlite["over_allocations"] == 0
+    assert 0 <= sqlite["unallocated_pct_at_100"] <= 100
+    assert sqlite["cold"]["placements"] == 2
+
+
+def test_release_plan_releases_every_tenth_arrival_later() -> None:
+    sequence = list(range(95))
+    plan = fleet_scale.release_plan(sequence, 42)  # type: ignore[arg-type]
+    assert sorted(plan) == list(range(9, 95, 10))
+    assert all(i < when <= len(sequence) for i, when in plan.items())
+    assert plan == fleet_scale.release_plan(sequence, 42)  # type: ignore[arg-type]
+
+
+def test_over_allocations_counts_a_gpu_given_twice(sqlite_store: Store) -> None:
+    nodes = fleet_scale.load_nodes(TRACE / "openb_node_list_gpu_node.csv")[:1]  # type: ignore[operator]
+    fleet_scale.apply_fleet(sqlite_store, fleet_scale.fleet_spec(nodes))
+    host = f"openb/{nodes[0].name}"
+    with sqlite_store.session() as session:
+        for job in ("a", "b"):
+            session.add(
+                AllocationRow(
+                    job_id=job, attempt=1, rank=0, fleet="openb", host_id=host, gpu_indices=[0]
+                )
+            )
+        session.commit()
+    assert fleet_scale.over_allocations(sqlite_store) == 1

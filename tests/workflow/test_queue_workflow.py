@@ -1,0 +1,248 @@
+"""Jobs in queues on the time-skipping server: admission order, quota, preemption and requeue,
+leaving a queue, and replay of what was recorded (DESIGN.md, "Queues and admission")."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio.client import WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer
+
+from gpuflow.errors import NotFoundError
+from gpuflow.services.capacity import allocations_of
+from gpuflow.services.jobs import find_job, job_events
+from gpuflow.services.queues import apply_queue
+from gpuflow.specs.queue import QueueSpec
+from gpuflow.status import JobStatus, TerminationReason
+from gpuflow.store.db import Store
+from gpuflow.store.tables import QueueEntryRow
+from gpuflow.workflows import workflow_runner
+from gpuflow.workflows.admission import AdmissionWorkflow
+from gpuflow.workflows.job import JobWorkflow
+from gpuflow.workflows.models import ProbeInput, ProbeResult
+from gpuflow.workflows.outcome import job_result
+from gpuflow.workflows.queue_models import admission_workflow_id
+from tests.workflow.harness import ScriptedHosts, job, sim_fleet, start_job, workers
+
+ONE_GPU = [{"name": "h1", "gpus": [{"name": "A100", "memory": "80GB", "count": 1}]}]
+WAIT = {"on_events": ["no-capacity"], "duration": "1h"}
+
+
+def _until_ended(ended: set[str]) -> Any:
+    """A probe: a job runs until the test puts its name in `ended` (then exits 0)."""
+
+    def probe(inp: ProbeInput, n: int) -> ProbeResult:
+        name = inp.job_id.split("-")[1]
+        if name in ended or f"{name}@{inp.attempt}" in ended:
+            return ProbeResult(state="exited", exit_code=0)
+        return ProbeResult(state="running")
+
+    return probe
+
+
+async def _entry(store: Store, job_id: str) -> QueueEntryRow | None:
+    def read() -> QueueEntryRow | None:
+        with store.read() as session:
+            return session.get(QueueEntryRow, job_id)
+
+    return await asyncio.to_thread(read)
+
+
+async def _until(check: Any, what: str, timeout: float = 30) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"never: {what}")
+        await asyncio.sleep(0.05)
+
+
+async def _waits(store: Store, handle: WorkflowHandle[Any, Any], reason: str | None = None) -> None:
+    async def check() -> bool:
+        entry = await _entry(store, handle.id)
+        return (
+            entry is not None
+            and entry.state == "waiting"
+            and (reason is None or entry.reason == reason)
+        )
+
+    await _until(check, f"{handle.id} waits ({reason or 'any reason'})")
+
+
+async def _runs(store: Store, handle: WorkflowHandle[Any, Any]) -> None:
+    def status() -> str | None:
+        try:
+            return find_job(store, handle.id).status
+        except NotFoundError:  # its first record is not written yet
+            return None
+
+    async def check() -> bool:
+        return await asyncio.to_thread(status) == JobStatus.RUNNING
+
+    await _until(check, f"{handle.id} runs")
+
+
+def _replayer() -> Replayer:
+    return Replayer(
+        workflows=[JobWorkflow, AdmissionWorkflow],
+        data_converter=pydantic_data_converter,
+        workflow_runner=workflow_runner(),
+    )
+
+
+async def test_a_freed_gpu_goes_to_the_highest_priority_then_the_earliest(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store, hosts=ONE_GPU)
+    ended: set[str] = set()
+    hosts = ScriptedHosts(probe=_until_ended(ended))
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        blocker = await start_job(time_env.client, task_queue, job("blocker"))
+        await _runs(sqlite_store, blocker)
+        low1 = await start_job(time_env.client, task_queue, job("lowa", retry=WAIT))
+        await _waits(sqlite_store, low1, "no_capacity")
+        low2 = await start_job(time_env.client, task_queue, job("lowb", retry=WAIT))
+        high = await start_job(time_env.client, task_queue, job("high", priority=100, retry=WAIT))
+        await _waits(sqlite_store, low2)
+        await _waits(sqlite_store, high)
+
+        async def positions() -> list[int | None]:
+            entries = [await _entry(sqlite_store, h.id) for h in (high, low1, low2)]
+            return [e.position if e is not None else None for e in entries]
+
+        async def ordered() -> bool:  # once a pass has seen all three
+            return await positions() == [0, 1, 2]
+
+        await _until(ordered, "the waiting jobs ordered high, then by submission")
+        ended.update({"blocker", "high", "lowa", "lowb"})
+        results = [await job_result(h) for h in (blocker, high, low1, low2)]
+        admission = time_env.client.get_workflow_handle(admission_workflow_id(task_queue))
+        admission_history = await admission.fetch_history()
+    assert [r.status for r in results] == [JobStatus.DONE] * 4
+    started = [s.job_id for s in hosts.started]
+    assert started == [blocker.id, high.id, low1.id, low2.id]
+    for handle in (blocker, high, low1, low2):
+        assert allocations_of(sqlite_store, handle.id) == []
+        assert await _entry(sqlite_store, handle.id) is None
+    # Waiting cost nothing: no job was woken by a broadcast, and each was told once.
+    history = await high.fetch_history()
+    signals = [
+        e.workflow_execution_signaled_event_attributes.signal_name
+        for e in history.events
+        if e.HasField("workflow_execution_signaled_event_attributes")
+    ]
+    assert "capacity_changed" not in signals and signals.count("admitted") == 1
+    await _replayer().replay_workflow(history)
+    await _replayer().replay_workflow(admission_history)
+
+
+async def test_quota_holds_a_job_until_its_queue_has_room(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store)  # two GPUs
+    apply_queue(sqlite_store, QueueSpec(name="small", gpus=1))
+    ended: set[str] = set()
+    hosts = ScriptedHosts(probe=_until_ended(ended))
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        first = await start_job(time_env.client, task_queue, job("first", queue="small"))
+        await _runs(sqlite_store, first)
+        second = await start_job(
+            time_env.client, task_queue, job("second", queue="small", retry=WAIT)
+        )
+        await _waits(sqlite_store, second, "quota")
+        other = await start_job(time_env.client, task_queue, job("other"))  # default queue
+        await _runs(sqlite_store, other)
+        assert len(hosts.started) == 2  # the free GPU went to another queue, not over quota
+        ended.update({"first", "second", "other"})
+        results = [await job_result(h) for h in (first, second, other)]
+    assert [r.status for r in results] == [JobStatus.DONE] * 3
+    assert [s.job_id for s in hosts.started] == [first.id, other.id, second.id]
+
+
+async def test_a_job_that_may_not_wait_is_refused_over_quota_with_the_reason(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store)
+    apply_queue(sqlite_store, QueueSpec(name="none", gpus=0))
+    async with workers(time_env.client, sqlite_store, task_queue, ScriptedHosts(), [fleet]):
+        result = await job_result(
+            await start_job(time_env.client, task_queue, job("late", queue="none"))
+        )
+    assert (result.status, result.reason) == (JobStatus.FAILED, TerminationReason.NO_CAPACITY)
+    assert "queue none has no quota left" in result.message
+    assert await _entry(sqlite_store, result.job_id) is None
+
+
+async def test_a_preemptible_job_is_stopped_for_a_higher_priority_one_and_requeued(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store, hosts=ONE_GPU)
+    ended: set[str] = set()
+    hosts = ScriptedHosts(probe=_until_ended(ended))
+    requeue = {"on_events": ["interruption", "no-capacity"], "duration": "1h"}
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        victim = await start_job(
+            time_env.client, task_queue, job("victim", preemptible=True, retry=requeue)
+        )
+        await _runs(sqlite_store, victim)
+        boss = await start_job(time_env.client, task_queue, job("boss", priority=100, retry=WAIT))
+        await _runs(sqlite_store, boss)
+        await _waits(sqlite_store, victim)  # its second attempt waits behind the boss
+        ended.update({"boss", "victim@2"})
+        boss_result = await job_result(boss)
+        victim_result = await job_result(victim)
+    assert boss_result.status == JobStatus.DONE
+    assert (victim_result.status, victim_result.attempts) == (JobStatus.DONE, 2)
+    assert [(s.job_id, s.attempt) for s in hosts.started] == [
+        (victim.id, 1),
+        (boss.id, 1),
+        (victim.id, 2),
+    ]
+    assert (victim.id, 1, 0) in {(s.job_id, s.attempt, s.rank) for s in hosts.stopped}
+    events = job_events(sqlite_store, victim.id)
+    assert any(
+        e.kind == "terminated" and f"preempted for job {boss.id}" in e.message for e in events
+    )
+
+
+async def test_nothing_that_is_not_preemptible_is_preempted(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store, hosts=ONE_GPU)
+    ended: set[str] = set()
+    hosts = ScriptedHosts(probe=_until_ended(ended))
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        keeper = await start_job(time_env.client, task_queue, job("keeper"))
+        await _runs(sqlite_store, keeper)
+        boss = await start_job(time_env.client, task_queue, job("boss", priority=100, retry=WAIT))
+        await _waits(sqlite_store, boss, "no_capacity")
+        assert hosts.stopped == []
+        ended.update({"keeper", "boss"})
+        results = [await job_result(h) for h in (keeper, boss)]
+    assert [(r.status, r.attempts) for r in results] == [(JobStatus.DONE, 1)] * 2
+
+
+async def test_a_job_stopped_while_it_waits_leaves_its_queue(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    fleet = sim_fleet(sqlite_store, hosts=ONE_GPU)
+    ended: set[str] = set()
+    hosts = ScriptedHosts(probe=_until_ended(ended))
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        blocker = await start_job(time_env.client, task_queue, job("blocker"))
+        await _runs(sqlite_store, blocker)
+        waiter = await start_job(time_env.client, task_queue, job("waiter", retry=WAIT))
+        await _waits(sqlite_store, waiter)
+        await waiter.signal("stop")
+        stopped = await job_result(waiter)
+        assert await _entry(sqlite_store, waiter.id) is None
+        ended.add("blocker")
+        await job_result(blocker)
+    assert (stopped.status, stopped.reason) == (
+        JobStatus.STOPPED,
+        TerminationReason.STOPPED_BY_USER,
+    )
+    assert [s.job_id for s in hosts.started] == [blocker.id]
+    assert allocations_of(sqlite_store, waiter.id) == []
