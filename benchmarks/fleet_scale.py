@@ -1,9 +1,11 @@
-"""The product's place step at fleet scale (issue #10): the control worker's `place_job` and
-`release_job` activities (gpuflow/control/activities.py), called with the inputs the job
-workflow sends (the job's first record before placing, its `provisioning` record once placed,
-its ending with the release), on a sim fleet of openb's 1,213 GPU nodes in a fresh database.
-Only Temporal is left out: each call is timed as the activity runs it. The job rows it writes
-feed the fleet's learned request mix, as in the product.
+"""The product's placement path at fleet scale (issue #10), as a job submitted through the API
+is placed since queues (#11): the submit's placement transaction (`enter_at_submit` in
+gpuflow/control/admission.py: the job's first record and its queue entry, admitted there when
+nobody waits), the workflow's first step (`enqueue_job`, which reads what became of the entry),
+the admission loop's pass (`admission_pass`) for a job that waits, and `release_job` for the
+releases, on a sim fleet of openb's 1,213 GPU nodes in a fresh database. Only Temporal is left
+out: each call is timed as the activity runs it. The job rows it writes feed the fleet's
+learned request mix, as in the product.
 
 Protocol, per database (`--db sqlite,postgresql`; PostgreSQL gets a database of its own on the
 server of `--postgresql URL`, dropped at the end):
@@ -17,8 +19,10 @@ server of `--postgresql URL`, dropped at the end):
   `pure_unallocated_pct_at_100`: the same for the pure function (`gpuflow.scheduler.place` on
   an in-memory snapshot, the mix learned as benchmarks/placement.py learns it) on the same
   arrivals and releases.
-- `cold`: `--cold` more placements through the cold path (`ControlActivities(warm=False)`: the
-  whole fleet read in each placement transaction, as before #10), on the final state.
+- `placements_per_s`: placements over the time spent in placement transactions (submits'
+  entries with the workflow's read, and passes); p50/p99 are per transaction.
+- `cold`: `--cold` more arrivals through the cold path (`warm=False`: the whole fleet read in
+  each placement transaction, as before #10), on the final state.
 - `two_workers`: two processes, each a control worker with its own engine, place the same
   arrivals at once (alternate arrivals each, with their releases) on a fresh database of the
   first kind in `--db` that is PostgreSQL (else SQLite); `over_allocations` counts GPUs (and
@@ -64,6 +68,7 @@ from placement import (  # noqa: E402
 )
 
 from gpuflow.control.activities import ControlActivities  # noqa: E402
+from gpuflow.control.admission import AdmissionActivities, enter_at_submit  # noqa: E402
 from gpuflow.scheduler import apply_placement, place, release_placement  # noqa: E402
 from gpuflow.scheduler.mix import LearnedMix, MixLearner, half_life, kind_of  # noqa: E402
 from gpuflow.scheduler.model import Placement  # noqa: E402
@@ -72,7 +77,8 @@ from gpuflow.specs import FleetSpec  # noqa: E402
 from gpuflow.status import JobStatus, TerminationReason  # noqa: E402
 from gpuflow.store.db import Store  # noqa: E402
 from gpuflow.store.tables import AllocationRow, HostRow  # noqa: E402
-from gpuflow.workflows.models import JobStatusInput, PlaceInput, ReleaseInput  # noqa: E402
+from gpuflow.workflows.models import JobStatusInput, ReleaseInput  # noqa: E402
+from gpuflow.workflows.queue_models import AdmissionState, EnqueueInput, PassInput  # noqa: E402
 
 _TRACE_DIRS = (ROOT.parent / "shared/data/openb", Path("/work/shared/data/openb"))
 POSTGRESQL = "postgresql://postgres@127.0.0.1:5432/test"
@@ -170,50 +176,85 @@ async def product_run(
     mine: range | None = None,
     warm: bool = True,
 ) -> dict[str, Any]:
-    """Place `sequence` (only the arrivals in `mine`, when given) through the activities,
-    releasing as `releases` says, until the arrived demand reaches `capacity`."""
-    activities = ControlActivities(store, warm=warm)
-    takes: list[float] = []
+    """Place `sequence` (only the arrivals in `mine`, when given) as the product does, releasing
+    as `releases` says, until the arrived demand reaches `capacity`. Per arrival: the submit's
+    entry into the queue (`enter_at_submit`, the API's placement transaction, which admits a job
+    at once when nobody waits), then the workflow's first step (`enqueue_job`, which reads what
+    became of the entry). A job that waits is decided by the admission loop's next pass
+    (`admission_pass`), run here when the loop would be woken: after the entry and after each
+    release. Only Temporal is left out."""
+    control = ControlActivities(store, warm=warm)
+    admission = AdmissionActivities(store, warm=warm)
+    state = AdmissionState()
+    takes: list[float] = []  # each placement transaction: a submit's entry, or a pass
     gives: list[float] = []
     due: dict[int, list[tuple[str, Pod]]] = defaultdict(list)
-    arrived = held = unschedulable = 0
+    pods: dict[str, tuple[int, Pod]] = {}
+    waiting: set[str] = set()
+    arrived = held = unschedulable = placements = 0
     unallocated = None
+
+    def placed(job_id: str) -> None:
+        nonlocal held, placements
+        i, pod = pods[job_id]
+        held += pod.gpu_milli_total
+        placements += 1
+        if i in releases:
+            due[releases[i]].append((job_id, pod))
+
+    async def admission_pass() -> None:
+        nonlocal unschedulable
+        begun = time.perf_counter()
+        result = await admission.admission_pass(PassInput(reservation=state.reservation))
+        takes.append(time.perf_counter() - begun)
+        state.reservation = result.reservation
+        for job in result.admitted:
+            waiting.discard(job.job_id)
+            placed(job.job_id)
+        for job in result.refused:
+            waiting.discard(job.job_id)
+            unschedulable += 1
+
     started = time.perf_counter()
     for i, pod in enumerate(sequence):
+        released = False
         for job_id, gone in due.pop(i, []):
             ended = _record(job_id, job_of(gone), JobStatus.DONE, reason=TerminationReason.DONE)
             begun = time.perf_counter()
-            await activities.release_job(ReleaseInput(job_id=job_id, record=ended))
+            await control.release_job(ReleaseInput(job_id=job_id, record=ended))
             gives.append(time.perf_counter() - begun)
             arrived -= gone.gpu_milli_total
             held -= gone.gpu_milli_total
+            released = True
+        if released and waiting:
+            await admission_pass()
         arrived += pod.gpu_milli_total
         if mine is not None and i not in mine:
             continue
         job, job_id = job_of(pod), f"job-{tag}-{i}"
-        inp = PlaceInput(
-            job_id=job_id,
-            attempt=1,
-            spec=job,
-            before=_record(job_id, job, JobStatus.PENDING, spec=job, message="submitted"),
-            placed=_record(job_id, job, JobStatus.PROVISIONING),
-        )
+        pods[job_id] = (i, pod)
         begun = time.perf_counter()
-        result = await activities.place_job(inp)
+        verdict = enter_at_submit(store, job_id=job_id, run_id=tag, spec=job, warm=warm)
+        ask = EnqueueInput(
+            job_id=job_id, attempt=1, spec=job, submitted_at=datetime.now(UTC), may_wait=False
+        )
+        await admission.enqueue_job(ask)
         takes.append(time.perf_counter() - begun)
-        if result.placement is None:
+        if verdict.placement is not None:
+            placed(job_id)
+        elif verdict.refused is not None:
             unschedulable += 1
         else:
-            held += pod.gpu_milli_total
-            if i in releases:
-                due[releases[i]].append((job_id, pod))
+            waiting.add(job_id)
+            await admission_pass()
         if arrived >= capacity and unallocated is None:
             unallocated = 100 - held / capacity * 100
             if mine is None:
                 break
     return {
-        "placements": len(takes),
-        "placements_per_s": len(takes) / sum(takes),
+        "placements": placements,
+        "placements_per_s": placements / sum(takes),
+        "transactions": len(takes),
         "wall_s": time.perf_counter() - started,
         **_ms("", takes),
         **_ms("release_", gives),
@@ -340,7 +381,9 @@ def one_database(
         if args.cold:
             tail = args.after[: args.cold]  # arrivals past the run's
             cold = asyncio.run(product_run(store, tail, {}, 1 << 62, tag="cold", warm=False))
-            result["cold"] = {k: cold[k] for k in ("placements", "p50_ms", "p99_ms")}
+            result["cold"] = {
+                k: cold[k] for k in ("placements", "transactions", "p50_ms", "p99_ms")
+            }
     finally:
         store.dispose()
     del result["held_job_ids"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import activity
@@ -14,7 +15,8 @@ from gpuflow.control.admission_wake import wake_admission
 from gpuflow.control.records import record_in
 from gpuflow.metrics import store as metrics
 from gpuflow.services.admission import SpecCache, run_pass_in
-from gpuflow.services.queue_entries import enqueue_in, look_in, withdraw_in
+from gpuflow.services.queue_entries import enqueue_in, enter_at_submit_in, look_in, withdraw_in
+from gpuflow.specs.job import JobSpec
 from gpuflow.store.db import Store
 from gpuflow.workflows.queue_models import (
     EnqueueInput,
@@ -23,6 +25,25 @@ from gpuflow.workflows.queue_models import (
     QueueVerdict,
     WithdrawInput,
 )
+
+
+def enter_at_submit(
+    store: Store, *, job_id: str, run_id: str, spec: JobSpec, warm: bool = True
+) -> QueueVerdict:
+    """The submit's part of placing (the API runs it once the job's workflow started): the job's
+    first record and its queue entry in one placement transaction, admitted there when nobody
+    waits. The caller wakes the admission loop when the verdict is to wait."""
+    started = time.perf_counter()
+    with store.placement_transaction() as session:
+        at = datetime.now(UTC)
+        verdict = enter_at_submit_in(
+            session, job_id=job_id, run_id=run_id, spec=spec, at=at, warm=warm
+        )
+        if verdict.placement is not None:
+            metrics.observe_admitted(session, job_id, 1, verdict.placement.fleet)
+    if verdict.placement is not None:
+        metrics.observe_placement(time.perf_counter() - started, verdict.placement)
+    return verdict
 
 
 class AdmissionActivities:
@@ -55,7 +76,7 @@ class AdmissionActivities:
             with self.store.placement_transaction() as session:
                 if inp.before is not None:
                     record_in(session, inp.before)
-                verdict = enqueue_in(session, inp)
+                verdict = enqueue_in(session, inp, warm=self.warm)
                 if verdict.placement is not None:
                     metrics.observe_admitted(
                         session, inp.job_id, inp.attempt, verdict.placement.fleet

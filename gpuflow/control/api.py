@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow import sealed, secrets
+from gpuflow.control.admission import enter_at_submit
 from gpuflow.control.admission_wake import wake_admission
 from gpuflow.control.api_common import job_record, one_line, unrecorded_job
 from gpuflow.control.api_queues import QueueActivities, check_queues
@@ -35,7 +35,6 @@ from gpuflow.services.capacity import read_snapshot
 from gpuflow.services.fleets import apply_fleet, delete_fleet, list_fleets, list_hosts
 from gpuflow.services.jobs import find_job, jobs_waiting_for_capacity, list_jobs
 from gpuflow.services.mix import mix_info
-from gpuflow.services.queue_entries import enter_at_submit_in
 from gpuflow.services.queues import WaitingPlace, waiting_places
 from gpuflow.specs.fleet import FleetSpec
 from gpuflow.specs.job import JobSpec
@@ -65,7 +64,6 @@ from gpuflow.workflows.api import (
 from gpuflow.workflows.fleet import FleetWorkflow
 from gpuflow.workflows.handles import watch_fleet
 from gpuflow.workflows.models import JobInput
-from gpuflow.workflows.queue_models import QueueVerdict
 from gpuflow.workflows.ui import initial_search_attributes
 
 
@@ -121,12 +119,9 @@ class ApiActivities(QueueActivities):
         """The job is in its queue from its submission: a pass that runs before its workflow's
         first step still counts it (else a job submitted later could be admitted first)."""
 
-        def write() -> QueueVerdict:
-            with self.store.placement_transaction() as session:
-                at = datetime.now(UTC)
-                return enter_at_submit_in(session, job_id=job_id, run_id=run_id, spec=spec, at=at)
-
-        verdict = await asyncio.to_thread(write)
+        verdict = await asyncio.to_thread(
+            enter_at_submit, self.store, job_id=job_id, run_id=run_id, spec=spec
+        )
         if verdict.placement is None and verdict.refused is None:
             await wake_admission(self.temporal)
 

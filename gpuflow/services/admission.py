@@ -48,7 +48,7 @@ __all__ = [
     "PassOutcome",
     "admit_placement_in",
     "run_pass_in",
-    "warm_snapshot_in",
+    "snapshot_in",
 ]
 
 
@@ -128,9 +128,10 @@ def run_pass_in(
     return outcome
 
 
-def warm_snapshot_in(session: Session) -> Snapshot:
-    """The warm snapshot of this placement transaction (a fresh read without the counters)."""
-    return _snapshot(session, warm=True)[0]
+def snapshot_in(session: Session, warm: bool = True) -> Snapshot:
+    """The fleets as this placement transaction sees them: the warm state (a fresh read when
+    the warm state cannot say, or with `warm=False`)."""
+    return _snapshot(session, warm)[0]
 
 
 def _snapshot(session: Session, warm: bool) -> tuple[Snapshot, WarmCapacity | None]:

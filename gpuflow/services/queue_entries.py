@@ -17,7 +17,7 @@ from gpuflow.services.admission import (
     WAITING,
     admit_placement_in,
     run_pass_in,
-    warm_snapshot_in,
+    snapshot_in,
 )
 from gpuflow.services.capacity import held_allocation
 from gpuflow.services.jobs import record_status_in
@@ -55,10 +55,11 @@ def look_in(session: Session, *, job_id: str, attempt: int) -> QueueVerdict | No
     return _verdict(session, entry)
 
 
-def enqueue_in(session: Session, inp: EnqueueInput) -> QueueVerdict:
+def enqueue_in(session: Session, inp: EnqueueInput, *, warm: bool = True) -> QueueVerdict:
     """Put the job's attempt in its queue (an earlier attempt's entry is replaced), or, when it
     is there already, say what became of it. When no other job waits, the pass runs here at
-    once; otherwise the entry is `waiting` until the loop's next pass decides."""
+    once (on the warm state, or a fresh read with `warm=False`); otherwise the entry is
+    `waiting` until the loop's next pass decides."""
     entry = session.get(QueueEntryRow, inp.job_id)
     if entry is not None and entry.attempt == inp.attempt:
         return _verdict(session, entry)
@@ -88,32 +89,37 @@ def enqueue_in(session: Session, inp: EnqueueInput) -> QueueVerdict:
     if session.exec(others.limit(1)).first() is None:
         # Nobody waits: the pass over this job alone is what the loop would decide, so it is
         # decided here, in the same transaction, without a round trip to the loop.
-        if not _admitted_alone(session, entry, spec):
-            run_pass_in(session, reservation=None)
+        placement = _admitted_alone(session, entry, spec, warm)
+        if placement is not None:
+            return QueueVerdict(placement=placement)
+        run_pass_in(session, reservation=None, warm=warm)
         return _verdict(session, entry)
     return QueueVerdict()
 
 
-def _admitted_alone(session: Session, entry: QueueEntryRow, spec: JobSpec) -> bool:
+def _admitted_alone(
+    session: Session, entry: QueueEntryRow, spec: JobSpec, warm: bool
+) -> Placement | None:
     """A pass over one waiting job of a queue without quota limit or cohort admits it on the
     first of its options that fits, whatever else runs: decided so here, without reading the
-    running jobs a full pass counts quotas, preemptions and reservations with."""
+    running jobs a full pass counts quotas, preemptions and reservations with. The placement
+    it admitted on, or None when the full pass must decide."""
     queue = next((q for q in queues_in(session) if q.name == entry.queue), None)
     if queue is None or queue.cohort is not None:
-        return False
+        return None
     if any(gpus < MAX_QUOTA_GPUS for gpus in queue.quota.values()):
-        return False
-    snapshot = warm_snapshot_in(session)
+        return None
+    snapshot = snapshot_in(session, warm)
     for option in spec.resource_options():
         found = place(option, snapshot)
         if isinstance(found, Placement):
             admit_placement_in(session, entry, found, datetime.now(UTC))
-            return True
-    return False
+            return found
+    return None
 
 
 def enter_at_submit_in(
-    session: Session, *, job_id: str, run_id: str, spec: JobSpec, at: datetime
+    session: Session, *, job_id: str, run_id: str, spec: JobSpec, at: datetime, warm: bool = True
 ) -> QueueVerdict:
     """A job just submitted enters its queue at once, before its workflow's first step, so no
     pass can miss it in between: its `submitted` record (the one its workflow writes, same key)
@@ -130,7 +136,7 @@ def enter_at_submit_in(
         at=at,
     )
     ask = EnqueueInput(job_id=job_id, attempt=1, spec=spec, submitted_at=at, may_wait=spec.may_wait)
-    return enqueue_in(session, ask)
+    return enqueue_in(session, ask, warm=warm)
 
 
 def withdraw_in(session: Session, *, job_id: str, attempt: int) -> QueueVerdict:
