@@ -121,7 +121,10 @@ async def test_a_long_poll_sees_the_exit_at_once_without_timers(
         history = await handle.fetch_history()
         closed = (await handle.describe()).close_time
     assert result.status == JobStatus.DONE
-    assert closed is not None and closed.timestamp() - exit_at[0] < 2
+    # Seen within seconds of the exit, not at the end of the probe's tick (minutes): the
+    # server's clock runs with real time while the workers are busy, so a loaded machine
+    # stretches the seconds, never to a tick.
+    assert closed is not None and closed.timestamp() - exit_at[0] < 20
     assert not any(e.HasField("timer_started_event_attributes") for e in history.events)
     probes = [
         e.activity_task_scheduled_event_attributes
