@@ -1,8 +1,10 @@
 """How the client calls the control plane's API workflow (gpuflow/workflows/api.py).
 
-Each call is an update-with-start of `gpuflow-api`: the first client to call starts the workflow
-(USE_EXISTING), every later one finds it. A request the control plane refuses (a validator's
-refusal, an unknown fleet, no such job) comes back as the gpuflow error it raised, one line.
+Each call is an update-with-start of one of the API's lanes: `gpuflow-api`, and `gpuflow-api-1`
+.. `gpuflow-api-3` for requests a client has in flight beside it. The first client to call a
+lane starts its workflow (USE_EXISTING), every later one finds it. A request the control plane
+refuses (a validator's refusal, an unknown fleet, no such job) comes back as the gpuflow error
+it raised, one line.
 """
 
 from __future__ import annotations
@@ -65,8 +67,22 @@ def error_from(cause: ApplicationError) -> errors.GpuflowError:
 BACKSTOP_S = 5.0
 """After the RPC timeout, how long more the whole call may take before it is cut off."""
 IN_FLIGHT = 8
-"""Requests one client has in flight at once: under the server's default limit of 10 updates
-in flight per workflow, which refuses the rest (many `wait`s at once, say)."""
+"""Requests one client has in flight at once on one lane: under the server's default limit of
+10 updates in flight per workflow, which refuses the rest (many `wait`s at once, say)."""
+LANES = 4
+"""API workflows a client spreads its requests over: a lane's updates are one workflow's, run
+one workflow task at a time and at most 10 at once, so one lane caps a burst of submits. A
+client with one request at a time only ever uses the first lane, `gpuflow-api`."""
+
+
+class _Lane:
+    """One API workflow and this client's requests to it."""
+
+    def __init__(self, workflow_id: str) -> None:
+        self.workflow_id = workflow_id
+        self.in_flight = asyncio.Semaphore(IN_FLIGHT)
+        self.asked = 0
+        """Requests in flight or waiting for room on this lane."""
 
 
 class TemporalApi:
@@ -82,33 +98,47 @@ class TemporalApi:
         self.temporal = temporal
         self.task_queue = task_queue
         self.workflow_id = workflow_id
-        self._in_flight = asyncio.Semaphore(IN_FLIGHT)
+        self._lanes = [_Lane(workflow_id if k == 0 else f"{workflow_id}-{k}") for k in range(LANES)]
 
     async def call(
         self, update: str, arg: BaseModel, result_type: type[R], *, timeout_s: float = API_TIMEOUT_S
     ) -> R:
-        """One request. Requests of this client beyond IN_FLIGHT wait their turn, and a request
-        refused because the server's limit of updates in flight is reached (other clients'
-        requests) is sent again after a short, growing pause, within the same time budget."""
+        """One request, on the lane with most room. Requests of this client beyond IN_FLIGHT per
+        lane wait their turn, and a request refused because the server's limit of updates in
+        flight is reached (other clients' requests) is sent again after a short, growing pause,
+        within the same time budget."""
         deadline = asyncio.get_running_loop().time() + timeout_s
         pause = 0.05
-        async with self._in_flight:
-            while True:
-                try:
-                    return await self._call(update, arg, result_type, timeout_s=timeout_s)
-                except RPCError as exc:
-                    left = deadline - asyncio.get_running_loop().time()
-                    if exc.status != RPCStatusCode.RESOURCE_EXHAUSTED or left <= pause:
-                        raise
-                await asyncio.sleep(pause * (0.5 + random.random()))
-                pause = min(pause * 2, 1.0)
+        lane = min(self._lanes, key=lambda lane: lane.asked)  # the first of equals
+        lane.asked += 1
+        try:
+            async with lane.in_flight:
+                while True:
+                    try:
+                        return await self._call(
+                            lane.workflow_id, update, arg, result_type, timeout_s=timeout_s
+                        )
+                    except RPCError as exc:
+                        left = deadline - asyncio.get_running_loop().time()
+                        if exc.status != RPCStatusCode.RESOURCE_EXHAUSTED or left <= pause:
+                            raise
+                    await asyncio.sleep(pause * (0.5 + random.random()))
+                    pause = min(pause * 2, 1.0)
+        finally:
+            lane.asked -= 1
 
     async def _call(
-        self, update: str, arg: BaseModel, result_type: type[R], *, timeout_s: float
+        self,
+        workflow_id: str,
+        update: str,
+        arg: BaseModel,
+        result_type: type[R],
+        *,
+        timeout_s: float,
     ) -> R:
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             "ControlApiWorkflow",
-            id=self.workflow_id,
+            id=workflow_id,
             task_queue=self.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary="gpuflow's API: the client's requests to the control plane",

@@ -1,15 +1,17 @@
-"""The client's API call under the server's limit of updates in flight per workflow."""
+"""The client's API call under the server's limit of updates in flight per workflow, spread
+over the API's lanes."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 from temporalio.service import RPCError, RPCStatusCode
 
-from gpuflow.client.api import IN_FLIGHT, TemporalApi
+from gpuflow.client.api import IN_FLIGHT, LANES, TemporalApi
 
 
 class Arg(BaseModel):
@@ -23,11 +25,18 @@ class _Temporal:
     def __init__(self, refusals: int, status: RPCStatusCode) -> None:
         self.refusals, self.status = refusals, status
         self.calls = self.in_flight = self.most = 0
+        self.lanes: Counter[str] = Counter()  # in flight per API workflow
+        self.most_per_lane: Counter[str] = Counter()
 
-    async def execute_update_with_start_workflow(self, update: str, arg: Arg, **_: Any) -> int:
+    async def execute_update_with_start_workflow(
+        self, update: str, arg: Arg, *, start_workflow_operation: Any, **_: Any
+    ) -> int:
+        lane = start_workflow_operation._start_workflow_input.id  # the API workflow it goes to
         self.calls += 1
         self.in_flight += 1
+        self.lanes[lane] += 1
         self.most = max(self.most, self.in_flight)
+        self.most_per_lane[lane] = max(self.most_per_lane[lane], self.lanes[lane])
         try:
             await asyncio.sleep(0.01)
             if self.refusals > 0:
@@ -36,6 +45,7 @@ class _Temporal:
             return arg.value
         finally:
             self.in_flight -= 1
+            self.lanes[lane] -= 1
 
 
 async def test_a_refusal_at_the_servers_limit_is_sent_again() -> None:
@@ -58,4 +68,15 @@ async def test_one_client_keeps_its_requests_under_the_limit() -> None:
     api = TemporalApi(temporal)  # type: ignore[arg-type]
     results = await asyncio.gather(*(api.call("job", Arg(value=k), int) for k in range(40)))
     assert results == list(range(40))
-    assert temporal.most == IN_FLIGHT
+    # Every lane is used, none beyond the server's limit of updates in flight per workflow.
+    assert len(temporal.most_per_lane) == LANES > 1
+    assert max(temporal.most_per_lane.values()) == IN_FLIGHT
+    assert temporal.most == IN_FLIGHT * LANES
+
+
+async def test_one_request_at_a_time_uses_the_first_lane_only() -> None:
+    temporal = _Temporal(refusals=0, status=RPCStatusCode.OK)
+    api = TemporalApi(temporal, workflow_id="gpuflow-api")  # type: ignore[arg-type]
+    for k in range(5):
+        assert await api.call("job", Arg(value=k), int) == k
+    assert set(temporal.most_per_lane) == {"gpuflow-api"}
