@@ -32,7 +32,12 @@ from gpuflow.naming import CONTROL_TASK_QUEUE, fleet_workflow_id
 from gpuflow.scheduler import blocks_busy, explain
 from gpuflow.scheduler.together import plan_together
 from gpuflow.services.capacity import read_snapshot
-from gpuflow.services.fleets import apply_fleet, delete_fleet, list_fleets, list_hosts
+from gpuflow.services.fleets import (
+    apply_fleet,
+    delete_fleet,
+    fleet_names,
+    list_hosts,
+)
 from gpuflow.services.jobs import find_job, jobs_waiting_for_capacity, list_jobs
 from gpuflow.services.mix import mix_info
 from gpuflow.services.queues import WaitingPlace, waiting_places
@@ -85,7 +90,7 @@ class ApiActivities(QueueActivities):
         started."""
         spec = req.spec
         await check_queues(self.store, [spec.queue])
-        known = {fleet.name for fleet in await asyncio.to_thread(list_fleets, self.store)}
+        known = set(await asyncio.to_thread(fleet_names, self.store))
         unknown = [name for name in spec.fleets if name not in known]
         if unknown:
             raise SpecError(

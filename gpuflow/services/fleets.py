@@ -233,6 +233,7 @@ def list_hosts(store: Store, *, kind: str | None = None) -> list[HostRow]:
         return list(session.exec(query))
 
 
-def list_fleets(store: Store) -> list[FleetRow]:
+def fleet_names(store: Store) -> list[str]:
+    """The fleets' names, without reading their specs (a large fleet's is large)."""
     with store.read() as session:
-        return list(session.exec(select(FleetRow).order_by(col(FleetRow.name))))
+        return list(session.exec(select(FleetRow.name).order_by(col(FleetRow.name))))
