@@ -207,17 +207,30 @@ class Client(ControlPlaneCalls, QueueCalls):
     ) -> JobOutcome:
         """How the job ended, once it has. With `raise_on_failure`, a job that found no
         capacity raises UnschedulableError carrying the per-host reasons."""
-        info = await self.get(job)
-        handle = self.temporal.get_workflow_handle(info.id, result_type=JobResult)
+        job_id, name = await self._id_and_name(job)
+        handle = self.temporal.get_workflow_handle(job_id, result_type=JobResult)
         try:
             result = await asyncio.wait_for(job_result(handle), timeout_s)
         except WorkflowFailureError as exc:  # it ended without a JobResult: gpuflow broke
-            raise GpuflowError(f"job {info.name} failed inside gpuflow: {exc.cause}") from None
+            raise GpuflowError(f"job {name} failed inside gpuflow: {exc.cause}") from None
         if raise_on_failure and result.reason == TerminationReason.NO_CAPACITY:
             raise UnschedulableError(
-                f"job {info.name}: {result.message}", capacity_reasons(result.message)
+                f"job {name}: {result.message}", capacity_reasons(result.message)
             )
         return JobOutcome.from_result(result)
+
+    async def _id_and_name(self, job: str) -> tuple[str, str]:
+        """A job's workflow id and name. An id is read from its workflow (the name is in its
+        memo), which costs Temporal one describe instead of a request to the control plane;
+        a name, or an id Temporal does not know, asks the control plane (`get`)."""
+        if job.startswith("job-"):
+            with contextlib.suppress(RPCError):
+                desc = await self.temporal.get_workflow_handle(job).describe()
+                name = (await desc.memo_value(JOB_MEMO, {})).get("name")
+                if isinstance(name, str):
+                    return job, name
+        info = await self.get(job)
+        return info.id, info.name
 
     async def describe(self, job: str) -> str:
         """Whether the job's workflow is still open, as Temporal sees it."""

@@ -218,3 +218,25 @@ async def test_a_submitted_job_is_in_its_queue_before_its_workflows_first_step(
         assert events[0] == "submitted" and events[1].startswith("placed on ")
     finally:
         await api.env.client.get_workflow_handle(job.id).terminate("test over")
+
+
+async def test_waiting_on_a_job_by_id_asks_temporal_not_the_control_plane(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`wait` finds a job given by id from its workflow (one describe); only a name costs a
+    request to the control plane. A `wait` per job was half the API's requests in a burst."""
+    monkeypatch.setenv("GPUFLOW_SEARCH_ATTRIBUTES", "0")  # the test server has none
+    await api.client.apply_fleet(FleetSpec.model_validate(FLEET))
+    job = await api.client.submit(JobSpec(name="waited", commands=["x"], fleets=["sim"]))
+    try:
+        before = await api.accepted_updates()
+        with pytest.raises(TimeoutError):  # no JobWorkflow runs here: it never ends
+            await api.client.wait(job.id, timeout_s=0.5)
+        assert await api.accepted_updates() == before
+        with pytest.raises(TimeoutError):
+            await api.client.wait("waited", timeout_s=0.5)
+        assert await api.accepted_updates() == before + 1
+        with pytest.raises(NotFoundError, match="no job named 'job-nope'"):
+            await api.client.wait("job-nope", timeout_s=0.5)
+    finally:
+        await api.env.client.get_workflow_handle(job.id).terminate("test over")
