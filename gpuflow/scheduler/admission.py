@@ -71,6 +71,9 @@ class Waiting:
     options: tuple[JobSpec, ...] = ()
     """The job once per resource option, tried in order (JobSpec.resource_options); empty:
     `job` alone. Reservations and preemption plan for the first."""
+    may_wait: bool = True
+    """False: a pass that cannot admit it refuses it, so it reserves nothing (a reservation
+    would hold the others back for a job that leaves)."""
 
 
 @dataclass(frozen=True)
@@ -205,7 +208,7 @@ class _Pass:
             self._take(job, *found)
             return True
         self.reasons[job.name] = reason
-        if reason == NO_CAPACITY:
+        if reason == NO_CAPACITY and job.may_wait:
             self._reserve(job)
         return False
 

@@ -189,6 +189,7 @@ def _waiting(entry: QueueEntryRow, specs: SpecCache) -> Waiting:
         priority=entry.priority,
         preemptible=entry.preemptible,
         options=options,
+        may_wait=entry.may_wait,
     )
 
 

@@ -194,6 +194,26 @@ def test_a_small_job_backfills_only_if_it_ends_before_the_reservation() -> None:
     }
 
 
+def test_a_job_that_may_not_wait_reserves_nothing() -> None:
+    """It is refused by this pass: a reservation for it would hold the others back."""
+    snapshot = fleet(1)
+    ends = start(snapshot, waiting("running", 4, max_duration=HOUR))
+    whole = waiting("whole-host", 8, at=1, priority=50)
+    decision = admit(
+        queues=[QueueSpec(name="a", gpus=100)],
+        running=[ends],
+        waiting=[
+            Waiting(whole.name, whole.queue, whole.job, 1, 50, may_wait=False),
+            waiting("unbounded", 2, at=3),
+        ],
+        snapshot=snapshot,
+        now=0,
+    )
+    assert names(decision) == ["unbounded"]
+    assert decision.reservation is None
+    assert reasons(decision) == {"whole-host": NO_CAPACITY}
+
+
 def test_a_reservation_holds_from_the_start_of_the_next_pass() -> None:
     snapshot = fleet(2)
     elsewhere = start(snapshot, waiting("a-steady", 8))
