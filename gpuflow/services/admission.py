@@ -47,6 +47,8 @@ __all__ = [
     "WAITING",
     "PassOutcome",
     "admit_placement_in",
+    "no_fit_lines",
+    "refuse_in",
     "run_pass_in",
     "snapshot_in",
 ]
@@ -278,9 +280,7 @@ def _hold(
                 session.add(entry)
             continue
         reasons = _reasons(item, snapshot)
-        _set(entry, reason=item.reason, detail="\n".join(reasons))
-        entry.state, entry.spec = REFUSED, {}
-        session.add(entry)
+        refuse_in(session, entry, item.reason, reasons)
         outcome.refused.append(
             RefusedJob(job_id=entry.job_id, attempt=entry.attempt, reasons=reasons)
         )
@@ -294,6 +294,13 @@ def _say_waiting(session: Session, job_id: str, reasons: list[str]) -> None:
         session.add(job)
 
 
+def refuse_in(session: Session, entry: QueueEntryRow, reason: str, reasons: list[str]) -> None:
+    """The entry's job may not wait and nothing admits it: refused, saying why."""
+    _set(entry, reason=reason, detail="\n".join(reasons))
+    entry.state, entry.spec = REFUSED, {}
+    session.add(entry)
+
+
 def _reasons(item: Held, snapshot: Snapshot) -> list[str]:
     """Why the job cannot start now, in words: per host for a job nothing fits."""
     reason = item.reason
@@ -301,11 +308,15 @@ def _reasons(item: Held, snapshot: Snapshot) -> list[str]:
         return [f"the capacity it needs is reserved for job {reason.split(':', 1)[1]}"]
     if reason == "quota":
         return [f"queue {item.job.queue} has no quota left for it"]
-    lines: list[str] = []
     options = item.job.options or (item.job.job,)
-    for k, option in enumerate(options):
-        found = place(option, snapshot)
-        label = f"option {k + 1} ({option.resources.gpu_label}): " if len(options) > 1 else ""
+    return no_fit_lines([(option, place(option, snapshot)) for option in options])
+
+
+def no_fit_lines(tries: list[tuple[JobSpec, Placement | Unschedulable]]) -> list[str]:
+    """Per host, why none of a job's options fit (each option's lines labelled when several)."""
+    lines: list[str] = []
+    for k, (option, found) in enumerate(tries):
+        label = f"option {k + 1} ({option.resources.gpu_label}): " if len(tries) > 1 else ""
         if isinstance(found, Unschedulable):
             lines.extend(label + line for line in (found.lines or [found.message()]))
     return lines or [NO_CAPACITY_PREFIX.rstrip(": ")]

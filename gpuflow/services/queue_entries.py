@@ -10,12 +10,15 @@ from datetime import UTC, datetime
 from sqlmodel import Session, select
 
 from gpuflow.scheduler import place
-from gpuflow.scheduler.model import Placement
+from gpuflow.scheduler.admission import NO_CAPACITY
+from gpuflow.scheduler.model import Placement, Unschedulable
 from gpuflow.services.admission import (
     ADMITTED,
     REFUSED,
     WAITING,
     admit_placement_in,
+    no_fit_lines,
+    refuse_in,
     run_pass_in,
     snapshot_in,
 )
@@ -89,33 +92,52 @@ def enqueue_in(session: Session, inp: EnqueueInput, *, warm: bool = True) -> Que
     if session.exec(others.limit(1)).first() is None:
         # Nobody waits: the pass over this job alone is what the loop would decide, so it is
         # decided here, in the same transaction, without a round trip to the loop.
-        placement = _admitted_alone(session, entry, spec, warm)
-        if placement is not None:
-            return QueueVerdict(placement=placement)
+        alone = _decided_alone(session, entry, spec, warm)
+        if alone is not None:
+            return alone
         run_pass_in(session, reservation=None, warm=warm)
         return _verdict(session, entry)
     return QueueVerdict()
 
 
-def _admitted_alone(
+def _decided_alone(
     session: Session, entry: QueueEntryRow, spec: JobSpec, warm: bool
-) -> Placement | None:
-    """A pass over one waiting job of a queue without quota limit or cohort admits it on the
-    first of its options that fits, whatever else runs: decided so here, without reading the
-    running jobs a full pass counts quotas, preemptions and reservations with. The placement
-    it admitted on, or None when the full pass must decide."""
+) -> QueueVerdict | None:
+    """What a pass over one waiting job of a queue without quota limit or cohort decides,
+    found without reading the running jobs a full pass counts quotas, preemptions and
+    reservations with: admitted on the first of its options that fits, whatever else runs;
+    or, when none fits, it may not wait and nothing of its queue could be preempted for it,
+    refused with the per-host reasons. None when the full pass must decide."""
     queue = next((q for q in queues_in(session) if q.name == entry.queue), None)
     if queue is None or queue.cohort is not None:
         return None
     if any(gpus < MAX_QUOTA_GPUS for gpus in queue.quota.values()):
         return None
     snapshot = snapshot_in(session, warm)
+    tries: list[tuple[JobSpec, Placement | Unschedulable]] = []
     for option in spec.resource_options():
         found = place(option, snapshot)
         if isinstance(found, Placement):
             admit_placement_in(session, entry, found, datetime.now(UTC))
-            return found
-    return None
+            return QueueVerdict(placement=found)
+        tries.append((option, found))
+    if entry.may_wait or _victims_possible(session, entry):
+        return None
+    reasons = no_fit_lines(tries)
+    refuse_in(session, entry, NO_CAPACITY, reasons)
+    return QueueVerdict(refused=reasons)
+
+
+def _victims_possible(session: Session, entry: QueueEntryRow) -> bool:
+    """Whether a running job of the entry's queue could be preempted for it (preemptible, of
+    a lower priority)."""
+    found = select(QueueEntryRow.job_id).where(
+        QueueEntryRow.state == ADMITTED,
+        QueueEntryRow.queue == entry.queue,
+        QueueEntryRow.preemptible == True,  # noqa: E712 (a column comparison)
+        QueueEntryRow.priority < entry.priority,
+    )
+    return session.exec(found.limit(1)).first() is not None
 
 
 def enter_at_submit_in(

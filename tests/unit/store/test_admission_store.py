@@ -6,7 +6,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from gpuflow.scheduler.model import Placement
+from gpuflow.services import queue_entries
 from gpuflow.services.admission import run_pass_in
 from gpuflow.services.capacity import allocations_of, release_allocation_in
 from gpuflow.services.fleets import apply_fleet
@@ -120,6 +123,36 @@ def test_a_job_that_may_not_wait_is_refused_once_with_reasons(store: Store) -> N
     again = _enqueue(store, "late", 0, may_wait=False, queue="tiny")
     assert again.refused == refused.refused
     assert allocations_of(store, "job-late") == []
+
+
+def test_a_lone_job_that_fits_nowhere_is_refused_without_reading_the_running_jobs(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With nothing of its queue to preempt, what the full pass would say is known without
+    it: refused, with the same per-host reasons (the pass reads every running job's
+    placement: seconds at fleet scale). With a preemptible job below it, the pass decides."""
+    _fleet(store)
+    assert _enqueue(store, "blocker", 0).placement is not None
+    with monkeypatch.context() as patched:  # what the full pass says
+        patched.setattr(queue_entries, "_decided_alone", lambda *_: None)
+        by_pass = _enqueue(store, "by-pass", 1, may_wait=False)
+    assert by_pass.refused
+
+    def no_full_pass(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the full pass ran")
+
+    monkeypatch.setattr(queue_entries, "run_pass_in", no_full_pass)
+    refused = _enqueue(store, "late", 2, may_wait=False)
+    assert refused.refused and refused.refused[0].startswith("h1: ")
+    assert refused.refused == by_pass.refused
+    entry = _entry(store, "late")
+    assert entry is not None and (entry.state, entry.reason) == ("refused", "no_capacity")
+    assert allocations_of(store, "job-late") == []
+
+    _release(store, "blocker")
+    assert _enqueue(store, "victim", 3, preemptible=True).placement is not None
+    with pytest.raises(AssertionError, match="the full pass ran"):
+        _enqueue(store, "above", 4, may_wait=False, priority=100)
 
 
 def test_a_preemption_changes_nothing_in_the_database_or_the_warm_state(store: Store) -> None:
