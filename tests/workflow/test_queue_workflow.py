@@ -4,9 +4,12 @@ leaving a queue, and replay of what was recorded (DESIGN.md, "Queues and admissi
 from __future__ import annotations
 
 import asyncio
+import gzip
+from pathlib import Path
 from typing import Any
 
-from temporalio.client import WorkflowHandle
+import pytest
+from temporalio.client import WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
@@ -27,6 +30,7 @@ from gpuflow.workflows.outcome import job_result
 from gpuflow.workflows.queue_models import admission_workflow_id
 from tests.workflow.harness import ScriptedHosts, job, sim_fleet, start_job, workers
 
+HISTORIES = Path(__file__).parent / "histories"
 ONE_GPU = [{"name": "h1", "gpus": [{"name": "A100", "memory": "80GB", "count": 1}]}]
 WAIT = {"on_events": ["no-capacity"], "duration": "1h"}
 
@@ -246,3 +250,14 @@ async def test_a_job_stopped_while_it_waits_leaves_its_queue(
     )
     assert [s.job_id for s in hosts.started] == [blocker.id]
     assert allocations_of(sqlite_store, waiter.id) == []
+
+
+@pytest.mark.parametrize("name", ["schedule-no-attributes", "schedule-no-queue-attribute"])
+async def test_schedule_runs_from_before_the_queue_attribute_replay(name: str) -> None:
+    """Runs of a Temporal Schedule as the job workflow ran them before it set a missing
+    `GpuflowQueue` itself (recorded at 1bc996b on the dev server: a sim fleet of 2 GPUs, a job
+    of queue `nightly` that exits at its start): started with no search attribute, and with the
+    status and priority that `gpuflow schedule` gave its runs before queues. A run that was
+    under way when the new version was deployed goes on with it."""
+    data = gzip.decompress((HISTORIES / f"{name}.json.gz").read_bytes()).decode()
+    await _replayer().replay_workflow(WorkflowHistory.from_json(f"job-{name}", data))
