@@ -45,6 +45,9 @@ PATCH_LONG_POLL = "probe-long-poll"
 """Probes wait up to a tick on the agent for an exit; no timer between them."""
 PATCH_FAIL_UNLESS_DONE = "fail-unless-done"
 """A job that did not end `done` fails its workflow (the UI lists it as failed)."""
+PATCH_QUEUE_ATTRIBUTE = "queue-search-attribute"
+"""A job started without `GpuflowQueue` (the run of a Temporal Schedule created outside
+gpuflow's client, or before queues) sets it at its first step."""
 
 
 @workflow.defn(name="JobWorkflow")
@@ -144,8 +147,15 @@ class JobWorkflow(JobPhases):
             self._status = JobStatus.RUNNING
             self._start_attempted = True
         else:
-            if workflow.info().typed_search_attributes.get(ui.SA_STATUS) is None:
+            started_with = workflow.info().typed_search_attributes
+            if started_with.get(ui.SA_STATUS) is None:
                 self._upsert(status=JobStatus.PENDING, priority=spec.priority)
+            if (
+                self._search_attributes
+                and started_with.get(ui.SA_QUEUE) is None
+                and workflow.patched(PATCH_QUEUE_ATTRIBUTE)
+            ):
+                workflow.upsert_search_attributes([ui.SA_QUEUE.value_set(spec.queue)])
             # Written by the first place step, in its transaction.
             self._set_status(JobStatus.PENDING, "submitted")
             self._unrecorded = self._status_record(JobStatus.PENDING, "submitted", spec=spec)
