@@ -83,7 +83,7 @@ def run_pass_in(
     """One admission pass: decide on every waiting job and commit the decision."""
     now = now or datetime.now(UTC)
     specs = {} if specs is None else specs
-    entries = list(session.exec(select(QueueEntryRow).order_by(col(QueueEntryRow.submitted_at))))
+    entries = _read_entries(session)
     waiting_rows = [e for e in entries if e.state == WAITING]
     outcome = PassOutcome()
     if not waiting_rows:
@@ -94,12 +94,7 @@ def run_pass_in(
         if entry.queue not in known:  # deleted while the job was on its way in: the default
             entry.queue = DEFAULT_QUEUE
     snapshot, state = _snapshot(session, warm)
-    placements = placements_of(session, [e.job_id for e in entries if e.state == ADMITTED])
-    running = [
-        _running(entry, placements[entry.job_id])
-        for entry in entries
-        if entry.state == ADMITTED and entry.job_id in placements
-    ]
+    running = _running_jobs(session, entries)
     by_id = {entry.job_id: entry for entry in waiting_rows}
     for key in [key for key in specs if key[0] not in by_id]:
         del specs[key]  # admitted, refused or gone: not parsed again
@@ -128,6 +123,11 @@ def run_pass_in(
             hosts=sorted(decision.reservation.hosts),
         )
     return outcome
+
+
+def _read_entries(session: Session) -> list[QueueEntryRow]:
+    """Every queue entry, waiting and admitted, in submission order."""
+    return list(session.exec(select(QueueEntryRow).order_by(col(QueueEntryRow.submitted_at))))
 
 
 def snapshot_in(session: Session, warm: bool = True) -> Snapshot:
@@ -160,6 +160,17 @@ def _resync(
     hosts |= {n.host_id for r in running if r.name in victims for n in r.placement.nodes}
     if hosts:
         state.resync(session, sorted(hosts))
+
+
+def _running_jobs(session: Session, entries: list[QueueEntryRow]) -> list[Running]:
+    """The admitted entries' jobs with what they hold (one without an allocation holds
+    nothing the pass can count or preempt)."""
+    placements = placements_of(session, [e.job_id for e in entries if e.state == ADMITTED])
+    return [
+        _running(entry, placements[entry.job_id])
+        for entry in entries
+        if entry.state == ADMITTED and entry.job_id in placements
+    ]
 
 
 def _running(entry: QueueEntryRow, placement: Placement) -> Running:
