@@ -98,7 +98,7 @@ class ApiActivities(QueueActivities):
                 f"(known: {', '.join(sorted(known)) or 'none; apply one with gpuflow fleet apply'})"
             )
         gpu = spec.resources.gpu_label
-        with contextlib.suppress(WorkflowAlreadyStartedError):
+        try:
             handle = await self.temporal.start_workflow(
                 "JobWorkflow",
                 JobInput(job_id=req.job_id, spec=spec, search_attributes=req.search_attributes),
@@ -117,7 +117,12 @@ class ApiActivities(QueueActivities):
                     f"commands:\n\n" + "\n".join(f"    {c}" for c in spec.commands)
                 ),
             )
-            await self._enter_queue(req.job_id, handle.result_run_id or "", spec)
+            run_id = handle.result_run_id or ""
+        except WorkflowAlreadyStartedError:
+            # A retry of this submit: the first try started the workflow, and may have died
+            # before the job entered its queue (entering again changes nothing).
+            run_id = (await self.temporal.get_workflow_handle(req.job_id).describe()).run_id
+        await self._enter_queue(req.job_id, run_id, spec)
         return await self.job(JobRef(ref=req.job_id))
 
     async def _enter_queue(self, job_id: str, run_id: str, spec: JobSpec) -> None:

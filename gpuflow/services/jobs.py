@@ -32,6 +32,12 @@ def record_job(store: Store, *, job_id: str, name: str, spec: dict[str, Any]) ->
         return row
 
 
+def recorded_in(session: Session, *, job_id: str, event_key: str) -> bool:
+    """Whether the job's record of this key was written."""
+    found = select(JobEventRow.id).where(JobEventRow.job_id == job_id, JobEventRow.key == event_key)
+    return session.exec(found).first() is not None
+
+
 def record_status_in(
     session: Session,
     *,
@@ -51,10 +57,7 @@ def record_status_in(
 ) -> None:
     """Create the job's row if needed, set its status and add the event, inside the caller's
     transaction (which commits); a repeated call (same event key) changes nothing."""
-    exists = session.exec(
-        select(JobEventRow.id).where(JobEventRow.job_id == job_id, JobEventRow.key == event_key)
-    ).first()
-    if exists is not None:
+    if recorded_in(session, job_id=job_id, event_key=event_key):
         return  # this very record was written: a later one must not be undone by its repeat
     # The spec is written once and never read back here: leave it unloaded.
     unloaded = [defer(JobRow.spec)]  # type: ignore[arg-type]

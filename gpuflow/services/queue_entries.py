@@ -28,7 +28,7 @@ from gpuflow.services.queues import queues_in
 from gpuflow.specs.job import JobSpec
 from gpuflow.specs.queue import MAX_QUOTA_GPUS
 from gpuflow.status import JobStatus
-from gpuflow.store.tables import QueueEntryRow
+from gpuflow.store.tables import JobRow, QueueEntryRow
 from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
 
 __all__ = ["enqueue_in", "enter_at_submit_in", "leave_queue_in", "look_in", "withdraw_in"]
@@ -145,14 +145,20 @@ def enter_at_submit_in(
 ) -> QueueVerdict:
     """A job just submitted enters its queue at once, before its workflow's first step, so no
     pass can miss it in between: its `submitted` record (the one its workflow writes, same key)
-    and its entry (which its workflow's enqueue step then finds)."""
+    and its entry (which its workflow's enqueue step then finds). A job with a row already was
+    entered with it, by its workflow's first step or an earlier try of this submit: what became
+    of the entry is the answer, and a job that ended meanwhile (its entry gone with its
+    release) is not entered again."""
+    key = f"1:{JobStatus.PENDING.value}:{run_id}:submitted"
+    if session.get(JobRow, job_id) is not None:
+        return look_in(session, job_id=job_id, attempt=1) or QueueVerdict()
     record_status_in(
         session,
         job_id=job_id,
         name=spec.name,
         spec=spec.model_dump(mode="json"),
         status=JobStatus.PENDING,
-        event_key=f"1:{JobStatus.PENDING.value}:{run_id}:submitted",
+        event_key=key,
         attempt=1,
         message="submitted",
         at=at,

@@ -13,7 +13,12 @@ from gpuflow.services import queue_entries
 from gpuflow.services.admission import run_pass_in
 from gpuflow.services.capacity import allocations_of, release_allocation_in
 from gpuflow.services.fleets import apply_fleet
-from gpuflow.services.queue_entries import enqueue_in, leave_queue_in, withdraw_in
+from gpuflow.services.queue_entries import (
+    enqueue_in,
+    enter_at_submit_in,
+    leave_queue_in,
+    withdraw_in,
+)
 from gpuflow.services.queues import apply_queue
 from gpuflow.specs import FleetSpec, JobSpec, QueueSpec
 from gpuflow.store.db import Store
@@ -179,3 +184,24 @@ def test_a_preemption_changes_nothing_in_the_database_or_the_warm_state(store: S
         assert [a.job_id for a in outcome.admitted] == ["job-boss"]
         _look(store)
     assert checks[0] >= 3
+
+
+def test_a_submit_that_comes_after_its_job_ended_enters_nothing(store: Store) -> None:
+    """The job's workflow may enter its queue, be refused and release before the submit that
+    started it enters it (or a retry of the submit comes late): no entry and no allocation
+    come back for a job that ended."""
+    _fleet(store)
+    spec = JobSpec(name="quick", commands=["true"], resources={"gpu": "A100:1"})
+
+    def submit() -> QueueVerdict:
+        with store.placement_transaction() as session:
+            return enter_at_submit_in(session, job_id="job-quick", run_id="r1", spec=spec, at=T0)
+
+    first = submit()
+    assert first.placement is not None
+    assert submit().placement == first.placement  # a retry: the same answer, nothing new
+    assert len(allocations_of(store, "job-quick")) == 1
+    _release(store, "quick")  # the job ended
+    assert submit() == QueueVerdict()
+    assert _entry(store, "quick") is None
+    assert allocations_of(store, "job-quick") == []
