@@ -240,3 +240,40 @@ async def test_waiting_on_a_job_by_id_asks_temporal_not_the_control_plane(
             await api.client.wait("job-nope", timeout_s=0.5)
     finally:
         await api.env.client.get_workflow_handle(job.id).terminate("test over")
+
+
+async def test_submit_and_job_are_answered_by_local_activities_and_replay(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submit or a job lookup is a marker in the task that accepted it, no activity task; the
+    history replays, and so does one recorded before (each request an activity task)."""
+    import gzip
+
+    from temporalio.client import WorkflowHistory
+    from temporalio.worker import Replayer
+
+    monkeypatch.setenv("GPUFLOW_SEARCH_ATTRIBUTES", "0")  # the test server has none
+    await api.client.apply_fleet(FleetSpec.model_validate(FLEET))
+    job = await api.client.submit(JobSpec(name="local", commands=["x"], fleets=["sim"]))
+    try:
+        assert (await api.client.get(job.id)).name == "local"
+    finally:
+        await api.env.client.get_workflow_handle(job.id).terminate("test over")
+    history = await api.env.client.get_workflow_handle(api.workflow_id).fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled == ["api_apply_fleet"]  # submit and job ran locally
+    markers = [e for e in history.events if e.HasField("marker_recorded_event_attributes")]
+    assert len(markers) >= 2
+    replayer = Replayer(
+        workflows=[ControlApiWorkflow],
+        workflow_runner=workflow_runner(),
+        data_converter=api.env.client.data_converter,
+    )
+    await replayer.replay_workflow(history)
+    recorded = Path(__file__).parent / "histories" / "api-activities.json.gz"
+    text = gzip.decompress(recorded.read_bytes()).decode()
+    await replayer.replay_workflow(WorkflowHistory.from_json("gpuflow-api", text))
