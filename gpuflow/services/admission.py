@@ -9,9 +9,14 @@ asking again for the same (job, attempt) returns what became of it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
+from sqlalchemy import Row, update
+from sqlalchemy import select as sa_select
+from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from gpuflow.scheduler import place
@@ -21,7 +26,7 @@ from gpuflow.scheduler.reservation import Reservation
 from gpuflow.services.capacity import commit_placement_in, placements_of
 from gpuflow.services.jobs import gpu_summary, record_status_in
 from gpuflow.services.queues import queues_in
-from gpuflow.services.snapshot import read_snapshot
+from gpuflow.services.snapshot import columns, read_snapshot
 from gpuflow.services.warm import WarmCapacity, warm_capacity
 from gpuflow.specs.job import DEFAULT_QUEUE, JobSpec
 from gpuflow.status import NO_CAPACITY_PREFIX, WAITING_PREFIX, JobStatus
@@ -39,6 +44,10 @@ ADMITTED = "admitted"
 REFUSED = "refused"
 PREEMPTING = "preempting:"
 """The reason of a job admitted in a pass whose victims are still stopping."""
+_ADMITTED_COLUMNS = columns(  # what a pass reads of a running job
+    QueueEntryRow,
+    "job_id attempt queue priority preemptible submitted_at admitted_at max_duration_s",
+)
 
 __all__ = [
     "ADMITTED",
@@ -83,21 +92,21 @@ def run_pass_in(
     """One admission pass: decide on every waiting job and commit the decision."""
     now = now or datetime.now(UTC)
     specs = {} if specs is None else specs
-    entries = _read_entries(session)
-    waiting_rows = [e for e in entries if e.state == WAITING]
+    waiting_rows, worded, admitted = _read_entries(session)
     outcome = PassOutcome()
     if not waiting_rows:
         return outcome
     queues = queues_in(session)
     known = {queue.name for queue in queues}
-    for entry in entries:
+    for entry in waiting_rows:
         if entry.queue not in known:  # deleted while the job was on its way in: the default
             entry.queue = DEFAULT_QUEUE
     snapshot, state = _snapshot(session, warm)
-    running = _running_jobs(session, entries)
+    running = _running_jobs(session, admitted, known)
     by_id = {entry.job_id: entry for entry in waiting_rows}
     for key in [key for key in specs if key[0] not in by_id]:
         del specs[key]  # admitted, refused or gone: not parsed again
+    _parse_specs(session, waiting_rows, specs)
     waiting = [_waiting(entry, specs) for entry in waiting_rows]
     held_before = None
     if reservation is not None and reservation.job in by_id:
@@ -112,9 +121,10 @@ def run_pass_in(
         now=now.timestamp(),
         reserved=held_before,
     )
-    attempts = {entry.job_id: entry.attempt for entry in entries}
+    attempts = {row.job_id: row.attempt for row in admitted}
+    attempts.update((entry.job_id, entry.attempt) for entry in waiting_rows)
     _commit(session, decision, by_id, attempts, now, outcome)
-    _hold(session, decision.waiting, by_id, snapshot, outcome)
+    _hold(session, decision.waiting, by_id, worded, snapshot, outcome)
     _resync(session, state, decision, running)
     if decision.reservation is not None:
         outcome.reservation = ReservationState(
@@ -125,9 +135,43 @@ def run_pass_in(
     return outcome
 
 
-def _read_entries(session: Session) -> list[QueueEntryRow]:
-    """Every queue entry, waiting and admitted, in submission order."""
-    return list(session.exec(select(QueueEntryRow).order_by(col(QueueEntryRow.submitted_at))))
+_UNREAD = [defer(QueueEntryRow.spec), defer(QueueEntryRow.detail)]  # type: ignore[arg-type]
+"""Waiting entries' columns a pass does not read: the spec (parsed once per attempt,
+`_parse_specs`) and the reasons in words (one line per host: tens of KB an entry)."""
+
+
+def _read_entries(
+    session: Session,
+) -> tuple[list[QueueEntryRow], set[str], Sequence[Row[Any]]]:
+    """The waiting entries, which the pass updates (`_UNREAD` left out), the ids of those whose
+    reasons are in words already, and the admitted entries as plain columns (every pass reads
+    them all, and never writes them), each in submission order."""
+    order = (col(QueueEntryRow.submitted_at), col(QueueEntryRow.job_id))
+    waiting = (
+        select(QueueEntryRow, col(QueueEntryRow.detail).is_not(None))
+        .where(QueueEntryRow.state == WAITING)
+        .options(*_UNREAD)
+        .order_by(*order)
+    )
+    rows = session.exec(waiting).all()  # flushes what this transaction wrote before
+    worded = {entry.job_id for entry, has_detail in rows if has_detail}
+    admitted = sa_select(*_ADMITTED_COLUMNS).where(col(QueueEntryRow.state) == ADMITTED)
+    found = session.connection().execute(admitted.order_by(*order)).all()
+    return [entry for entry, _ in rows], worded, found
+
+
+def _parse_specs(session: Session, entries: list[QueueEntryRow], specs: SpecCache) -> None:
+    """Parse the specs of the waiting attempts not parsed before, read in one query."""
+    new = {e.job_id: e.attempt for e in entries if (e.job_id, e.attempt) not in specs}
+    if not new:
+        return
+    query = sa_select(*columns(QueueEntryRow, "job_id attempt spec")).where(
+        col(QueueEntryRow.job_id).in_(sorted(new))
+    )
+    for job_id, attempt, raw in session.connection().execute(query):
+        if new[job_id] == attempt:
+            spec = JobSpec.model_validate(raw)
+            specs[job_id, attempt] = (spec, tuple(spec.resource_options()))
 
 
 def snapshot_in(session: Session, warm: bool = True) -> Snapshot:
@@ -162,22 +206,30 @@ def _resync(
         state.resync(session, sorted(hosts))
 
 
-def _running_jobs(session: Session, entries: list[QueueEntryRow]) -> list[Running]:
+def _running_jobs(
+    session: Session, admitted: Sequence[Row[Any]], queues: set[str]
+) -> list[Running]:
     """The admitted entries' jobs with what they hold (one without an allocation holds
-    nothing the pass can count or preempt)."""
-    placements = placements_of(session, [e.job_id for e in entries if e.state == ADMITTED])
+    nothing the pass can count or preempt). An entry of a queue deleted meanwhile counts in
+    the default queue, as it is then recorded."""
+    lost = [row.job_id for row in admitted if row.queue not in queues]
+    if lost:
+        moved = update(QueueEntryRow).where(col(QueueEntryRow.job_id).in_(lost))
+        session.execute(moved.values(queue=DEFAULT_QUEUE))
+    keys = [(row.job_id, row.attempt, row.admitted_at) for row in admitted]
+    placements = placements_of(session, keys)
     return [
-        _running(entry, placements[entry.job_id])
-        for entry in entries
-        if entry.state == ADMITTED and entry.job_id in placements
+        _running(row, placements[key], row.queue if row.queue in queues else DEFAULT_QUEUE)
+        for row, key in zip(admitted, keys, strict=True)
+        if key in placements
     ]
 
 
-def _running(entry: QueueEntryRow, placement: Placement) -> Running:
+def _running(entry: Row[Any], placement: Placement, queue: str) -> Running:
     started = _utc(entry.admitted_at or entry.submitted_at).timestamp()
     return Running(
         name=entry.job_id,
-        queue=entry.queue,
+        queue=queue,
         placement=placement,
         priority=entry.priority,
         preemptible=entry.preemptible,
@@ -262,6 +314,7 @@ def _hold(
     session: Session,
     held: list[Held],
     by_id: dict[str, QueueEntryRow],
+    worded: set[str],
     snapshot: Snapshot,
     outcome: PassOutcome,
 ) -> None:
@@ -277,7 +330,7 @@ def _hold(
             outcome.waiting += 1
             if entry.reason and entry.reason.startswith(PREEMPTING):
                 continue  # its victims are stopping: it keeps its claim
-            if entry.reason != item.reason or entry.detail is None:
+            if entry.reason != item.reason or entry.job_id not in worded:
                 # Newly held, or held for another reason: say why in words, once.
                 reasons = _reasons(item, snapshot)
                 _set(entry, position=item.position, reason=item.reason, detail="\n".join(reasons))

@@ -3,7 +3,12 @@ that runs twice changes nothing the second time, and placement passes never over
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select as sa_select
@@ -283,16 +288,73 @@ def commit_placement_in(
     state.counted(bump(session, "allocations"))
 
 
-def placements_of(session: Session, job_ids: list[str]) -> dict[str, Placement]:
-    """What each of these jobs holds (its latest attempt's allocation), by job id."""
-    if not job_ids:
-        return {}
-    rows = session.exec(select(AllocationRow).where(col(AllocationRow.job_id).in_(job_ids)))
-    by_job: dict[str, list[AllocationRow]] = {}
-    for row in rows:
-        by_job.setdefault(row.job_id, []).append(row)
+AdmissionKey = tuple[str, int, datetime | None]
+"""An admitted queue entry: (job id, attempt, admitted_at). An attempt's allocation is written
+only in the transaction that admits it (`commit_placement_in`, which the admission stamps with a
+new `admitted_at`) and deleted only with its entry (a release, reconciliation), so while an entry
+reads the same key, what its job holds is what was read for that key before."""
+
+_NODE_COLUMNS = _columns(AllocationRow, "job_id attempt rank fleet node score scorer")
+_JOBS_PER_READ = 5000
+"""Job ids per query: SQLite bounds the parameters of a statement."""
+
+
+class _Held:
+    """Parsed placements of admitted attempts, by AdmissionKey, kept between passes."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_key: dict[AdmissionKey, Placement] = {}
+
+
+_HELD: weakref.WeakKeyDictionary[Any, _Held] = weakref.WeakKeyDictionary()
+_HELD_LOCK = threading.Lock()
+
+
+def placements_of(
+    session: Session, admitted: Sequence[AdmissionKey]
+) -> dict[AdmissionKey, Placement]:
+    """What each admitted attempt holds (one that holds nothing is left out). Placements are
+    kept in memory per engine, keyed by their entry (see AdmissionKey): a pass reads and parses
+    only the attempts admitted since the one before, and forgets those no longer admitted."""
+    engine = session.get_bind()
+    with _HELD_LOCK:
+        held = _HELD.get(engine)
+        if held is None:
+            held = _HELD[engine] = _Held()
+    with held.lock:
+        known = held.by_key
+        read = _read_placements(session, [key for key in admitted if key not in known])
+        found: dict[AdmissionKey, Placement] = {}
+        for key in admitted:
+            placement = known.get(key) or read.get((key[0], key[1]))
+            if placement is not None:
+                found[key] = placement
+        held.by_key = found
+    return found
+
+
+def _read_placements(
+    session: Session, keys: Sequence[AdmissionKey]
+) -> dict[tuple[str, int], Placement]:
+    """The allocations of these attempts, as this transaction reads them (plain columns: the
+    ORM's row objects cost more than the parse)."""
+    wanted = {(job_id, attempt) for job_id, attempt, _ in keys}
+    job_ids = sorted({job_id for job_id, _ in wanted})
+    nodes: dict[tuple[str, int], list[Any]] = defaultdict(list)
+    for start in range(0, len(job_ids), _JOBS_PER_READ):
+        some = job_ids[start : start + _JOBS_PER_READ]
+        query = sa_select(*_NODE_COLUMNS).where(col(AllocationRow.job_id).in_(some))
+        for row in session.connection().execute(query):
+            if (row.job_id, row.attempt) in wanted:
+                nodes[row.job_id, row.attempt].append(row)
     found = {}
-    for job_id, held in by_job.items():
-        latest = max(row.attempt for row in held)
-        found[job_id] = _placement_from_rows([row for row in held if row.attempt == latest])
+    for key, rows in nodes.items():
+        rows.sort(key=lambda row: row.rank)
+        found[key] = Placement(
+            fleet=rows[0].fleet,
+            nodes=[NodePlacement.model_validate(row.node) for row in rows],
+            score=rows[0].score,
+            scorer=rows[0].scorer,
+        )
     return found
