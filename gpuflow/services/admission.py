@@ -23,7 +23,7 @@ from gpuflow.scheduler import place
 from gpuflow.scheduler.admission import Decision, Held, Running, Waiting, admit
 from gpuflow.scheduler.model import Placement, Snapshot, Unschedulable
 from gpuflow.scheduler.reservation import Reservation
-from gpuflow.services.capacity import commit_placement_in, placements_of
+from gpuflow.services.capacity import JOBS_PER_READ, commit_placement_in, placements_of
 from gpuflow.services.jobs import gpu_summary, record_status_in
 from gpuflow.services.queues import queues_in
 from gpuflow.services.snapshot import columns, read_snapshot
@@ -165,13 +165,14 @@ def _parse_specs(session: Session, entries: list[QueueEntryRow], specs: SpecCach
     new = {e.job_id: e.attempt for e in entries if (e.job_id, e.attempt) not in specs}
     if not new:
         return
-    query = sa_select(*columns(QueueEntryRow, "job_id attempt spec")).where(
-        col(QueueEntryRow.job_id).in_(sorted(new))
-    )
-    for job_id, attempt, raw in session.connection().execute(query):
-        if new[job_id] == attempt:
-            spec = JobSpec.model_validate(raw)
-            specs[job_id, attempt] = (spec, tuple(spec.resource_options()))
+    job_ids = sorted(new)
+    for start in range(0, len(job_ids), JOBS_PER_READ):
+        some = col(QueueEntryRow.job_id).in_(job_ids[start : start + JOBS_PER_READ])
+        query = sa_select(*columns(QueueEntryRow, "job_id attempt spec")).where(some)
+        for job_id, attempt, raw in session.connection().execute(query):
+            if new[job_id] == attempt:
+                spec = JobSpec.model_validate(raw)
+                specs[job_id, attempt] = (spec, tuple(spec.resource_options()))
 
 
 def snapshot_in(session: Session, warm: bool = True) -> Snapshot:

@@ -295,7 +295,7 @@ new `admitted_at`) and deleted only with its entry (a release, reconciliation), 
 reads the same key, what its job holds is what was read for that key before."""
 
 _NODE_COLUMNS = _columns(AllocationRow, "job_id attempt rank fleet node score scorer")
-_JOBS_PER_READ = 5000
+JOBS_PER_READ = 5000
 """Job ids per query: SQLite bounds the parameters of a statement."""
 
 
@@ -342,8 +342,8 @@ def _read_placements(
     wanted = {(job_id, attempt) for job_id, attempt, _ in keys}
     job_ids = sorted({job_id for job_id, _ in wanted})
     nodes: dict[tuple[str, int], list[Any]] = defaultdict(list)
-    for start in range(0, len(job_ids), _JOBS_PER_READ):
-        some = job_ids[start : start + _JOBS_PER_READ]
+    for start in range(0, len(job_ids), JOBS_PER_READ):
+        some = job_ids[start : start + JOBS_PER_READ]
         query = sa_select(*_NODE_COLUMNS).where(col(AllocationRow.job_id).in_(some))
         for row in session.connection().execute(query):
             if (row.job_id, row.attempt) in wanted:

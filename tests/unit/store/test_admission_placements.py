@@ -9,6 +9,7 @@ import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from sqlmodel import select
 
 from gpuflow.scheduler.model import Placement
@@ -210,3 +211,23 @@ def _kept_are_fresh(worker: Store) -> None:
         kept = placements_of(session, admitted)
         fresh = {key: held_allocation(session, key[0], key[1]) for key in admitted}
     assert kept == {key: placement for key, placement in fresh.items() if placement is not None}
+
+
+def test_many_jobs_are_read_a_few_at_a_time(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Running placements and waiting specs are read in queries of JOBS_PER_READ job ids (SQLite
+    bounds a statement's parameters): every job is read whatever the number."""
+    monkeypatch.setattr("gpuflow.services.capacity.JOBS_PER_READ", 2)
+    monkeypatch.setattr("gpuflow.services.admission.JOBS_PER_READ", 2)
+    _fleet(store, {f"h{i}": "A100" for i in range(5)})
+    for k in range(5):
+        assert _enqueue(store, f"r{k}", k).placement is not None
+    for k in range(5):
+        assert _enqueue(store, f"w{k}", 10 + k).placement is None
+    _release(store, "r2")
+    _release(store, "r4")
+    assert [a.job_id for a in _pass(store).admitted] == ["job-w0", "job-w1"]
+    _kept_are_fresh(store)
+    with store.placement_transaction() as session:
+        entries = session.exec(select(QueueEntryRow).where(QueueEntryRow.state == ADMITTED))
+        keys = [(entry.job_id, entry.attempt, entry.admitted_at) for entry in entries]
+        assert len(placements_of(session, keys)) == 5
