@@ -1,6 +1,7 @@
 """Queue benchmark: the openb default trace online through admission, in simulated time.
 
-    python benchmarks/queueing.py trace [--json PATH] [--every 100] [--limit N]
+    python benchmarks/queueing.py trace [--json PATH] [--every 100] [--offset 0] [--limit N]
+                                        [--fleet openb|2gpu|1gpu|lowcpu]
     python benchmarks/queueing.py e2e [--json PATH] [-n 200]   (benchmarks/queue_e2e.py)
 
 Pods arrive at `creation_time` and, once started, hold their resources for their trace
@@ -9,8 +10,10 @@ trace never scheduled (`Pending`: the time their owner wanted them). Priority fr
 Guaranteed 100, Burstable 50, BE 0 and preemptible (a preempted pod waits again and restarts
 from the beginning). Two queues split the fleet's GPUs 50/50 in one cohort; a pod goes to the
 queue picked by the CRC-32 of its name. At its real rate the trace never uses more than 66 GPUs
-at once, so the fleet is every `--every`-th node of the 1,213 openb GPU nodes by name (100: 13
-nodes, 56 GPUs); pods that fit nowhere even on the empty fleet are left out (and counted).
+at once, so the fleet is every `--every`-th node of the 1,213 openb GPU nodes by name from the
+`--offset`-th (100 from 0: 13 nodes, 56 GPUs), or those nodes cut into nodes of 2 or 1 GPUs
+(`--fleet`, as in placement.py); pods that fit nowhere even on the empty fleet are left out (and
+counted).
 
 Policies, on the same arrivals: `today` (what the job workflow's place step does: each pod
 retries alone, 5 s doubling to 5 min between tries, and every release wakes every waiting pod,
@@ -39,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.placement import Pod, job_of, load_nodes, snapshot_of  # noqa: E402
+from benchmarks.placement import FLEETS, Pod, fleet_of, job_of, load_nodes, snapshot_of  # noqa: E402
 from gpuflow.scheduler import Placement, Snapshot, apply_placement, place, release_placement  # noqa: E402
 from gpuflow.scheduler.admission import Reservation, Running, Waiting, admit  # noqa: E402
 from gpuflow.scheduler.quota import gpu_count  # noqa: E402
@@ -128,13 +131,13 @@ class Simulation:
         self.timer: dict[str, int] = {}  # pod -> the seq of its live backoff timer (today)
         self.race = random.Random(f"race-{policy}")
         self.first_start: dict[str, int] = {}
-        self.started_at: dict[str, int] = {}
         self.preemptions = self.inversions = 0
         self.gpu_seconds = self.busy_gpu_seconds = 0.0
         self.span = self.busy_span = 0
-        self.gap = 0.0
+        self.gap = self.kept = 0.0
         self.gap_now: float | None = None  # while both queues have waiting pods
-        self.gap_seconds = 0.0
+        self.kept_now = 0.0
+        self.gap_seconds = self.kept_seconds = 0.0
         self.both_span = 0
         self.reservation: Reservation | None = None
         self.limited: dict[str, JobSpec] = {}
@@ -174,6 +177,7 @@ class Simulation:
             self.busy_span += now - last
         if self.gap_now is not None:
             self.gap_seconds += self.gap_now * (now - last)
+            self.kept_seconds += self.kept_now * (now - last)
             self.both_span += now - last
 
     def _start(self, name: str, placement: Placement, now: int, *, applied: bool) -> None:
@@ -269,7 +273,7 @@ class Simulation:
                 if fits[key]:
                     self.inversions += 1
                     break
-        self.gap_now = None
+        self.gap_now, self.kept_now = None, 0.0
         if {self.pods[n].queue for n in self.waiting} == set(QUEUES):
             held = dict.fromkeys(QUEUES, 0.0)
             for run in self.running.values():
@@ -278,6 +282,26 @@ class Simulation:
             if total:
                 self.gap_now = max(abs(h / total - 0.5) for h in held.values())
                 self.gap = max(self.gap, self.gap_now)
+                self.kept_now = max(self._kept(queue, held) for queue in QUEUES) / total
+                self.kept = max(self.kept, self.kept_now)
+
+    def _kept(self, queue: str, held: dict[str, float]) -> float:
+        """GPUs the other queue's borrowing keeps from this one: what it is below its nominal
+        quota, at most what the other holds beyond its own, and what its waiting pods ask for
+        among those that would fit were the other queue's pods gone."""
+        other, nominal = next(q for q in QUEUES if q != queue), self.fleet_gpus // 2
+        most = min(nominal - held[queue], held[other] - nominal)
+        if most <= 0:
+            return 0.0
+        theirs = [r.placement for r in self.running.values() if r.queue == other]
+        for placement in theirs:
+            release_placement(self.snapshot, placement)
+        mine = [self.pods[n] for n in self.waiting if self.pods[n].queue == queue]
+        fits = [p.pod for p in mine if isinstance(place(p.job, self.snapshot), Placement)]
+        wanted = sum(pod.gpu_milli_total for pod in fits) / 1000
+        for placement in theirs:
+            apply_placement(self.snapshot, placement)
+        return min(most, wanted)
 
     def report(self) -> dict[str, object]:
         waits: dict[int, list[float]] = {100: [], 50: [], 0: []}
@@ -304,15 +328,23 @@ class Simulation:
             "max_wait_8gpu_s": max(eight, default=0),
             "max_share_gap_pct": 100 * self.gap,
             "mean_share_gap_pct": 100 * self.gap_seconds / max(1, self.both_span),
+            "max_quota_gap_pct": 100 * self.kept,
+            "mean_quota_gap_pct": 100 * self.kept_seconds / max(1, self.both_span),
             "both_waiting_s": self.both_span,
         }
 
 
 def simulate(
-    data: Path, nodes_every: int, limit: int | None, policy: str
+    data: Path,
+    nodes_every: int,
+    limit: int | None,
+    policy: str,
+    *,
+    offset: int = 0,
+    shape: str = "openb",
 ) -> tuple[dict[str, object], int]:
     nodes = sorted(load_nodes(data / "openb_node_list_gpu_node.csv"), key=lambda n: n.name)
-    nodes = nodes[::nodes_every]
+    nodes = fleet_of(nodes[offset::nodes_every], shape)
     pods = load_trace(data / "openb_pod_list_default.csv")[:limit]
     empty = snapshot_of(nodes, "fragmentation", [])
     fitting = [p for p in pods if isinstance(place(p.job, empty), Placement)]
@@ -321,8 +353,26 @@ def simulate(
     return sim.report(), len(pods) - len(fitting)
 
 
+FIGURES = (  # heading, JSON key, width, format
+    ("alloc%", "gpu_alloc_pct", 7, ".2f"),
+    ("busy%", "gpu_alloc_busy_pct", 7, ".1f"),
+    ("invers", "priority_inversions", 7, ""),
+    ("preempt", "preemptions", 8, ""),
+    ("8-GPU max s", "max_wait_8gpu_s", 12, ".0f"),
+    ("unstarted", "never_started", 10, ""),
+)
+GAPS = (
+    ("gap max", "max_share_gap_pct", 8, ".1f"),
+    ("gap avg", "mean_share_gap_pct", 8, ".1f"),
+    ("quota gap max", "max_quota_gap_pct", 15, ".1f"),
+    ("quota gap avg", "mean_quota_gap_pct", 15, ".1f"),
+    ("both wait s", "both_waiting_s", 12, ""),
+)
+
+
 def table(results: dict[str, dict[str, object]]) -> str:
-    """Two tables under 80 columns: waits per priority class, then the other figures."""
+    """Three tables under 80 columns: waits per priority class, the other figures, then the
+    share gaps (percentage points, while both queues have waiting pods)."""
     lines = [f"{'wait s: mean / p95':<20}{'prio 100':>17}{'prio 50':>17}{'prio 0':>17}"]
     for policy, report in results.items():
         waits = report["wait_s"]
@@ -331,17 +381,11 @@ def table(results: dict[str, dict[str, object]]) -> str:
             f"{waits[k]['mean']:>8.0f} /{waits[k]['p95']:>7.0f}" for k in ("100", "50", "0")
         )
         lines.append(f"{policy:<20}{cells}")
-    lines.append("")
-    lines.append(
-        f"{'policy':<13}{'alloc%':>7}{'busy%':>7}{'invers':>7}{'preempt':>8}"
-        f"{'8-GPU max s':>12}{'gap max':>8}{'gap avg':>8}{'unstarted':>10}"
-    )
-    for policy, r in results.items():
-        lines.append(
-            f"{policy:<13}{r['gpu_alloc_pct']:>7.2f}{r['gpu_alloc_busy_pct']:>7.1f}"
-            f"{r['priority_inversions']:>7}{r['preemptions']:>8}{r['max_wait_8gpu_s']:>12.0f}"
-            f"{r['max_share_gap_pct']:>8.1f}{r['mean_share_gap_pct']:>8.1f}{r['never_started']:>10}"
-        )
+    for title, columns in (("policy", FIGURES), ("share gap", GAPS)):
+        lines += ["", f"{title:<13}" + "".join(f"{head:>{width}}" for head, _, width, _ in columns)]
+        for policy, r in results.items():
+            cells = "".join(format(r[key], f">{width}{how}") for _, key, width, how in columns)
+            lines.append(f"{policy:<13}{cells}")
     return "\n".join(lines)
 
 
@@ -351,6 +395,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write {trace: {policy: {...}}} here")
     parser.add_argument("-n", type=int, default=200, help="e2e: jobs of `sleep 2`")
     parser.add_argument("--every", type=int, default=100, help="take every Nth openb GPU node")
+    parser.add_argument("--offset", type=int, default=0, help="starting from this one")
+    parser.add_argument(
+        "--fleet", default="openb", choices=FLEETS, help="those nodes, or cut in 2 or 1 GPUs"
+    )
     parser.add_argument("--limit", type=int, help="only the first N pods (by arrival)")
     parser.add_argument("--trace-dir", type=Path, default=_data_dir())
     parser.add_argument("--policies", default=",".join(POLICIES))
@@ -365,7 +413,9 @@ def main(argv: list[str] | None = None) -> int:
         if policy not in POLICIES:
             parser.error(f"unknown policy {policy!r}; allowed: {', '.join(POLICIES)}")
         began = time.perf_counter()
-        report, left_out = simulate(args.trace_dir, args.every, args.limit, policy)
+        report, left_out = simulate(
+            args.trace_dir, args.every, args.limit, policy, offset=args.offset, shape=args.fleet
+        )
         report["seconds"] = round(time.perf_counter() - began, 1)
         report["pods_left_out"] = left_out
         results[policy] = report

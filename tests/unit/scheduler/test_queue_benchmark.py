@@ -68,3 +68,48 @@ def test_every_policy_runs_the_trace_and_writes_json(
     # the LS pods wait for nobody once they may preempt BE pods
     assert results["queue"]["wait_s"]["100"]["mean"] <= results["fifo"]["wait_s"]["100"]["mean"]
     assert results["queue"]["preemptions"] >= 1  # the LS pod took a BE pod's GPUs
+
+
+BORROWED = (
+    HEADER
+    + "\n".join(
+        [  # queue b borrows all of a's quota with pods that may not be preempted, a is idle
+            *(f"p-0{i},2000,8192,2,1000,,Burstable,Running,0,1000,0" for i in (4, 5, 6, 7)),
+            "p-00,2000,8192,2,1000,,LS,Running,10,500,10",  # then a wants 2 GPUs
+            "p-10,2000,8192,2,1000,,Burstable,Running,10,500,10",  # and b 2 more
+        ]
+    )
+    + "\n"
+)
+
+
+def test_the_quota_gap_counts_what_the_queue_below_its_quota_waits_for(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    """Both queues wait from t=10 to 1000 with b holding all 8 GPUs (its 4 and a's 4): the
+    share gap is 50 points; a waits for 2 GPUs, so it is kept from 2 of the 8 allocated."""
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(NODES)
+    (tmp_path / "openb_pod_list_default.csv").write_text(BORROWED)
+    out = tmp_path / "out.json"
+    argv = ["trace", "--every", "1", "--trace-dir", str(tmp_path), "--json", str(out)]
+    assert bench.main([*argv, "--policies", "queue"]) == 0
+    report = json.loads(out.read_text())["trace"]["queue"]
+    assert report["preemptions"] == 0
+    assert report["both_waiting_s"] == 990
+    assert report["max_share_gap_pct"] == 50
+    assert report["max_quota_gap_pct"] == 25
+    assert report["mean_quota_gap_pct"] == 25
+
+
+def test_the_trace_runs_on_a_fleet_cut_into_one_gpu_nodes(
+    bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(NODES)
+    (tmp_path / "openb_pod_list_default.csv").write_text(PODS)
+    out = tmp_path / "out.json"
+    argv = ["trace", "--every", "1", "--fleet", "1gpu", "--trace-dir", str(tmp_path)]
+    assert bench.main([*argv, "--json", str(out), "--policies", "fifo,queue"]) == 0
+    assert all(len(line) <= 80 for line in capsys.readouterr().out.splitlines())
+    for report in json.loads(out.read_text())["trace"].values():
+        assert report["pods_left_out"] == 5  # p-00, p-01, p-02, p-06, p-07 ask more than 1 GPU
+        assert report["never_started"] == 0
