@@ -7,9 +7,11 @@ Order: the queue with the lowest dominant share goes next (recomputed after ever
 within a queue higher priority first, then earlier submission, then name. Fit is decided by
 `place` only. A job that does not fit does not block the ones behind it (best effort), except
 that the highest-priority job blocked for capacity holds a reservation (reservation.py): the
-jobs after it may only take capacity its reservation does not need. A job that does not fit may
-preempt `preemptible` running jobs: lower-priority ones of its own queue, or, when it stays
-within its queue's nominal quota, jobs of queues of its cohort that are borrowing.
+jobs after it may only take capacity its reservation does not need. A job that stays within its
+queue's nominal quota is not held back by a reservation for a job of another queue that would
+borrow (`_outranks`). A job that does not fit may preempt `preemptible` running jobs:
+lower-priority ones of its own queue, or, when it stays within its queue's nominal quota, jobs
+of queues of its cohort that are borrowing.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.place import place
-from gpuflow.scheduler.quota import Quotas, gpu_count
+from gpuflow.scheduler.quota import Demand, Quotas, gpu_count
 from gpuflow.scheduler.reservation import Reservation, earliest_start, hidden
 from gpuflow.scheduler.usage import apply_placement, release_placement
 from gpuflow.specs import JobSpec
@@ -164,6 +166,8 @@ class _Pass:
         self.reasons: dict[str, str] = {}
         self.positions: dict[str, int] = {}
         self.reserved: Waiting | None = None
+        self.reserved_demand: Demand = {}
+        """What the reserved job will count against its queue's quota."""
 
     def run(self, waiting: Sequence[Waiting]) -> Decision:
         pending: dict[str, list[Waiting]] = {}
@@ -213,15 +217,13 @@ class _Pass:
         return False
 
     def _allowed(self, job: Waiting, placement: Placement) -> bool:
-        """The placement does not delay the reservation (or there is none, or it is the job's
-        own, or the job ranks above it in its queue). A job of another queue respects it
-        whatever its priority: priorities order jobs within a queue, not across queues."""
+        """The placement does not delay the reservation (it is not on the reserved hosts, or
+        ends before the reserved start), or there is none, or it is the job's own, or the job
+        outranks it."""
         reservation, holder = self.decision.reservation, self.reserved
-        if reservation is None or holder is None:
+        if reservation is None or holder is None or job.name == reservation.job:
             return True
-        if job.queue == holder.queue and job.priority > holder.priority:
-            return True
-        if job.name == reservation.job:
+        if self._outranks(job, self.quotas.demand(job.queue, placement)):
             return True
         if not reservation.hosts & {node.host_id for node in placement.nodes}:
             return True
@@ -232,10 +234,25 @@ class _Pass:
             and self.now + duration <= reservation.starts_at
         )
 
+    def _outranks(self, job: Waiting, demand: Demand) -> bool:
+        """Whether the reservation may not hold this job back. In the reserved job's queue: a
+        higher priority. In another queue, priorities do not count (they order jobs within a
+        queue), quotas do: a job that stays within its queue's nominal quota goes before a
+        reserved job that would borrow, as Kueue admits workloads within nominal quota before
+        borrowing ones. Only idle quota is lent, and quota its owner's waiting jobs can use is
+        not idle; a reservation must not keep it from them."""
+        holder = self.reserved
+        if holder is None:
+            return True
+        if job.queue == holder.queue:
+            return job.priority > holder.priority
+        return self.quotas.borrows(holder.queue, self.reserved_demand) and not (
+            self.quotas.borrows(job.queue, demand)
+        )
+
     def _place(self, job: Waiting) -> tuple[Placement | None, str]:
         """Every job but the holder goes outside the reserved hosts when it can: those that
-        may use them (a higher priority, or an end before the reserved start) only when
-        nothing else fits, so the reservation drains."""
+        may use them (`_allowed`) only when nothing else fits, so the reservation drains."""
         found = _first_fit(job, self.snapshot)
         if not isinstance(found, Placement):
             return None, NO_CAPACITY
@@ -278,9 +295,11 @@ class _Pass:
         keep = before.hosts if before and before.job == job.name else frozenset()
         live = list(self.live.values())
         found = earliest_start(job.job, self.snapshot, live, self.now, keep=keep)
-        if found is not None:
-            self.reserved = job
-            self.decision.reservation = Reservation(job.name, *found)
+        if found is None:
+            return
+        reservation = Reservation(job.name, found.starts_at, found.hosts, found.waits_for)
+        self.reserved, self.decision.reservation = job, reservation
+        self.reserved_demand = self.quotas.demand(job.queue, found.placement)
 
     def _candidates(self, job: Waiting) -> list[Running]:
         cohort = set(self.quotas.cohort(job.queue)) - {job.queue}

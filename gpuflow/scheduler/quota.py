@@ -83,6 +83,10 @@ class Quotas:
             for key, gpus in demand.items()
         )
 
+    def borrows(self, queue: str, demand: Demand) -> bool:
+        """Taking `demand` more would take the queue beyond its nominal quota."""
+        return not self.within_nominal(queue, demand)
+
     def cohort(self, queue: str) -> list[str]:
         """The queues that share with this one, itself included (itself alone without cohort)."""
         cohort = self.queue(queue).cohort

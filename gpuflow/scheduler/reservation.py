@@ -1,13 +1,14 @@
 """The backfill reservation (Slurm's backfill, Kueue's BestEffortFIFO plus a reservation): when
-the highest-priority job blocked for capacity could start, and on which hosts.
+the highest-priority job blocked for capacity could start, on which hosts, and which running
+jobs it waits for.
 
 Its start is found on the snapshot by releasing running jobs in the order of their known ends
 (start + max_duration) until `place` finds it a placement; those hosts are reserved from that
 time on. When it fits only once jobs without a known end are gone too, its start is unknown
 (None) and its hosts are reserved outright; the pass is told the hosts reserved before, so it
-keeps draining the same ones. Later jobs may use the reserved hosts only when
-they declare a max_duration that ends before the reserved start; anywhere else they do not
-touch what the reservation needs, so they cannot delay it.
+keeps draining the same ones. Later jobs may use the reserved hosts only when they declare a
+max_duration that ends before the reserved start; anywhere else they do not touch what the
+reservation needs, so they cannot delay it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from gpuflow.scheduler.index import index_of
 from gpuflow.scheduler.model import Placement, Snapshot
@@ -35,6 +36,19 @@ class Reservation:
     """The earliest time the job can start if no job ends early; None: not known."""
     hosts: frozenset[str]
     """Host ids the job will take then."""
+    waits_for: frozenset[str] = frozenset()
+    """Running jobs whose end it waits for; known only to the pass that found it (a reservation
+    carried to the next pass is found again there)."""
+
+
+class Start(NamedTuple):
+    """Where and when a blocked job can start (`earliest_start`)."""
+
+    starts_at: float | None
+    hosts: frozenset[str]
+    waits_for: frozenset[str]
+    placement: Placement
+    """Its placement once the jobs it waits for are gone."""
 
 
 def earliest_start(
@@ -44,8 +58,8 @@ def earliest_start(
     now: float,
     *,
     keep: frozenset[str] = frozenset(),
-) -> tuple[float | None, frozenset[str]] | None:
-    """(start, host ids) for the job; None when it fits nowhere even on an empty fleet.
+) -> Start | None:
+    """When and where the job can start; None when it fits nowhere even on an empty fleet.
 
     When no known end lets it fit, the hosts are the ones freed by releasing the fewest jobs
     without a known end, the most recently started first (job lifetimes are heavy-tailed: one
@@ -55,12 +69,12 @@ def earliest_start(
     known = sorted((r for r in running if r.ends_at is not None), key=lambda r: (r.ends_at, r.name))
     found = _placed_without(job, snapshot, [])
     if found is not None:
-        return now, found
+        return _start(now, found, [])
     found = _placed_without(job, snapshot, known)
     if found is not None:
         high, found = _fewest(job, snapshot, known, found)
         end = known[high - 1].ends_at
-        return (max(now, end) if end is not None else None), found
+        return _start(max(now, end) if end is not None else None, found, known[:high])
     unknown = sorted(
         (r for r in running if r.ends_at is None),
         key=lambda r: (-r.started_at, r.name),
@@ -68,40 +82,53 @@ def earliest_start(
     everything = [*known, *unknown]
     if keep:
         others = frozenset(h.id for h in snapshot.hosts()) - keep
+        there = [r for r in everything if _hosts_of(r.placement) & keep]
         with hidden(snapshot, others):
-            kept = _placed_without(job, snapshot, everything)
+            kept = _placed_without(job, snapshot, there)
+            if kept is not None:
+                start = sum(1 for r in there if r.ends_at is not None)
+                high, kept = _fewest(job, snapshot, there, kept, start=start)
         if kept is not None:
-            return None, kept
+            return _start(None, kept, there[:high])
     found = _placed_without(job, snapshot, everything)
     if found is None:
         return None
-    return None, _fewest(job, snapshot, everything, found, start=len(known))[1]
+    high, found = _fewest(job, snapshot, everything, found, start=len(known))
+    return _start(None, found, everything[:high])
+
+
+def _start(at: float | None, placement: Placement, gone: Sequence[Running]) -> Start:
+    hosts = frozenset(node.host_id for node in placement.nodes)
+    waits_for = frozenset(r.name for r in gone if hosts & _hosts_of(r.placement))
+    return Start(at, hosts, waits_for, placement)
+
+
+def _hosts_of(placement: Placement) -> frozenset[str]:
+    return frozenset(node.host_id for node in placement.nodes)
 
 
 def _fewest(
     job: JobSpec,
     snapshot: Snapshot,
     order: Sequence[Running],
-    found: frozenset[str],
+    found: Placement,
     *,
     start: int = 0,
-) -> tuple[int, frozenset[str]]:
+) -> tuple[int, Placement]:
     """The shortest prefix of `order` whose release lets the job fit (releasing all of it does,
     giving `found`), by binary search: releasing more never takes room away."""
     low, high = start, len(order)  # fits without order[:high], not without order[:low]
     while high - low > 1:
         middle = (low + high) // 2
-        hosts = _placed_without(job, snapshot, order[:middle])
-        if hosts is None:
+        placed = _placed_without(job, snapshot, order[:middle])
+        if placed is None:
             low = middle
         else:
-            high, found = middle, hosts
+            high, found = middle, placed
     return high, found
 
 
-def _placed_without(
-    job: JobSpec, snapshot: Snapshot, gone: Sequence[Running]
-) -> frozenset[str] | None:
+def _placed_without(job: JobSpec, snapshot: Snapshot, gone: Sequence[Running]) -> Placement | None:
     for running in gone:
         release_placement(snapshot, running.placement)
     try:
@@ -109,9 +136,7 @@ def _placed_without(
     finally:
         for running in gone:
             apply_placement(snapshot, running.placement)
-    if not isinstance(found, Placement):
-        return None
-    return frozenset(node.host_id for node in found.nodes)
+    return found if isinstance(found, Placement) else None
 
 
 @contextmanager

@@ -9,10 +9,18 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from gpuflow.scheduler import Placement, Snapshot, place, release_placement
+from gpuflow.scheduler import (
+    Placement,
+    Snapshot,
+    apply_placement,
+    place,
+    release_placement,
+    resolve,
+)
 from gpuflow.scheduler.admission import (
     NO_CAPACITY,
     QUOTA,
+    Admitted,
     Decision,
     Reservation,
     Running,
@@ -20,7 +28,7 @@ from gpuflow.scheduler.admission import (
     admit,
 )
 from gpuflow.scheduler.quota import gpu_count
-from gpuflow.scheduler.reservation import earliest_start
+from gpuflow.scheduler.reservation import earliest_start, hidden
 from gpuflow.specs import QueueSpec
 from tests.unit.scheduler.conftest import load_host, make_job, make_snapshot
 
@@ -219,12 +227,17 @@ def test_a_reservation_holds_from_the_start_of_the_next_pass() -> None:
     elsewhere = start(snapshot, waiting("a-steady", 8))
     ending = start(snapshot, waiting("a-ending", 4))
     big = waiting("a-big", 8, at=1)
-    first = admit(queues=TWO, running=[elsewhere, ending], waiting=[big], snapshot=snapshot, now=0)
+    # a-big stays within a's nominal quota once a-ending is gone (for one that would borrow,
+    # test_admission_fairness.py)
+    queues = [QueueSpec(name="a", gpus=16, cohort="lab"), QueueSpec(name="b", gpus=8, cohort="lab")]
+    first = admit(
+        queues=queues, running=[elsewhere, ending], waiting=[big], snapshot=snapshot, now=0
+    )
     assert first.reservation is not None
     release_placement(snapshot, ending.placement)
     # queue b's share is lower, so its job is tried first; the room is a-big's all the same
     second = admit(
-        queues=TWO,
+        queues=queues,
         running=[elsewhere],
         waiting=[big, waiting("b-small", 2, queue="b", at=2)],
         snapshot=snapshot,
@@ -356,6 +369,8 @@ def _check(
     now: float,
 ) -> dict[str, Running]:
     live = dict(before)
+    usage_at: dict[str, dict[str, float]] = {}
+    """Each admitted job: the queues' usage when it was admitted (its victims gone)."""
     for admitted in decision.admitted:
         for victim in admitted.victims:
             assert live[victim].preemptible, f"{victim} was not preemptible"
@@ -365,6 +380,7 @@ def _check(
             assert same or lost.queue != job.queue
         duration = admitted.job.job.max_duration
         job = admitted.job
+        usage_at[job.name] = _usage(live)
         live[job.name] = Running(
             job.name,
             job.queue,
@@ -389,23 +405,61 @@ def _check(
                 assert not _quota_ok(queues, usage_with, held.job.queue), (
                     f"{admitted.job.name} admitted while {held.job.name} (higher) fits"
                 )
-    reservation = decision.reservation
-    if reservation is not None and reservation.starts_at is not None:
-        holder = next(h for h in decision.waiting if h.job.name == reservation.job)
-        outranks = [  # jobs ranked above the holder in its own queue may use its room
-            a
-            for a in decision.admitted
-            if a.backfill
-            and a.job.queue == holder.job.queue
-            and a.job.priority > holder.job.priority
-        ]
-        if not outranks:
-            recomputed = earliest_start(holder.job.job, snapshot, list(live.values()), now)
-            assert recomputed is not None
-            assert recomputed[0] is not None
-            delayed = "a backfilled job delayed the reservation"
-            assert recomputed[0] <= reservation.starts_at, delayed
+    _check_reservation(queues, decision, snapshot, live, usage_at, now)
     return live
+
+
+def _check_reservation(
+    queues: list[QueueSpec],
+    decision: Decision,
+    snapshot: Snapshot,
+    live: dict[str, Running],
+    usage_at: dict[str, dict[str, float]],
+    now: float,
+) -> None:
+    """The jobs admitted beside the reserved job leave it its room on its hosts (it fits there
+    once the jobs it waits for are gone) and do not delay its start, unless one of them ranks
+    above it: a higher priority of its queue, or a job of another queue that stayed within its
+    nominal quota while the reserved job would borrow."""
+    reservation = decision.reservation
+    if reservation is None:
+        return
+    holder = next(h.job for h in decision.waiting if h.job.name == reservation.job)
+    nominal = {q.name: q.quota["*"] for q in queues}
+    request = resolve(holder.job)
+    wanted = request.nodes * request.gpu_min
+
+    def outranks(admitted: Admitted) -> bool:
+        job, usage = admitted.job, usage_at[admitted.job.name]
+        if job.queue == holder.queue:
+            return job.priority > holder.priority
+        within = usage[job.queue] + gpu_count(admitted.placement) <= nominal[job.queue] + 1e-9
+        return within and usage[holder.queue] + wanted > nominal[holder.queue] + 1e-9
+
+    if any(a.backfill and outranks(a) for a in decision.admitted):
+        return
+    start = reservation.starts_at
+    gone = [  # what it waits for, and what ends before its known start
+        job.placement
+        for job in live.values()
+        if job.name in reservation.waits_for
+        or (start is not None and job.ends_at is not None and job.ends_at <= start)
+    ]
+    with hidden(snapshot, frozenset(h.id for h in snapshot.hosts()) - reservation.hosts):
+        for placement in gone:
+            release_placement(snapshot, placement)
+        try:
+            room = place(holder.job, snapshot)
+        finally:
+            for placement in gone:
+                apply_placement(snapshot, placement)
+    assert isinstance(room, Placement), "a backfilled job took the reserved job's room"
+    if start is not None:
+        recomputed = earliest_start(holder.job, snapshot, list(live.values()), now)
+        assert recomputed is not None
+        assert recomputed.starts_at is not None
+        delayed = "a backfilled job delayed the reservation"
+        assert recomputed.starts_at <= start, delayed
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
