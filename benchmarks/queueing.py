@@ -20,8 +20,9 @@ retries alone, 5 s doubling to 5 min between tries, and every release wakes ever
 which then race for the freed capacity in an order nobody controls: a seeded shuffle here),
 `fifo` (submission order; the first pod that does not fit blocks the rest), `queue`
 (gpuflow.scheduler.admission, one pass at every instant when a pod arrives or ends; the trace
-declares no durations, so backfill never uses reserved hosts) and `queue+limits` (the same,
-each pod declaring its trace lifetime as max_duration: an oracle).
+declares no durations, so backfill uses reserved hosts only beside the room the reserved pod
+needs) and `queue+limits` (the same, each pod declaring its trace lifetime as max_duration: an
+oracle).
 Figures per policy: see README.md ("Queue").
 """
 

@@ -7,7 +7,7 @@ Order: the queue with the lowest dominant share goes next (recomputed after ever
 within a queue higher priority first, then earlier submission, then name. Fit is decided by
 `place` only. A job that does not fit does not block the ones behind it (best effort), except
 that the highest-priority job blocked for capacity holds a reservation (reservation.py): the
-jobs after it may only take capacity its reservation does not need. A job that stays within its
+jobs after it may only take room its reservation does not need. A job that stays within its
 queue's nominal quota is not held back by a reservation for a job of another queue that would
 borrow (`_outranks`). A job that does not fit may preempt `preemptible` running jobs:
 lower-priority ones of its own queue, or, when it stays within its queue's nominal quota, jobs
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.place import place
 from gpuflow.scheduler.quota import Demand, Quotas, gpu_count
-from gpuflow.scheduler.reservation import Reservation, earliest_start, hidden
+from gpuflow.scheduler.reservation import Reservation, Room, earliest_start, hidden
 from gpuflow.scheduler.usage import apply_placement, release_placement
 from gpuflow.specs import JobSpec
 from gpuflow.specs.queue import QueueSpec
@@ -168,6 +168,7 @@ class _Pass:
         self.reserved: Waiting | None = None
         self.reserved_demand: Demand = {}
         """What the reserved job will count against its queue's quota."""
+        self.room: Room | None = None
 
     def run(self, waiting: Sequence[Waiting]) -> Decision:
         pending: dict[str, list[Waiting]] = {}
@@ -217,8 +218,8 @@ class _Pass:
         return False
 
     def _allowed(self, job: Waiting, placement: Placement) -> bool:
-        """The placement does not delay the reservation (it is not on the reserved hosts, or
-        ends before the reserved start), or there is none, or it is the job's own, or the job
+        """The placement does not delay the reservation (it ends before the reserved start, or
+        leaves the reserved job its room), or there is none, or it is the job's own, or the job
         outranks it."""
         reservation, holder = self.decision.reservation, self.reserved
         if reservation is None or holder is None or job.name == reservation.job:
@@ -227,9 +228,15 @@ class _Pass:
             return True
         if not reservation.hosts & {node.host_id for node in placement.nodes}:
             return True
-        duration = job.job.max_duration
+        if self._ends_before_reserved_start(job):
+            return True
+        return self.room is not None and self.room.leaves_room(placement)
+
+    def _ends_before_reserved_start(self, job: Waiting) -> bool:
+        reservation, duration = self.decision.reservation, job.job.max_duration
         return (
-            reservation.starts_at is not None
+            reservation is not None
+            and reservation.starts_at is not None
             and duration is not None
             and self.now + duration <= reservation.starts_at
         )
@@ -283,10 +290,12 @@ class _Pass:
             ends_at=None if duration is None else self.now + duration,
         )
         backfill = self.decision.reservation is not None and self.reserved is not job
+        if backfill and self.room is not None and not self._ends_before_reserved_start(job):
+            self.room.take(placement)
         self.decision.admitted.append(Admitted(job, placement, victims, backfill))
         self.decision.preemptions.extend(Preemption(name, job.name) for name in victims)
         if self.reserved is job:
-            self.reserved, self.decision.reservation = None, None
+            self.reserved, self.decision.reservation, self.room = None, None, None
 
     def _reserve(self, job: Waiting) -> None:
         if self.reserved is not None and job.priority <= self.reserved.priority:
@@ -300,6 +309,7 @@ class _Pass:
         reservation = Reservation(job.name, found.starts_at, found.hosts, found.waits_for)
         self.reserved, self.decision.reservation = job, reservation
         self.reserved_demand = self.quotas.demand(job.queue, found.placement)
+        self.room = Room(job.job, reservation, self.snapshot, self.live)
 
     def _candidates(self, job: Waiting) -> list[Running]:
         cohort = set(self.quotas.cohort(job.queue)) - {job.queue}
@@ -345,6 +355,8 @@ class _Pass:
             if self._quota_after(job, found, out, candidates):
                 for victim in out:
                     del self.live[victim.name]
+                    if self.room is not None:
+                        self.room.give_back(victim.name, victim.placement)
                 return found, tuple(victim.name for victim in out)
         for victim in out:
             self._restore(victim)

@@ -1,21 +1,24 @@
 """The backfill reservation (Slurm's backfill, Kueue's BestEffortFIFO plus a reservation): when
-the highest-priority job blocked for capacity could start, on which hosts, and which running
-jobs it waits for.
+the highest-ranked job blocked for capacity could start, on which hosts, and what room there it
+needs.
 
 Its start is found on the snapshot by releasing running jobs in the order of their known ends
 (start + max_duration) until `place` finds it a placement; those hosts are reserved from that
 time on. When it fits only once jobs without a known end are gone too, its start is unknown
 (None) and its hosts are reserved outright; the pass is told the hosts reserved before, so it
-keeps draining the same ones. Later jobs may use the reserved hosts only when they declare a
-max_duration that ends before the reserved start; anywhere else they do not touch what the
-reservation needs, so they cannot delay it.
+keeps draining the same ones. What is reserved is the room the job will take, not the whole
+hosts: a later job may use the reserved hosts when it declares a max_duration that ends before
+the reserved start, or when the reserved job still fits there beside it once the jobs it waits
+for are gone (`Room`); so no later job can delay it, and a 1-GPU reservation does not hold a
+whole 8-GPU host.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import copy
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from gpuflow.scheduler.index import index_of
@@ -137,6 +140,67 @@ def _placed_without(job: JobSpec, snapshot: Snapshot, gone: Sequence[Running]) -
         for running in gone:
             apply_placement(snapshot, running.placement)
     return found if isinstance(found, Placement) else None
+
+
+class Room:
+    """The reserved hosts as the reserved job will find them at its start: a copy of them
+    without the jobs it waits for, and with every job admitted there since (they may run past
+    its start). A job may use the reserved hosts if the reserved job still fits in this copy
+    beside it. The copy never holds more than the hosts do, so what fits on them can be added
+    to it; if that ever fails, nothing more may use the reserved hosts (`view` None)."""
+
+    def __init__(
+        self,
+        job: JobSpec,
+        reservation: Reservation,
+        snapshot: Snapshot,
+        running: Mapping[str, Running],
+    ) -> None:
+        self.job, self.hosts = job, reservation.hosts
+        self.waits_for = reservation.waits_for
+        fleets = [
+            replace(fleet, hosts=[copy.deepcopy(h) for h in fleet.hosts if h.id in self.hosts])
+            for fleet in snapshot.fleets
+            if any(h.id in self.hosts for h in fleet.hosts)
+        ]
+        self.view: Snapshot | None = Snapshot(fleets=fleets)
+        for name in self.waits_for:
+            if name in running:
+                self._change(release_placement, running[name].placement)
+
+    def leaves_room(self, placement: Placement) -> bool:
+        """The reserved job still fits on its hosts at its start with `placement` taken."""
+        if self.view is None:
+            return False
+        local = self._local(placement)
+        try:
+            apply_placement(self.view, local)
+        except ValueError:
+            return False
+        try:
+            return isinstance(place(self.job, self.view), Placement)
+        finally:
+            release_placement(self.view, local)
+
+    def take(self, placement: Placement) -> None:
+        """A job was admitted (it may have taken the reserved job's room, if it ranks above)."""
+        self._change(apply_placement, placement)
+
+    def give_back(self, name: str, placement: Placement) -> None:
+        """A running job was preempted."""
+        if name not in self.waits_for:
+            self._change(release_placement, placement)
+
+    def _change(self, how: Callable[[Snapshot, Placement], None], placement: Placement) -> None:
+        if self.view is not None:
+            try:
+                how(self.view, self._local(placement))
+            except ValueError:
+                self.view = None
+
+    def _local(self, placement: Placement) -> Placement:
+        nodes = [node for node in placement.nodes if node.host_id in self.hosts]
+        return placement.model_copy(update={"nodes": nodes})
 
 
 @contextmanager

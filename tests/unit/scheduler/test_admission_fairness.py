@@ -1,5 +1,6 @@
-"""What a backfill reservation may hold back across queues (gpuflow/scheduler/admission.py): not
-a job that stays within its queue's nominal quota when the reserved job would borrow."""
+"""What a backfill reservation may hold back (gpuflow/scheduler/admission.py, reservation.py):
+not a queue within its nominal quota when the reserved job would borrow, and only the room the
+reserved job needs on its hosts."""
 
 from __future__ import annotations
 
@@ -61,3 +62,60 @@ def test_a_borrowing_reservation_still_holds_back_the_jobs_that_borrow_too() -> 
     )
     assert names(second) == []
     assert reasons(second) == {"a-big": NO_CAPACITY, "b-small": RESERVED_FOR + "a-big"}
+
+
+def test_a_reservation_holds_the_room_its_job_needs_not_its_whole_hosts() -> None:
+    snapshot = fleet(1)
+    queue = [QueueSpec(name="a", gpus=100)]
+    old = start(snapshot, waiting("old", 1), now=0)
+    recent = start(snapshot, waiting("recent", 4), now=5)
+    decision = admit(
+        queues=queue,
+        running=[old, recent],
+        waiting=[
+            waiting("big", 6, at=10, priority=50),
+            waiting("beside", 1, at=11),
+            waiting("in-its-way", 2, at=12),
+        ],
+        snapshot=snapshot,
+        now=20,
+    )
+    # big waits for `recent` (the most recently started) to end: 3 free + 4 = its 6 and 1 more
+    assert decision.reservation is not None
+    assert decision.reservation.waits_for == {"recent"}
+    assert names(decision) == ["beside"]
+    assert reasons(decision) == {"big": NO_CAPACITY, "in-its-way": "reserved_for:big"}
+
+
+def test_a_small_reservation_does_not_hand_its_host_to_a_borrower_of_its_queue() -> None:
+    """b-tiny (2 GPUs, within b's quota) holds gpu-1; a-new stays within a's quota and fits
+    beside b-tiny's room; b-big outranks b-tiny in b but would borrow. Had the reservation
+    held the whole host, a-new would wait while b-big took it by borrowing a's quota."""
+    snapshot = fleet(2)
+    queues = [
+        QueueSpec(name="a", gpus=8, cohort="lab"),
+        QueueSpec(name="b", gpus=4, cohort="lab"),
+        QueueSpec(name="c", gpus=8),
+    ]
+    full = start(snapshot, waiting("c-full", 8, queue="c"))
+    old = start(snapshot, waiting("b-old", 1, queue="b"))
+    recent = start(snapshot, waiting("b-recent", 6, queue="b"), 5)
+    tiny = waiting("b-tiny", 2, queue="b", at=6)
+    first = admit(
+        queues=queues, running=[full, old, recent], waiting=[tiny], snapshot=snapshot, now=10
+    )
+    assert first.reservation is not None
+    assert first.reservation.job == "b-tiny"
+    assert first.reservation.waits_for == {"b-recent"}
+    release_placement(snapshot, recent.placement)
+    second = admit(
+        queues=queues,
+        running=[full, old],
+        waiting=[tiny, waiting("a-new", 4, at=7), waiting("b-big", 6, queue="b", priority=50)],
+        snapshot=snapshot,
+        now=20,
+        reserved=first.reservation,
+    )
+    assert names(second) == ["a-new"]
+    # b-big, blocked now, holds the reservation and b-tiny (below it in b) leaves it its room
+    assert reasons(second) == {"b-big": NO_CAPACITY, "b-tiny": RESERVED_FOR + "b-big"}
