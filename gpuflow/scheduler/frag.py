@@ -49,17 +49,14 @@ from typing import Any
 
 from gpuflow.scheduler.fit import Option
 from gpuflow.scheduler.frag_groups import (
-    _RUN,
     _SLACK,
     _ClassKinds,
     _counted,
-    _Group,
-    _idle_sums,
     _Kind,
     _pinned_demand,
     _Plan,
     _Step,
-    alike_merged,
+    class_kinds,
 )
 from gpuflow.scheduler.index import HostClass, HostView
 from gpuflow.scheduler.model import TypicalRequest
@@ -137,94 +134,12 @@ class Workload:
         found = self._per_class.get(cls.id)
         if found is not None:
             return found
-        models = {gpu.name for gpu in cls.sample.gpus}
-        lost = 0.0
-        cpu_only: list[tuple[float, float, int]] = []
-        whole: dict[int, list[tuple[float, float, int]]] = {}
-        shares: dict[int, list[tuple[float, float, int]]] = {}
-        for kind in self.kinds:
-            demand = (kind.weight, kind.cpus, kind.memory_mib)
-            if kind.gpus == 0:
-                cpu_only.append(demand)
-            elif kind.names and not models & kind.names:
-                lost += kind.weight
-            elif kind.need >= 1000:
-                whole.setdefault(kind.gpus, []).append(demand)
-            else:
-                shares.setdefault(kind.need, []).append(demand)
-
-        sample = cls.sample
-        idle_total = cls.n_gpus * 1000
-        idle_cpus = float(sample.cpus) + _SLACK
-        idle_memory = sample.memory_mib
-
-        def idle_loss(slots: int, size: int, cpus: float, memory: int) -> float:
-            """What one kind loses on an idle host of the class (the measure below)."""
-            count: float = slots
-            if cpus > 0:
-                count = min(count, idle_cpus // cpus)
-            if memory > 0:
-                count = min(count, idle_memory // memory)
-            if count == 0:
-                return 0.0  # never fits: all of a host's free GPUs are lost to it, as in FGD
-            return self.idle * (idle_total - count * size)
-
-        def grouped(
-            groups: dict[int, list[tuple[float, float, int]]], milli: int, blend: float, first: int
-        ) -> list[_Group]:
-            """Per GPU need, its kinds in runs of alike CPU and memory needs (`_RUN`): a run
-            whose every kind has CPUs and memory for all the GPU slots is counted at once."""
-            found: list[_Group] = []
-            for position, (size, demands) in enumerate(sorted(groups.items()), start=first):
-                per = size * milli
-                slots = cls.n_gpus // size if milli == 1000 else cls.n_gpus * (1000 // size)
-                needs = sorted(
-                    (cpus, memory, weight, idle_loss(slots, per, cpus, memory))
-                    for weight, cpus, memory in alike_merged(demands)
-                )
-                for start in range(0, len(needs), _RUN):
-                    run = tuple((w, c, m, floor) for c, m, w, floor in needs[start : start + _RUN])
-                    found.append(
-                        (
-                            sum(need[0] for need in run),
-                            per,
-                            blend,
-                            min(need[1] for need in run),
-                            min(need[2] for need in run),
-                            max(need[1] for need in run),
-                            max(need[2] for need in run),
-                            run,
-                            _idle_sums(run),
-                            position,
-                        )
-                    )
-            return found
-
-        groups = (
-            *grouped(whole, 1000, self.whole_capacity, 0),
-            *grouped(shares, 1, self.capacity, len(whole)),
-        )
-        cpu_steps: set[float] = set()
-        memory_steps: set[int] = set()
-        for _, need_cpus, need_memory in cpu_only:
-            cpu_steps.add(need_cpus)
-            memory_steps.add(need_memory)
-        sizes = (*sorted(whole), *sorted(shares))
-        for group in groups:
-            gpus = sizes[group[9]]
-            most = cls.n_gpus // gpus if group[1] >= 1000 else cls.n_gpus * (1000 // gpus)
-            for _, need_cpus, need_memory, _ in group[7]:
-                cpu_steps.update(j * need_cpus for j in range(1, most + 1))
-                memory_steps.update(j * need_memory for j in range(1, most + 1))
-        found = self._per_class[cls.id] = _ClassKinds(
-            lost,
-            tuple(cpu_only),
-            tuple(sorted(whole)),
-            tuple(sorted(shares)),
-            tuple(1000 // need for need in sorted(shares)),
-            groups,
-            sorted(cpu_steps),
-            sorted(memory_steps),
+        found = self._per_class[cls.id] = class_kinds(
+            self.kinds,
+            cls,
+            capacity=self.capacity,
+            whole_capacity=self.whole_capacity,
+            idle=self.idle,
         )
         return found
 
