@@ -21,13 +21,11 @@ applying + learning the mix only).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import random
 import statistics
 import sys
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,32 +33,31 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gpuflow.scheduler import (  # noqa: E402
-    FleetSnapshot,
-    GpuSlot,
-    HostSnapshot,
-    Placement,
-    Snapshot,
-    TypicalRequest,
-    apply_placement,
-    place,
+from benchmarks.openb import (  # noqa: E402
+    FLEETS,
+    LOW_CPUS_PER_GPU,
+    Node,
+    Pod,
+    fleet_of,
+    job_of,
+    load_nodes,
+    load_pods,
+    snapshot_of,
+    workload_of,
 )
+
+# fleet_scale.py and admission_scale.py import the trace's pieces from here.
+from benchmarks.openb import GPU_MEMORY_MIB as GPU_MEMORY_MIB  # noqa: E402
+from gpuflow.scheduler import Placement, apply_placement, place  # noqa: E402
 from gpuflow.scheduler.mix import LearnedMix, MixLearner, half_life, kind_of  # noqa: E402
-from gpuflow.specs import GPUSpec, JobSpec, ResourcesSpec  # noqa: E402
+from gpuflow.specs import JobSpec  # noqa: E402
 from gpuflow.specs.scoring import DEFAULT_WEIGHTS  # noqa: E402
-from gpuflow.status import HostState  # noqa: E402
 
 TRACES = ("default", "gpushare100", "multigpu50", "gpuspec33", "cpu050")
 MIXES = ("learned", "true")
 """`learned`: the fleet's mix is learned from the pods that arrived so far, by the product's
 code (gpuflow/scheduler/mix.py); `true`: the trace's whole request mix, known in advance (what
 FGD assumes; an idealised figure no product can have)."""
-FLEETS = ("openb", "2gpu", "1gpu", "lowcpu")
-"""`openb`: the trace's GPU nodes. The others are shapes of our own making from the same GPUs
-(to check that defaults are not fitted to openb's): every node split into nodes of 2 GPUs (or
-1), CPUs and memory split with them; or the openb nodes with 4 CPUs per GPU at most (openb: 8 to
-52, mostly 12; `--cpus-per-gpu`)."""
-LOW_CPUS_PER_GPU = 4
 SCORERS = ("fragmentation", "fgd", "binpack", "spread", "random")
 VARIANTS = {
     "fgd": (
@@ -84,32 +81,6 @@ PAPER_FGD = {
 """FGD's unallocated GPU share (%) at 100% demand per trace, from the paper's simulator's
 expected results (hkust-adsl/kubernetes-scheduler-simulator)."""
 
-# GPU memory is not in the trace; it only matters for display.
-GPU_MEMORY_MIB = {"V100M16": 16384, "V100M32": 32768, "T4": 15360, "P100": 16384, "A10": 24576}
-
-
-@dataclass(frozen=True)
-class Node:
-    name: str
-    cpu_milli: int
-    memory_mib: int
-    gpus: int
-    model: str
-
-
-@dataclass(frozen=True)
-class Pod:
-    name: str
-    cpu_milli: int
-    memory_mib: int
-    num_gpu: int
-    gpu_milli: int
-    gpu_spec: str
-
-    @property
-    def gpu_milli_total(self) -> int:
-        return self.num_gpu * self.gpu_milli
-
 
 @dataclass
 class Run:
@@ -118,111 +89,6 @@ class Run:
     placements: int
     failed: int
     seconds: float
-
-
-def load_nodes(path: Path) -> list[Node]:
-    with path.open() as handle:
-        return [
-            Node(
-                row["sn"],
-                int(row["cpu_milli"]),
-                int(row["memory_mib"]),
-                int(row["gpu"]),
-                row["model"],
-            )
-            for row in csv.DictReader(handle)
-        ]
-
-
-def load_pods(path: Path) -> list[Pod]:
-    with path.open() as handle:
-        return [
-            Pod(
-                row["name"],
-                int(row["cpu_milli"]),
-                int(row["memory_mib"]),
-                int(row["num_gpu"]),
-                int(row["gpu_milli"]),
-                row.get("gpu_spec") or "",
-            )
-            for row in csv.DictReader(handle)
-        ]
-
-
-def snapshot_of(
-    nodes: list[Node],
-    scorer: str,
-    workload: list[TypicalRequest],
-    weights: dict[str, float] | None = None,
-) -> Snapshot:
-    hosts = [
-        HostSnapshot(
-            id=f"openb/{node.name}",
-            name=node.name,
-            fleet="openb",
-            state=HostState.READY,
-            os="linux",
-            arch="x86_64",
-            cpus=node.cpu_milli // 1000,
-            memory_mib=node.memory_mib,
-            disk_mib=1 << 30,
-            backend="cuda",
-            simulated=True,
-            gpus=[
-                GpuSlot(
-                    index=i,
-                    name=node.model,
-                    vendor="nvidia",
-                    memory_mib=GPU_MEMORY_MIB.get(node.model, 32768),
-                )
-                for i in range(node.gpus)
-            ],
-        )
-        for node in nodes
-    ]
-    fleet = FleetSnapshot(
-        name="openb",
-        kind="sim",
-        scorer=scorer,
-        hosts=hosts,
-        workload=workload,
-        scorer_weights=dict(weights or {}),
-    )
-    return Snapshot(fleets=[fleet])
-
-
-def job_of(pod: Pod) -> JobSpec:
-    """The pod as a gpuflow job: CPU, memory and GPUs (a fraction below 1000 milli-GPU)."""
-    gpu: GPUSpec | None = None
-    if pod.num_gpu > 0:
-        count = pod.gpu_milli / 1000 if pod.gpu_milli < 1000 else pod.num_gpu
-        names = [name for name in pod.gpu_spec.split("|") if name]
-        gpu = GPUSpec(names=names, count={"min": count, "max": count})
-    resources = ResourcesSpec(
-        gpu=gpu,
-        cpu={"min": pod.cpu_milli / 1000, "max": pod.cpu_milli / 1000},
-        memory={"min": pod.memory_mib, "max": pod.memory_mib},
-    )
-    return JobSpec(name="pod", commands=["true"], resources=resources)
-
-
-def workload_of(pods: list[Pod]) -> list[TypicalRequest]:
-    """The trace's request mix, as the fleet's typical requests (what FGD assumes is known)."""
-    counts = Counter((p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib, p.gpu_spec) for p in pods)
-    mix = []
-    for (num_gpu, milli, cpu, memory, spec), count in counts.items():
-        shared = num_gpu == 1 and 0 < milli < 1000
-        mix.append(
-            TypicalRequest(
-                weight=count,
-                gpus=0 if shared else num_gpu,
-                gpu_fraction=milli / 1000 if shared else None,
-                cpus=cpu / 1000,
-                memory_mib=memory,
-                gpu_names=frozenset(n for n in spec.split("|") if n),
-            )
-        )
-    return mix
 
 
 def arrivals(pods: list[Pod], capacity_milli: int, seed: int) -> list[Pod]:
@@ -243,36 +109,6 @@ def arrivals(pods: list[Pod], capacity_milli: int, seed: int) -> list[Pod]:
             return order
         order.append(pod)
         total += pod.gpu_milli_total
-
-
-def fleet_of(nodes: list[Node], shape: str, cpus_per_gpu: int = LOW_CPUS_PER_GPU) -> list[Node]:
-    """The openb nodes, or a synthetic fleet of the same GPUs (see FLEETS)."""
-    if shape == "openb":
-        return nodes
-    if shape == "lowcpu":
-        return [
-            Node(n.name, min(n.cpu_milli, cpus_per_gpu * 1000 * n.gpus), *_rest(n)) for n in nodes
-        ]
-    size = {"2gpu": 2, "1gpu": 1}[shape]
-    out = []
-    for node in nodes:
-        parts = max(1, node.gpus // size)
-        for i in range(parts):
-            gpus = node.gpus - size * (parts - 1) if i == parts - 1 else size
-            out.append(
-                Node(
-                    f"{node.name}-{i}",
-                    node.cpu_milli * gpus // node.gpus,
-                    node.memory_mib * gpus // node.gpus,
-                    gpus,
-                    node.model,
-                )
-            )
-    return out
-
-
-def _rest(node: Node) -> tuple[int, int, str]:
-    return node.memory_mib, node.gpus, node.model
 
 
 def run(

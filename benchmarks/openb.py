@@ -1,0 +1,185 @@
+"""The openb trace (Alibaba's GPU cluster, FGD paper, USENIX ATC '23) as gpuflow sees it: its
+GPU nodes and pods read from the CSV files, fleets of other shapes made from the same GPUs, the
+nodes as a fleet snapshot and each pod as a job spec. Shared by the benchmarks that replay the
+trace (placement.py, queueing.py, fleet_scale.py, admission_scale.py); see
+../shared/data/openb/README.md for the files.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuflow.scheduler import FleetSnapshot, GpuSlot, HostSnapshot, Snapshot, TypicalRequest
+from gpuflow.specs import GPUSpec, JobSpec, ResourcesSpec
+from gpuflow.status import HostState
+
+FLEETS = ("openb", "2gpu", "1gpu", "lowcpu")
+"""`openb`: the trace's GPU nodes. The others are shapes of our own making from the same GPUs
+(to check that defaults are not fitted to openb's): every node split into nodes of 2 GPUs (or
+1), CPUs and memory split with them; or the openb nodes with 4 CPUs per GPU at most (openb: 8 to
+52, mostly 12; `--cpus-per-gpu`)."""
+LOW_CPUS_PER_GPU = 4
+
+# GPU memory is not in the trace; it only matters for display.
+GPU_MEMORY_MIB = {"V100M16": 16384, "V100M32": 32768, "T4": 15360, "P100": 16384, "A10": 24576}
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpus: int
+    model: str
+
+
+@dataclass(frozen=True)
+class Pod:
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int
+    gpu_milli: int
+    gpu_spec: str
+
+    @property
+    def gpu_milli_total(self) -> int:
+        return self.num_gpu * self.gpu_milli
+
+
+def load_nodes(path: Path) -> list[Node]:
+    with path.open() as handle:
+        return [
+            Node(
+                row["sn"],
+                int(row["cpu_milli"]),
+                int(row["memory_mib"]),
+                int(row["gpu"]),
+                row["model"],
+            )
+            for row in csv.DictReader(handle)
+        ]
+
+
+def load_pods(path: Path) -> list[Pod]:
+    with path.open() as handle:
+        return [
+            Pod(
+                row["name"],
+                int(row["cpu_milli"]),
+                int(row["memory_mib"]),
+                int(row["num_gpu"]),
+                int(row["gpu_milli"]),
+                row.get("gpu_spec") or "",
+            )
+            for row in csv.DictReader(handle)
+        ]
+
+
+def snapshot_of(
+    nodes: list[Node],
+    scorer: str,
+    workload: list[TypicalRequest],
+    weights: dict[str, float] | None = None,
+) -> Snapshot:
+    hosts = [
+        HostSnapshot(
+            id=f"openb/{node.name}",
+            name=node.name,
+            fleet="openb",
+            state=HostState.READY,
+            os="linux",
+            arch="x86_64",
+            cpus=node.cpu_milli // 1000,
+            memory_mib=node.memory_mib,
+            disk_mib=1 << 30,
+            backend="cuda",
+            simulated=True,
+            gpus=[
+                GpuSlot(
+                    index=i,
+                    name=node.model,
+                    vendor="nvidia",
+                    memory_mib=GPU_MEMORY_MIB.get(node.model, 32768),
+                )
+                for i in range(node.gpus)
+            ],
+        )
+        for node in nodes
+    ]
+    fleet = FleetSnapshot(
+        name="openb",
+        kind="sim",
+        scorer=scorer,
+        hosts=hosts,
+        workload=workload,
+        scorer_weights=dict(weights or {}),
+    )
+    return Snapshot(fleets=[fleet])
+
+
+def job_of(pod: Pod) -> JobSpec:
+    """The pod as a gpuflow job: CPU, memory and GPUs (a fraction below 1000 milli-GPU)."""
+    gpu: GPUSpec | None = None
+    if pod.num_gpu > 0:
+        count = pod.gpu_milli / 1000 if pod.gpu_milli < 1000 else pod.num_gpu
+        names = [name for name in pod.gpu_spec.split("|") if name]
+        gpu = GPUSpec(names=names, count={"min": count, "max": count})
+    resources = ResourcesSpec(
+        gpu=gpu,
+        cpu={"min": pod.cpu_milli / 1000, "max": pod.cpu_milli / 1000},
+        memory={"min": pod.memory_mib, "max": pod.memory_mib},
+    )
+    return JobSpec(name="pod", commands=["true"], resources=resources)
+
+
+def workload_of(pods: list[Pod]) -> list[TypicalRequest]:
+    """The trace's request mix, as the fleet's typical requests (what FGD assumes is known)."""
+    counts = Counter((p.num_gpu, p.gpu_milli, p.cpu_milli, p.memory_mib, p.gpu_spec) for p in pods)
+    mix = []
+    for (num_gpu, milli, cpu, memory, spec), count in counts.items():
+        shared = num_gpu == 1 and 0 < milli < 1000
+        mix.append(
+            TypicalRequest(
+                weight=count,
+                gpus=0 if shared else num_gpu,
+                gpu_fraction=milli / 1000 if shared else None,
+                cpus=cpu / 1000,
+                memory_mib=memory,
+                gpu_names=frozenset(n for n in spec.split("|") if n),
+            )
+        )
+    return mix
+
+
+def fleet_of(nodes: list[Node], shape: str, cpus_per_gpu: int = LOW_CPUS_PER_GPU) -> list[Node]:
+    """The openb nodes, or a synthetic fleet of the same GPUs (see FLEETS)."""
+    if shape == "openb":
+        return nodes
+    if shape == "lowcpu":
+        return [
+            Node(n.name, min(n.cpu_milli, cpus_per_gpu * 1000 * n.gpus), *_rest(n)) for n in nodes
+        ]
+    size = {"2gpu": 2, "1gpu": 1}[shape]
+    out = []
+    for node in nodes:
+        parts = max(1, node.gpus // size)
+        for i in range(parts):
+            gpus = node.gpus - size * (parts - 1) if i == parts - 1 else size
+            out.append(
+                Node(
+                    f"{node.name}-{i}",
+                    node.cpu_milli * gpus // node.gpus,
+                    node.memory_mib * gpus // node.gpus,
+                    gpus,
+                    node.model,
+                )
+            )
+    return out
+
+
+def _rest(node: Node) -> tuple[int, int, str]:
+    return node.memory_mib, node.gpus, node.model
