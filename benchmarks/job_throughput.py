@@ -55,28 +55,26 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from temporalio import activity, workflow
 
 if TYPE_CHECKING:
     from gpuflow.control.embedded import DevServer
 
-# Temporal's sandbox re-runs this module for every baseline workflow: keep its top level to
-# stdlib and temporalio, import the rest inside functions, and touch sys.path only outside.
+# Temporal's sandbox re-runs this module for every baseline workflow, and imports afresh the
+# benchmark's modules below: keep their top level to stdlib and temporalio, import the rest
+# inside functions, and touch sys.path only outside.
 if not workflow.unsafe.in_sandbox():
     ROOT = Path(__file__).resolve().parent.parent
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
 
-TARGET_OVERHEAD_RATIO = 3.0
-TARGET_P50_MS = 300.0
-GPUS_PER_HOST = 8
-T = TypeVar("T")
+from benchmarks.throughput_figures import GPUS_PER_HOST, CpuMeter, Figures, Phase, render
+from benchmarks.throughput_load import as_utc, measure_jobs, run_alone, run_burst, run_paced
+
 _SERVERS: list[DevServer] = []
 """Dev servers this run started, for the last-resort stop on a second interrupt."""
 
@@ -102,129 +100,10 @@ class BenchBaselineWorkflow:
 # ---- measuring ----------------------------------------------------------------------------
 
 
-@dataclass
-class CpuMeter:
-    """CPU seconds of this process (every thread, the SDK's Rust core included) and of the dev
-    server over one phase."""
-
-    server_pid: int
-    process_s: float = 0.0
-    server_s: float = 0.0
-
-    def _server_now(self) -> float:
-        fields = Path(f"/proc/{self.server_pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def start(self) -> None:
-        self._process0, self._server0 = time.process_time(), self._server_now()
-
-    def stop(self) -> None:
-        self.process_s = time.process_time() - self._process0
-        self.server_s = self._server_now() - self._server0
-
-
-@dataclass
-class Phase:
-    """One side of the comparison: N items in a burst, then a few alone."""
-
-    per_s: float
-    to_running_ms: list[float]
-    """Start to `running` (jobs) or to the activity's result (baseline), in the burst."""
-    alone_ms: list[float]
-    """The same, for items run one at a time after the burst."""
-    paced_ms: list[float]
-    """The same, for items started at a steady rate."""
-    cpu: CpuMeter
-    submit_call_ms: list[float] | None = None
-    running_to_done_ms: list[float] | None = None
-
-
-@dataclass
-class Figures:
-    n: int
-    hosts: int
-    concurrency: int
-    rate: float
-    jobs: Phase
-    baseline: Phase
-
-    @property
-    def jobs_per_s(self) -> float:
-        return self.jobs.per_s
-
-    @property
-    def p50_submit_to_running_ms(self) -> float:
-        return percentile(self.jobs.paced_ms, 50)
-
-    @property
-    def p99_submit_to_running_ms(self) -> float:
-        return percentile(self.jobs.paced_ms, 99)
-
-    @property
-    def baseline_workflows_per_s(self) -> float:
-        return self.baseline.per_s
-
-    @property
-    def overhead_ratio(self) -> float:
-        return self.baseline_workflows_per_s / self.jobs_per_s
-
-    def as_json(self) -> dict[str, float]:
-        return {
-            "jobs_per_s": round(self.jobs_per_s, 3),
-            "p50_submit_to_running_ms": round(self.p50_submit_to_running_ms, 1),
-            "p99_submit_to_running_ms": round(self.p99_submit_to_running_ms, 1),
-            "baseline_workflows_per_s": round(self.baseline_workflows_per_s, 3),
-            "overhead_ratio": round(self.overhead_ratio, 3),
-            "paced_rate_per_s": self.rate,
-            "burst_p50_submit_to_running_ms": round(percentile(self.jobs.to_running_ms, 50), 1),
-            "burst_p99_submit_to_running_ms": round(percentile(self.jobs.to_running_ms, 99), 1),
-            "baseline_paced_p50_ms": round(percentile(self.baseline.paced_ms, 50), 1),
-        }
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest rank (q in 0..100): the p99 of 200 values is the 198th smallest."""
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * q // 100))
-    return ordered[int(rank) - 1]
-
-
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _utc(value: datetime) -> datetime:
-    # SQLite hands datetimes back without a zone; gpuflow writes them in UTC.
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-async def _burst(
-    n: int, concurrency: int, one: Callable[[int, asyncio.Semaphore], Awaitable[T]]
-) -> list[T]:
-    gate = asyncio.Semaphore(concurrency)
-    return list(await asyncio.gather(*(one(i, gate) for i in range(n))))
-
-
-async def _alone(
-    first: int, count: int, one: Callable[[int, asyncio.Semaphore], Awaitable[T]]
-) -> list[T]:
-    return [await one(first + k, asyncio.Semaphore(1)) for k in range(count)]
-
-
-async def _paced(
-    first: int, count: int, rate: float, one: Callable[[int, asyncio.Semaphore], Awaitable[T]]
-) -> list[T]:
-    """`count` items started `1 / rate` seconds apart, whether or not earlier ones are done."""
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
-
-    async def at(k: int) -> T:
-        await asyncio.sleep(max(0.0, t0 + k / rate - loop.time()))
-        return await one(first + k, asyncio.Semaphore(1))
-
-    return list(await asyncio.gather(*(at(k) for k in range(count))))
 
 
 async def measure_baseline(
@@ -248,14 +127,14 @@ async def measure_baseline(
                     BenchBaselineWorkflow.run, i, id=f"{queue}-{i}", task_queue=queue
                 )
             seen = await handle.result()
-            return t0, time.perf_counter(), (_utc(seen) - started).total_seconds() * 1000
+            return t0, time.perf_counter(), (as_utc(seen) - started).total_seconds() * 1000
 
-        await _alone(n + solo, 1, one)  # warm-up: the first sandbox import is start-up cost
+        await run_alone(n + solo, 1, one)  # warm-up: the first sandbox import is start-up cost
         meter.start()
-        runs = await _burst(n, concurrency, one)
+        runs = await run_burst(n, concurrency, one)
         meter.stop()
-        alone = await _alone(n, solo, one)
-        steady = await _paced(n + solo + 1, paced, rate, one)
+        alone = await run_alone(n, solo, one)
+        steady = await run_paced(n + solo + 1, paced, rate, one)
     first = min(t0 for t0, _, _ in runs)
     last = max(done for _, done, _ in runs)
     return Phase(
@@ -265,110 +144,6 @@ async def measure_baseline(
         paced_ms=[ms for *_, ms in steady],
         cpu=meter,
     )
-
-
-async def measure_jobs(
-    home: Path,
-    address: str,
-    server_pid: int,
-    *,
-    n: int,
-    concurrency: int,
-    hosts: int,
-    solo: int,
-    paced: int,
-    rate: float,
-) -> Phase:
-    from gpuflow.client import Client
-    from gpuflow.config import TemporalConfig
-    from gpuflow.control.embedded import control_plane
-    from gpuflow.services.fleets import apply_fleet
-    from gpuflow.services.jobs import find_job
-    from gpuflow.specs import FleetSpec, JobSpec
-    from gpuflow.status import JobStatus
-    from gpuflow.store.db import Store
-
-    config = TemporalConfig(address=address, embedded=True)
-    database_url = f"sqlite:///{home / 'gpuflow.db'}"
-    store = await asyncio.to_thread(lambda: Store(database_url).init())
-    fleet = FleetSpec.model_validate(
-        {
-            "type": "fleet",
-            "name": "bench",
-            "kind": "sim",
-            "hosts": [
-                {
-                    "name": f"sim-{i:03d}",
-                    "cpus": 64,
-                    "memory": "512GB",
-                    "gpus": [
-                        {
-                            "name": "A100",
-                            "memory": "80GB",
-                            "count": GPUS_PER_HOST,
-                            "compute_capability": "8.0",
-                        }
-                    ],
-                }
-                for i in range(hosts)
-            ],
-        }
-    )
-    await asyncio.to_thread(apply_fleet, store, fleet)
-    client = await Client.connect(config=config)
-    meter = CpuMeter(server_pid)
-    try:
-        async with control_plane(config, store, home=home, local_agent=False):
-
-            async def one(
-                i: int, gate: asyncio.Semaphore
-            ) -> tuple[str, datetime, float, float, float]:
-                spec = JobSpec(
-                    name=f"bench-{i}", commands=["true"], resources={"gpu": 1}, fleets=["bench"]
-                )
-                async with gate:
-                    t0, submitted = time.perf_counter(), datetime.now(UTC)
-                    info = await client.submit(spec)
-                    t_submitted = time.perf_counter()
-                result = await client.wait(info.id)
-                if result.status != JobStatus.DONE:
-                    raise RuntimeError(
-                        f"job {info.id} ended {result.status.value}: {result.message}"
-                    )
-                return info.id, submitted, t0, t_submitted, time.perf_counter()
-
-            # Warm-up: the first sandbox import of JobWorkflow and the first process start.
-            await _alone(n + solo, 1, one)
-            meter.start()
-            runs = await _burst(n, concurrency, one)
-            meter.stop()
-            alone = await _alone(n, solo, one)
-            steady = await _paced(n + solo + 1, paced, rate, one)
-
-        async def timestamps(job_id: str, submitted: datetime) -> tuple[float, float]:
-            row = await asyncio.to_thread(find_job, store, job_id)
-            if row.started_at is None or row.finished_at is None:
-                raise RuntimeError(f"job {job_id} has no started_at/finished_at in the store")
-            return (
-                (_utc(row.started_at) - submitted).total_seconds() * 1000,
-                (row.finished_at - row.started_at).total_seconds() * 1000,
-            )
-
-        burst = [await timestamps(r[0], r[1]) for r in runs]
-        first = min(r[2] for r in runs)
-        last = max(r[4] for r in runs)
-        return Phase(
-            per_s=n / (last - first),
-            to_running_ms=[ms for ms, _ in burst],
-            alone_ms=[(await timestamps(r[0], r[1]))[0] for r in alone],
-            paced_ms=[(await timestamps(r[0], r[1]))[0] for r in steady],
-            cpu=meter,
-            submit_call_ms=[(r[3] - r[2]) * 1000 for r in runs],
-            running_to_done_ms=[ms for _, ms in burst],
-        )
-    finally:
-        await client.close()
-        await asyncio.to_thread(store.dispose)
 
 
 def quiet_runtime() -> None:
@@ -441,93 +216,6 @@ async def run(
     return Figures(
         n=n, hosts=hosts, concurrency=concurrency, rate=rate, jobs=jobs, baseline=baseline
     )
-
-
-def render(figures: Figures) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    def verdict(ok: bool) -> str:
-        return "[green]met[/green]" if ok else "[red]missed[/red]"
-
-    def ms(values: list[float] | None) -> str:
-        if not values:
-            return "-"
-        return f"{percentile(values, 50):.0f} / {percentile(values, 99):.0f} ms"
-
-    def cpu(meter: CpuMeter) -> str:
-        return (
-            f"{meter.process_s / figures.n * 1000:.0f} / {meter.server_s / figures.n * 1000:.0f} ms"
-        )
-
-    jobs, baseline = figures.jobs, figures.baseline
-    table = Table(
-        title=f"Job throughput: {figures.n} `true` jobs of 1 GPU on {figures.hosts} "
-        f"sim hosts x {GPUS_PER_HOST} GPUs, {figures.concurrency} submits "
-        "in flight"
-    )
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    table.add_column("target", justify="right")
-    table.add_column("")
-    table.add_row("jobs/s (first submit .. last done)", f"{figures.jobs_per_s:.2f}", "", "")
-    steady = f"{len(jobs.paced_ms)} at {figures.rate:g}/s"
-    table.add_row(
-        f"submit → running p50 ({steady})",
-        f"{figures.p50_submit_to_running_ms:.0f} ms",
-        f"< {TARGET_P50_MS:.0f} ms",
-        verdict(figures.p50_submit_to_running_ms < TARGET_P50_MS),
-    )
-    table.add_row(
-        f"submit → running p99 ({steady})", f"{figures.p99_submit_to_running_ms:.0f} ms", "", ""
-    )
-    table.add_row(
-        "baseline workflows/s (1 no-op activity)", f"{figures.baseline_workflows_per_s:.2f}", "", ""
-    )
-    table.add_row(
-        "overhead ratio (baseline/s ÷ jobs/s)",
-        f"{figures.overhead_ratio:.2f}x",
-        f"≤ {TARGET_OVERHEAD_RATIO:g}x",
-        verdict(figures.overhead_ratio <= TARGET_OVERHEAD_RATIO),
-    )
-    table.add_section()
-    table.add_row(
-        f"[dim]burst of {figures.n}: submit → running p50 / p99[/dim]",
-        ms(jobs.to_running_ms),
-        "",
-        "",
-    )
-    table.add_row(
-        f"[dim]baseline, {steady}: start → activity result p50 / p99[/dim]",
-        ms(baseline.paced_ms),
-        "",
-        "",
-    )
-    table.add_row("[dim]Client.submit call p50 / p99[/dim]", ms(jobs.submit_call_ms), "", "")
-    table.add_row("[dim]running → done p50 / p99[/dim]", ms(jobs.running_to_done_ms), "", "")
-    table.add_row(
-        f"[dim]baseline burst of {figures.n}: start → activity result p50 / p99[/dim]",
-        ms(baseline.to_running_ms),
-        "",
-        "",
-    )
-    table.add_row(
-        f"[dim]one at a time ({len(jobs.alone_ms)}): submit → running p50[/dim]",
-        f"{percentile(jobs.alone_ms, 50):.0f} ms" if jobs.alone_ms else "-",
-        "",
-        "",
-    )
-    table.add_row(
-        f"[dim]one at a time ({len(baseline.alone_ms)}): baseline p50[/dim]",
-        f"{percentile(baseline.alone_ms, 50):.0f} ms" if baseline.alone_ms else "-",
-        "",
-        "",
-    )
-    table.add_row("[dim]CPU per job: this process / dev server[/dim]", cpu(jobs.cpu), "", "")
-    table.add_row(
-        "[dim]CPU per baseline workflow: this process / dev server[/dim]", cpu(baseline.cpu), "", ""
-    )
-    Console().print(table)
 
 
 def main(argv: list[str] | None = None) -> Figures:
