@@ -66,17 +66,19 @@ def load_nodes(path: Path) -> list[Node]:
 
 def load_pods(path: Path) -> list[Pod]:
     with path.open() as handle:
-        return [
-            Pod(
-                row["name"],
-                int(row["cpu_milli"]),
-                int(row["memory_mib"]),
-                int(row["num_gpu"]),
-                int(row["gpu_milli"]),
-                row.get("gpu_spec") or "",
-            )
-            for row in csv.DictReader(handle)
-        ]
+        return [pod_of(row) for row in csv.DictReader(handle)]
+
+
+def pod_of(row: dict[str, str]) -> Pod:
+    """A row of an `openb_pod_list_*.csv` file; queue_sim.py reads its times and QoS itself."""
+    return Pod(
+        row["name"],
+        int(row["cpu_milli"]),
+        int(row["memory_mib"]),
+        int(row["num_gpu"]),
+        int(row["gpu_milli"]),
+        row.get("gpu_spec") or "",
+    )
 
 
 def snapshot_of(

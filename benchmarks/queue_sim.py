@@ -13,7 +13,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.openb import Pod, fleet_of, job_of, load_nodes, snapshot_of
+from benchmarks.openb import Pod, fleet_of, job_of, load_nodes, pod_of, snapshot_of
 from gpuflow.scheduler import Placement, Snapshot, apply_placement, place, release_placement
 from gpuflow.scheduler.admission import Reservation, Running, Waiting, admit
 from gpuflow.scheduler.quota import gpu_count
@@ -45,14 +45,7 @@ def load_trace(path: Path) -> list[TracePod]:
     pods: list[TracePod] = []
     with path.open() as handle:
         for row in csv.DictReader(handle):
-            pod = Pod(
-                row["name"],
-                int(row["cpu_milli"]),
-                int(row["memory_mib"]),
-                int(row["num_gpu"]),
-                int(row["gpu_milli"]),
-                row.get("gpu_spec") or "",
-            )
+            pod = pod_of(row)
             shape = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_spec)
             job = jobs.get(shape) or jobs.setdefault(shape, job_of(pod))
             created = int(row["creation_time"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuflow.scheduler import Snapshot, release_placement
+from gpuflow.scheduler import Placement, Snapshot, release_placement
 from gpuflow.scheduler.admission import NO_CAPACITY, QUOTA, Decision, Running, Waiting, admit
 from gpuflow.specs import QueueSpec
 from tests.unit.scheduler.conftest import load_host, make_job, make_snapshot
@@ -44,11 +44,16 @@ def start(snapshot: Snapshot, job: Waiting, now: float = 0) -> Running:
         now=now,
     )
     (admitted,) = decision.admitted
+    return as_running(job, admitted.placement, now)
+
+
+def as_running(job: Waiting, placement: Placement, now: float) -> Running:
+    """The job running from `now` on, until its max_duration if it has one."""
     duration = job.job.max_duration
     return Running(
         job.name,
         job.queue,
-        admitted.placement,
+        placement,
         job.priority,
         job.preemptible,
         now,

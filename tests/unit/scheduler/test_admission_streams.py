@@ -30,7 +30,7 @@ from gpuflow.scheduler.admission import (
 from gpuflow.scheduler.quota import gpu_count
 from gpuflow.scheduler.reservation import earliest_start, hidden
 from gpuflow.specs import QueueSpec
-from tests.unit.scheduler.test_admission import fleet, waiting
+from tests.unit.scheduler.test_admission import as_running, fleet, waiting
 
 PRIORITIES = st.sampled_from([0, 50, 100])
 JOB = st.fixed_dictionaries(
@@ -109,18 +109,9 @@ def _check(
             job = admitted.job
             same = lost.queue == job.queue and lost.priority < job.priority
             assert same or lost.queue != job.queue
-        duration = admitted.job.job.max_duration
         job = admitted.job
         usage_at[job.name] = _usage(live)
-        live[job.name] = Running(
-            job.name,
-            job.queue,
-            admitted.placement,
-            job.priority,
-            job.preemptible,
-            now,
-            None if duration is None else now + duration,
-        )
+        live[job.name] = as_running(job, admitted.placement, now)
         assert _quota_ok(queues, _usage(live), job.queue), f"{job.name} broke its quota"
     usage = _usage(live)
     for held in decision.waiting:
