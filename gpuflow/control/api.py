@@ -22,7 +22,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow import sealed, secrets
-from gpuflow.control.admission import enter_at_submit
+from gpuflow.control.admission import GroupCommit
 from gpuflow.control.admission_wake import wake_admission
 from gpuflow.control.api_common import job_record, one_line, unrecorded_job
 from gpuflow.control.api_queues import QueueActivities, check_queues
@@ -38,6 +38,7 @@ from gpuflow.services.fleets import (
     fleet_names,
     list_hosts,
 )
+from gpuflow.services.group_entry import Submitted
 from gpuflow.services.jobs import find_job, jobs_waiting_for_capacity, list_jobs
 from gpuflow.services.mix import mix_info
 from gpuflow.services.queues import WaitingPlace, waiting_places
@@ -80,6 +81,8 @@ class ApiActivities(QueueActivities):
         self.temporal = temporal
         self.home = home
         """Where the control plane's key (gpuflow/sealed.py) and secrets file are."""
+        self.entries = GroupCommit(store)
+        """Submits enter their queues in groups under load (one placement transaction each)."""
 
     # ---- jobs -----------------------------------------------------------------------------------
 
@@ -129,9 +132,7 @@ class ApiActivities(QueueActivities):
         """The job is in its queue from its submission: a pass that runs before its workflow's
         first step still counts it (else a job submitted later could be admitted first)."""
 
-        verdict = await asyncio.to_thread(
-            enter_at_submit, self.store, job_id=job_id, run_id=run_id, spec=spec
-        )
+        verdict = await self.entries.enter(Submitted(job_id, run_id, spec))
         if verdict.placement is None and verdict.refused is None:
             await wake_admission(self.temporal)
 

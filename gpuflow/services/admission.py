@@ -186,6 +186,9 @@ def _snapshot(session: Session, warm: bool) -> tuple[Snapshot, WarmCapacity | No
     changes as it decides (see `_resync`), or a fresh read."""
     if warm:
         state = warm_capacity(session)
+        caught_up = state.current(session)
+        if caught_up is not None:
+            return caught_up, state
         versions = state.hold(session)
         if versions is not None:
             return state.catch_up(session, versions), state

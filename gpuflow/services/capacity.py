@@ -108,25 +108,7 @@ def take_allocation_in(
         result = place(job, read_snapshot(session, fleets=fleets), fleets=fleets)
     if isinstance(result, Unschedulable):
         return result
-    rows = [
-        AllocationRow(
-            job_id=job_id,
-            attempt=attempt,
-            rank=node.rank,
-            fleet=result.fleet,
-            host_id=node.host_id,
-            gpu_indices=list(node.gpu_indices),
-            gpu_fraction=node.gpu_fraction,
-            blocks=list(node.blocks),
-            cpus=node.cpus,
-            memory_mib=node.memory_mib,
-            disk_mib=node.disk_mib,
-            node=node.model_dump(mode="json"),
-            score=result.score,
-            scorer=result.scorer,
-        )
-        for node in result.nodes
-    ]
+    rows = allocation_rows(job_id, attempt, result)
     session.add_all(rows)
     session.flush()  # the rows' ids: the order their usage adds up in
     for row in rows:
@@ -262,7 +244,17 @@ def commit_placement_in(
     versions = state.hold(session)
     if versions is not None:
         state.track(versions)
-    rows = [
+    rows = allocation_rows(job_id, attempt, placement)
+    session.add_all(rows)
+    session.flush()
+    for row in rows:
+        state.taken(row.host_id, use_of(row))
+    state.counted(bump(session, "allocations"))
+
+
+def allocation_rows(job_id: str, attempt: int, placement: Placement) -> list[AllocationRow]:
+    """What the job's attempt holds on each of its nodes, as rows."""
+    return [
         AllocationRow(
             job_id=job_id,
             attempt=attempt,
@@ -281,11 +273,6 @@ def commit_placement_in(
         )
         for node in placement.nodes
     ]
-    session.add_all(rows)
-    session.flush()
-    for row in rows:
-        state.taken(row.host_id, use_of(row))
-    state.counted(bump(session, "allocations"))
 
 
 AdmissionKey = tuple[str, int, datetime | None]

@@ -26,7 +26,7 @@ from gpuflow.services.capacity import held_allocation
 from gpuflow.services.jobs import record_status_in
 from gpuflow.services.queues import queues_in
 from gpuflow.specs.job import JobSpec
-from gpuflow.specs.queue import MAX_QUOTA_GPUS
+from gpuflow.specs.queue import MAX_QUOTA_GPUS, QueueSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.tables import JobRow, QueueEntryRow
 from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
@@ -100,6 +100,14 @@ def enqueue_in(session: Session, inp: EnqueueInput, *, warm: bool = True) -> Que
     return QueueVerdict()
 
 
+def decided_alone(queue: QueueSpec | None) -> bool:
+    """Whether a pass over one job of this queue, nothing else waiting, admits it wherever it
+    fits, whatever else runs: a queue without quota limit or cohort."""
+    if queue is None or queue.cohort is not None:
+        return False
+    return all(gpus >= MAX_QUOTA_GPUS for gpus in queue.quota.values())
+
+
 def _decided_alone(
     session: Session, entry: QueueEntryRow, spec: JobSpec, warm: bool
 ) -> QueueVerdict | None:
@@ -109,9 +117,7 @@ def _decided_alone(
     or, when none fits, it may not wait and nothing of its queue could be preempted for it,
     refused with the per-host reasons. None when the full pass must decide."""
     queue = next((q for q in queues_in(session) if q.name == entry.queue), None)
-    if queue is None or queue.cohort is not None:
-        return None
-    if any(gpus < MAX_QUOTA_GPUS for gpus in queue.quota.values()):
+    if not decided_alone(queue):
         return None
     snapshot = snapshot_in(session, warm)
     tries: list[tuple[JobSpec, Placement | Unschedulable]] = []
@@ -140,6 +146,11 @@ def _victims_possible(session: Session, entry: QueueEntryRow) -> bool:
     return session.exec(found.limit(1)).first() is not None
 
 
+def submitted_key(run_id: str) -> str:
+    """The key of a job's `submitted` record: the same from its submit and its workflow."""
+    return f"1:{JobStatus.PENDING.value}:{run_id}:submitted"
+
+
 def enter_at_submit_in(
     session: Session, *, job_id: str, run_id: str, spec: JobSpec, at: datetime, warm: bool = True
 ) -> QueueVerdict:
@@ -149,7 +160,7 @@ def enter_at_submit_in(
     entered with it, by its workflow's first step or an earlier try of this submit: what became
     of the entry is the answer, and a job that ended meanwhile (its entry gone with its
     release) is not entered again."""
-    key = f"1:{JobStatus.PENDING.value}:{run_id}:submitted"
+    key = submitted_key(run_id)
     if session.get(JobRow, job_id) is not None:
         return look_in(session, job_id=job_id, attempt=1) or QueueVerdict()
     record_status_in(

@@ -17,9 +17,10 @@ How it stays correct with any number of control workers on one database:
 - This worker's own allocations are applied to memory as they are written; the counters it
   trusts move only when its transaction commits, and a rolled-back transaction drops the warm
   state (the next placement reads everything).
-- Jobs have no counter: each placement reads the ids of every fleet's recent jobs (mix.py) and
-  keeps the fleet's `workload` list, and so the scorer's prepared mix, until a checkpoint job
-  moves it. That read is what a warm placement costs most (O(jobs) without an index).
+- Jobs have no counter: each placement transaction reads the ids of every fleet's recent jobs
+  (mix.py) and keeps the fleet's `workload` list, and so the scorer's prepared mix, until a
+  checkpoint job moves it. That read is what a warm placement costs most (O(jobs) without an
+  index); a transaction that enters several submits (group commit) reads it once.
 
 One warm state per engine (a Store), guarded by a lock held from the catch-up to the end of the
 transaction, so threads of one worker never see each other's uncommitted changes.
@@ -54,6 +55,7 @@ from gpuflow.status import HostState
 
 _HELD = "gpuflow_warm_held"
 _COMMITTED = "gpuflow_warm_committed"
+_CAUGHT_UP = "gpuflow_warm_caught_up"
 
 
 class WarmCapacity:
@@ -105,6 +107,14 @@ class WarmCapacity:
         self.hosts, self.uses, self.states = {}, {}, {}
         self._unusual, self._mixes = set(), {}
 
+    def current(self, session: Session) -> Snapshot | None:
+        """The snapshot, when this transaction caught up already: it holds the placement lock,
+        under which alone allocations are written, so what it read stays what it places on
+        (a transaction that enters several submits reads the counters and the mix once)."""
+        snapshot = self.snapshot
+        held = session.info.get(_HELD) is self and bool(session.info.get(_CAUGHT_UP))
+        return snapshot if held else None
+
     def catch_up(self, session: Session, versions: Versions) -> Snapshot:
         """The warm snapshot, current as of `versions` (read in this transaction)."""
         known = self._pending or self.versions
@@ -119,6 +129,7 @@ class WarmCapacity:
             self._refresh_details(states_read)
             self._refresh_mix(session)
         self._pending = versions
+        session.info[_CAUGHT_UP] = True
         assert self.snapshot is not None
         return self.snapshot
 
@@ -146,6 +157,12 @@ class WarmCapacity:
         found = read_uses(session, host_ids)
         for host_id in host_ids:
             self._set_uses(host_id, found.get(host_id, []))
+
+    def took(self, session: Session, host_ids: list[str]) -> None:
+        """This transaction wrote allocations on these hosts (flushed): memory takes their
+        usage from the database, when memory follows this transaction."""
+        if self._pending is not None:
+            self.resync(session, host_ids)
 
     def taken(self, host_id: str, use: Use) -> None:
         """An allocation this transaction wrote."""
@@ -267,6 +284,7 @@ def _ended(session: Session, transaction: Any) -> None:
     if transaction.parent is not None or _HELD not in session.info:
         return
     state = session.info.pop(_HELD)
+    session.info.pop(_CAUGHT_UP, None)
     state._end(bool(session.info.pop(_COMMITTED, False)))
 
 

@@ -1,0 +1,202 @@
+"""Submits entered in groups (gpuflow/services/group_entry.py, control/admission.py
+`GroupCommit`): a group leaves the rows and verdicts that the same submits entered one at a time
+leave, on SQLite and PostgreSQL, with the warm state equal to the database afterwards; one bad
+submit fails alone; concurrent submits share transactions."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlmodel import Session, select
+
+from gpuflow.control.admission import GroupCommit, enter_all_at_submit, enter_at_submit
+from gpuflow.services import group_entry
+from gpuflow.services.fleets import apply_fleet
+from gpuflow.services.group_entry import Submitted
+from gpuflow.services.queues import apply_queue
+from gpuflow.specs import FleetSpec, JobSpec, QueueSpec
+from gpuflow.store.db import Store
+from gpuflow.store.tables import AllocationRow, JobEventRow, JobRow, QueueEntryRow
+from gpuflow.workflows.queue_models import QueueVerdict
+from tests.unit.store.test_warm import _look, _memory_checked
+
+FLEET = {
+    "type": "fleet",
+    "name": "sim",
+    "kind": "sim",
+    "scorer": "binpack",  # a scorer without the learned mix: one-at-a-time is the exact oracle
+    "hosts": [
+        {"name": "a1", "cpus": 16, "gpus": [{"name": "A100", "memory": "80GB", "count": 4}]},
+        {"name": "a2", "cpus": 16, "gpus": [{"name": "A100", "memory": "80GB", "count": 2}]},
+        {"name": "h1", "cpus": 8, "gpus": [{"name": "H100", "memory": "80GB", "count": 2}]},
+    ],
+}
+
+ASKS = st.fixed_dictionaries(
+    {
+        "gpu": st.sampled_from(["A100:1", "A100:2", "H100:1", "1", "2", "4", "0.5", "A100:8"]),
+        "nodes": st.sampled_from([1, 1, 1, 2]),
+        "queue": st.sampled_from(["default", "default", "default", "capped"]),
+        "may_wait": st.booleans(),
+    }
+)
+
+
+def _prepared(store: Store) -> Store:
+    apply_fleet(store, FleetSpec.model_validate(FLEET))
+    apply_queue(store, QueueSpec(name="capped", gpus=2))
+    return store
+
+
+def _jobs(asks: list[dict[str, Any]]) -> list[Submitted]:
+    jobs = []
+    for k, ask in enumerate(asks):
+        spec = JobSpec.model_validate(
+            {
+                "name": f"j{k}",
+                "commands": ["true"],
+                "nodes": 1 if "." in ask["gpu"] else ask["nodes"],
+                "queue": ask["queue"],
+                "resources": {"gpu": ask["gpu"]},
+                **({"retry": {"on_events": ["no-capacity"]}} if ask["may_wait"] else {}),
+            }
+        )
+        jobs.append(Submitted(f"job-{k}", "run-1", spec))
+    return jobs
+
+
+def _rows(store: Store) -> dict[str, list[tuple[Any, ...]]]:
+    """What the submits wrote, without ids and clocks."""
+    with store.read() as session:
+        jobs = session.exec(select(JobRow)).all()
+        events = session.exec(select(JobEventRow)).all()
+        entries = session.exec(select(QueueEntryRow)).all()
+        allocations = session.exec(select(AllocationRow)).all()
+        return {
+            "jobs": sorted(
+                (
+                    *(j.id, j.name, j.status, j.message, j.fleet, j.hosts, j.gpus, j.attempt),
+                    *(j.termination_reason, j.waiting_for_capacity, repr(j.spec)),
+                )
+                for j in jobs
+            ),
+            "events": sorted((e.job_id, e.key, e.kind, e.message) for e in events),
+            "entries": sorted(
+                (
+                    *(e.job_id, e.attempt, e.name, e.queue, e.state, e.priority, e.preemptible),
+                    *(e.may_wait, repr(e.spec), e.fleets, e.max_duration_s, e.position),
+                    *(e.reason, e.detail, e.admitted_at is None),
+                )
+                for e in entries
+            ),
+            "allocations": sorted(
+                (
+                    *(a.job_id, a.attempt, a.rank, a.fleet, a.host_id, a.gpu_indices),
+                    *(a.gpu_fraction, a.blocks, a.cpus, a.memory_mib, a.disk_mib, repr(a.node)),
+                    *(a.score, a.scorer),
+                )
+                for a in allocations
+            ),
+        }
+
+
+@pytest.fixture
+def checked() -> Iterator[list[int]]:
+    with _memory_checked() as checks:
+        yield checks
+
+
+def _one_at_a_time(tmp: Path, jobs: list[Submitted], known: int | None) -> tuple[Any, Any]:
+    store = _prepared(Store(f"sqlite:///{tmp / 'oracle.db'}").init())
+    try:
+        if known is not None:  # a submit retried: its job entered already
+            enter_at_submit(store, job_id=jobs[known].job_id, run_id="run-1", spec=jobs[known].spec)
+        verdicts = [
+            enter_at_submit(store, job_id=job.job_id, run_id=job.run_id, spec=job.spec)
+            for job in jobs
+        ]
+        return verdicts, _rows(store)
+    finally:
+        store.dispose()
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(asks=st.lists(ASKS, min_size=1, max_size=12), known=st.none() | st.integers(0, 11))
+def test_a_group_writes_what_one_at_a_time_writes(
+    tmp_path_factory: pytest.TempPathFactory, asks: list[dict[str, Any]], known: int | None
+) -> None:
+    tmp = tmp_path_factory.mktemp("group")
+    known = None if known is None or known >= len(asks) else known
+    jobs = _jobs(asks)
+    expected_verdicts, expected_rows = _one_at_a_time(tmp, jobs, known)
+    store = _prepared(Store(f"sqlite:///{tmp / 'group.db'}").init())
+    try:
+        if known is not None:
+            enter_at_submit(store, job_id=jobs[known].job_id, run_id="run-1", spec=jobs[known].spec)
+        with _memory_checked() as checks:
+            found = enter_all_at_submit(store, jobs)
+            _look(store)
+        assert checks[0] >= 1
+        assert found == expected_verdicts
+        assert _rows(store) == expected_rows
+    finally:
+        store.dispose()
+
+
+def test_a_group_on_both_databases(store: Store, tmp_path: Path, checked: list[int]) -> None:
+    asks = [
+        {"gpu": gpu, "nodes": 1, "queue": "default", "may_wait": False}
+        for gpu in ["A100:2", "0.5", "H100:1", "A100:8", "1", "2", "H100:2", "0.5"]
+    ]
+    jobs = _jobs(asks)
+    expected_verdicts, expected_rows = _one_at_a_time(tmp_path, jobs, None)
+    _prepared(store)
+    found = enter_all_at_submit(store, jobs)
+    _look(store)
+    assert found == expected_verdicts
+    assert any(isinstance(v, QueueVerdict) and v.placement for v in found)
+    assert any(isinstance(v, QueueVerdict) and v.refused for v in found)  # A100:8 fits nowhere
+    assert _rows(store) == expected_rows
+    assert checked[0] >= 2
+
+
+def test_one_bad_submit_fails_alone(sqlite_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    _prepared(sqlite_store)
+    good = _jobs([{"gpu": "1", "nodes": 1, "queue": "default", "may_wait": True}] * 3)
+    bad = Submitted("job-bad", "run-1", good[0].spec.model_copy(update={"queue": "capped"}))
+    entered = group_entry.enter_at_submit_in
+
+    def enter(session: Session, **fields: Any) -> QueueVerdict:
+        if fields["job_id"] == bad.job_id:
+            raise RuntimeError("this submit's own error")
+        return entered(session, **fields)
+
+    monkeypatch.setattr(group_entry, "enter_at_submit_in", enter)
+    found = enter_all_at_submit(sqlite_store, [good[0], bad, good[1], good[2]])
+    assert isinstance(found[1], Exception)
+    assert all(isinstance(v, QueueVerdict) and v.placement for v in found[::2] + found[3:])
+    with sqlite_store.read() as session:
+        ids = {row.id for row in session.exec(select(JobRow))}
+    assert ids == {"job-0", "job-1", "job-2"}
+
+
+def test_concurrent_submits_share_transactions(sqlite_store: Store) -> None:
+    _prepared(sqlite_store)
+    jobs = _jobs([{"gpu": "0.5", "nodes": 1, "queue": "default", "may_wait": True}] * 20)
+    entries = GroupCommit(sqlite_store)
+
+    async def submit_all() -> list[QueueVerdict]:
+        return await asyncio.gather(*(entries.enter(job) for job in jobs))
+
+    found = asyncio.run(submit_all())
+    assert all(v.placement is not None for v in found[:16])  # 8 GPUs, halves
+    assert all(v.placement is None and v.refused is None for v in found[16:])  # they wait
+    assert entries.groups < len(jobs) // 2
