@@ -55,13 +55,13 @@ for path in (ROOT, ROOT / "benchmarks"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from fleet_scale import (  # noqa: E402
+from fleet_db import (  # noqa: E402
     _TRACE_DIRS,
     POSTGRESQL,
-    _record,
     fleet_spec,
     fresh_database,
     over_allocations,
+    record_of,
 )
 from placement import Pod, arrivals, job_of, load_nodes, load_pods  # noqa: E402
 
@@ -172,7 +172,7 @@ class Bench:
 
     async def release_one(self) -> None:
         job_id = self.rng.choice(sorted(self.running))
-        record = _record(
+        record = record_of(
             job_id, self.asks[job_id][1], JobStatus.DONE, reason=TerminationReason.DONE
         )
         await self.control.release_job(ReleaseInput(job_id=job_id, record=record))

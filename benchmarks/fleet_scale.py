@@ -11,16 +11,21 @@ Protocol, per database (`--db sqlite,postgresql`; PostgreSQL gets a database of 
 server of `--postgresql URL`, dropped at the end):
 
 - Arrivals are the openb `default` pods in placement.py's seeded order (`arrivals`, seed 42),
-  as gpuflow jobs (`job_of`), placed one at a time until the arrived demand (GPUs asked by jobs
-  that arrived and were not released) reaches 100% of the fleet's GPUs.
+  as gpuflow jobs (`job_of`), until the arrived demand (GPUs asked by jobs that arrived and were
+  not released) reaches 100% of the fleet's GPUs. They are submitted `--in-flight` at a time
+  (default 32, what one client keeps in flight: LANES x IN_FLIGHT in gpuflow/client/api.py),
+  through the API's group commit (`GroupCommit`), so the submits of a group share placement
+  transactions as concurrent submits do in the product; `--in-flight 1` submits one at a time.
 - Every tenth job is released at a random moment, if it was placed: before an arrival drawn
-  uniformly (seeded) between its own and the last of the sequence (if the run goes that far).
+  uniformly (seeded) between its own and the last of the sequence (if the run goes that far),
+  moved to the start of the group that arrival is in (`grouped_releases`).
 - `unallocated_pct_at_100`: the fleet's GPUs not held when the arrived demand reaches 100%;
   `pure_unallocated_pct_at_100`: the same for the pure function (`gpuflow.scheduler.place` on
   an in-memory snapshot, the mix learned as benchmarks/placement.py learns it) on the same
   arrivals and releases.
-- `placements_per_s`: placements over the time spent in placement transactions (submits'
-  entries with the workflow's read, and passes); p50/p99 are per transaction.
+- `placements_per_s`: placements over the time spent placing (groups of submits, each with its
+  workflow's read of the verdict, and passes); p50/p99 are per submit, from its call to its
+  workflow's verdict (a submit waits for the group it is in).
 - `cold`: `--cold` more arrivals through the cold path (`warm=False`: the whole fleet read in
   each placement transaction, as before #10), on the final state.
 - `two_workers`: two processes, each a control worker with its own engine, place the same
@@ -29,6 +34,7 @@ server of `--postgresql URL`, dropped at the end):
   hosts' CPUs or memory) held beyond capacity in the database afterwards.
 
     python benchmarks/fleet_scale.py --json out.json
+    python benchmarks/fleet_scale.py --in-flight 1 --json one-at-a-time.json
     python benchmarks/fleet_scale.py --db sqlite --hosts 300 --no-two-workers
 """
 
@@ -38,15 +44,10 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import random
 import statistics
 import sys
-import tempfile
 import time
-import uuid
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -56,114 +57,41 @@ for path in (ROOT, ROOT / "benchmarks"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+from fleet_db import (  # noqa: E402
+    _TRACE_DIRS,
+    POSTGRESQL,
+    fleet_spec,
+    fresh_database,
+    over_allocations,
+    record_of,
+)
+from fleet_plan import grouped_releases, pure_run, release_plan  # noqa: E402
 from placement import (  # noqa: E402
-    GPU_MEMORY_MIB,
-    Node,
     Pod,
     arrivals,
     job_of,
     load_nodes,
     load_pods,
-    snapshot_of,
 )
 
+from gpuflow.client.api import IN_FLIGHT, LANES  # noqa: E402
 from gpuflow.control.activities import ControlActivities  # noqa: E402
-from gpuflow.control.admission import AdmissionActivities, enter_at_submit  # noqa: E402
-from gpuflow.scheduler import apply_placement, place, release_placement  # noqa: E402
-from gpuflow.scheduler.mix import LearnedMix, MixLearner, half_life, kind_of  # noqa: E402
-from gpuflow.scheduler.model import Placement  # noqa: E402
+from gpuflow.control.admission import (  # noqa: E402
+    AdmissionActivities,
+    GroupCommit,
+)
 from gpuflow.services.fleets import apply_fleet  # noqa: E402
+from gpuflow.services.group_entry import Submitted  # noqa: E402
 from gpuflow.specs import FleetSpec  # noqa: E402
 from gpuflow.status import JobStatus, TerminationReason  # noqa: E402
 from gpuflow.store.db import Store  # noqa: E402
-from gpuflow.store.tables import AllocationRow, HostRow  # noqa: E402
-from gpuflow.workflows.models import JobStatusInput, ReleaseInput  # noqa: E402
-from gpuflow.workflows.queue_models import AdmissionState, EnqueueInput, PassInput  # noqa: E402
-
-_TRACE_DIRS = (ROOT.parent / "shared/data/openb", Path("/work/shared/data/openb"))
-POSTGRESQL = "postgresql://postgres@127.0.0.1:5432/test"
-RELEASE_EVERY = 10
-EPSILON = 1e-6
-
-
-def fleet_spec(nodes: list[Node]) -> FleetSpec:
-    return FleetSpec.model_validate(
-        {
-            "type": "fleet",
-            "name": "openb",
-            "kind": "sim",
-            "hosts": [
-                {
-                    "name": node.name,
-                    "cpus": node.cpu_milli // 1000,
-                    "memory": f"{node.memory_mib}MB",
-                    "gpus": [
-                        {
-                            "name": node.model,
-                            "memory": f"{GPU_MEMORY_MIB.get(node.model, 32768)}MB",
-                            "count": node.gpus,
-                        }
-                    ],
-                }
-                for node in nodes
-            ],
-        }
-    )
-
-
-def release_plan(sequence: list[Pod], seed: int) -> dict[int, int]:
-    """Every tenth arrival, if placed, is released before a later arrival drawn at random:
-    arrival index -> the arrival index it is released before. The pure function and the
-    product follow the same plan."""
-    rng = random.Random(seed)
-    return {
-        i: rng.randint(i + 1, len(sequence))
-        for i in range(RELEASE_EVERY - 1, len(sequence), RELEASE_EVERY)
-    }
-
-
-def pure_run(
-    nodes: list[Node], sequence: list[Pod], releases: dict[int, int], capacity: int
-) -> tuple[float, int]:
-    """Unallocated % at 100% arrived demand for the pure function, and arrivals it took."""
-    snapshot = snapshot_of(nodes, "fragmentation", [])
-    fleet = snapshot.fleets[0]
-    learner = MixLearner(half_life(capacity // 1000))
-    in_use: LearnedMix | None = None
-    due: dict[int, list[tuple[Pod, Placement]]] = defaultdict(list)
-    arrived = held = 0
-    for i, pod in enumerate(sequence):
-        for gone, placement in due.pop(i, []):
-            release_placement(snapshot, placement)
-            arrived -= gone.gpu_milli_total
-            held -= gone.gpu_milli_total
-        job = job_of(pod)
-        learner.observe(*kind_of(job))
-        fresh = learner.refreshed(in_use)
-        if fresh is not None:
-            in_use, fleet.workload = fresh, list(fresh.requests)
-        result = place(job, snapshot)
-        arrived += pod.gpu_milli_total
-        if isinstance(result, Placement):
-            apply_placement(snapshot, result)
-            held += pod.gpu_milli_total
-            if i in releases:
-                due[releases[i]].append((pod, result))
-        if arrived >= capacity:
-            return 100 - held / capacity * 100, i + 1
-    return 100 - held / capacity * 100, len(sequence)
-
-
-def _record(job_id: str, job: Any, status: JobStatus, **fields: Any) -> JobStatusInput:
-    return JobStatusInput(
-        job_id=job_id,
-        name=job.name,
-        status=status,
-        attempt=1,
-        event_key=f"1:{status.value}:{fields.get('reason') or ''}",
-        at=datetime.now(UTC),
-        **fields,
-    )
+from gpuflow.workflows.models import ReleaseInput  # noqa: E402
+from gpuflow.workflows.queue_models import (  # noqa: E402
+    AdmissionState,
+    EnqueueInput,
+    PassInput,
+    QueueVerdict,
+)
 
 
 async def product_run(
@@ -173,26 +101,30 @@ async def product_run(
     capacity: int,
     *,
     tag: str,
+    in_flight: int = 1,
     mine: range | None = None,
     warm: bool = True,
 ) -> dict[str, Any]:
     """Place `sequence` (only the arrivals in `mine`, when given) as the product does, releasing
-    as `releases` says, until the arrived demand reaches `capacity`. Per arrival: the submit's
-    entry into the queue (`enter_at_submit`, the API's placement transaction, which admits a job
-    at once when nobody waits), then the workflow's first step (`enqueue_job`, which reads what
-    became of the entry). A job that waits is decided by the admission loop's next pass
-    (`admission_pass`), run here when the loop would be woken: after the entry and after each
-    release. Only Temporal is left out."""
+    as `releases` says, until the arrived demand reaches `capacity`. Arrivals come in groups of
+    `in_flight` submits at once (releases fall between groups: `grouped_releases`). Per arrival:
+    the submit's entry into the queue through the API's group commit (`GroupCommit`: one
+    placement transaction for the submits that arrive together, which admits a job at once when
+    nobody waits), then the workflow's first step (`enqueue_job`, which reads what became of the
+    entry). A job that waits is decided by the admission loop's next pass (`admission_pass`), run
+    here when the loop would be woken: after a group and after each release. Only Temporal is
+    left out."""
     control = ControlActivities(store, warm=warm)
     admission = AdmissionActivities(store, warm=warm)
+    entries = GroupCommit(store, warm=warm)
     state = AdmissionState()
-    takes: list[float] = []  # each placement transaction: a submit's entry, or a pass
+    busy: list[float] = []  # placement work: each group of submits, each pass
+    latencies: list[float] = []  # each submit, from its call to its workflow's verdict
     gives: list[float] = []
     due: dict[int, list[tuple[str, Pod]]] = defaultdict(list)
     pods: dict[str, tuple[int, Pod]] = {}
     waiting: set[str] = set()
-    arrived = held = unschedulable = placements = 0
-    unallocated = None
+    arrived = held = unschedulable = placements = passes = 0
 
     def placed(job_id: str) -> None:
         nonlocal held, placements
@@ -203,10 +135,11 @@ async def product_run(
             due[releases[i]].append((job_id, pod))
 
     async def admission_pass() -> None:
-        nonlocal unschedulable
+        nonlocal unschedulable, passes
         begun = time.perf_counter()
         result = await admission.admission_pass(PassInput(reservation=state.reservation))
-        takes.append(time.perf_counter() - begun)
+        busy.append(time.perf_counter() - begun)
+        passes += 1
         state.reservation = result.reservation
         for job in result.admitted:
             waiting.discard(job.job_id)
@@ -215,11 +148,23 @@ async def product_run(
             waiting.discard(job.job_id)
             unschedulable += 1
 
+    async def submit(i: int, pod: Pod) -> QueueVerdict:
+        job, job_id = job_of(pod), f"job-{tag}-{i}"
+        pods[job_id] = (i, pod)
+        begun = time.perf_counter()
+        verdict = await entries.enter(Submitted(job_id, tag, job))
+        ask = EnqueueInput(
+            job_id=job_id, attempt=1, spec=job, submitted_at=datetime.now(UTC), may_wait=False
+        )
+        await admission.enqueue_job(ask)
+        latencies.append(time.perf_counter() - begun)
+        return verdict
+
     started = time.perf_counter()
-    for i, pod in enumerate(sequence):
+    for first in range(0, len(sequence), in_flight):
         released = False
-        for job_id, gone in due.pop(i, []):
-            ended = _record(job_id, job_of(gone), JobStatus.DONE, reason=TerminationReason.DONE)
+        for job_id, gone in due.pop(first, []):
+            ended = record_of(job_id, job_of(gone), JobStatus.DONE, reason=TerminationReason.DONE)
             begun = time.perf_counter()
             await control.release_job(ReleaseInput(job_id=job_id, record=ended))
             gives.append(time.perf_counter() - begun)
@@ -228,42 +173,33 @@ async def product_run(
             released = True
         if released and waiting:
             await admission_pass()
-        arrived += pod.gpu_milli_total
-        if mine is not None and i not in mine:
-            continue
-        job, job_id = job_of(pod), f"job-{tag}-{i}"
-        pods[job_id] = (i, pod)
+        group = range(first, min(first + in_flight, len(sequence)))
+        arrived += sum(sequence[i].gpu_milli_total for i in group)
+        ours = [i for i in group if mine is None or i in mine]
         begun = time.perf_counter()
-        verdict = enter_at_submit(store, job_id=job_id, run_id=tag, spec=job, warm=warm)
-        ask = EnqueueInput(
-            job_id=job_id, attempt=1, spec=job, submitted_at=datetime.now(UTC), may_wait=False
-        )
-        await admission.enqueue_job(ask)
-        takes.append(time.perf_counter() - begun)
-        if verdict.placement is not None:
-            placed(job_id)
-        elif verdict.refused is not None:
-            unschedulable += 1
-        else:
-            waiting.add(job_id)
+        verdicts = await asyncio.gather(*(submit(i, sequence[i]) for i in ours))
+        busy.append(time.perf_counter() - begun)
+        for i, verdict in zip(ours, verdicts, strict=True):
+            if verdict.placement is not None:
+                placed(f"job-{tag}-{i}")
+            elif verdict.refused is not None:
+                unschedulable += 1
+            else:
+                waiting.add(f"job-{tag}-{i}")
+        if waiting:
             await admission_pass()
-        if arrived >= capacity and unallocated is None:
-            unallocated = 100 - held / capacity * 100
-            if mine is None:
-                break
     return {
         "placements": placements,
-        "placements_per_s": placements / sum(takes),
-        "transactions": len(takes),
+        "placements_per_s": placements / sum(busy),
+        "in_flight": in_flight,
+        "transactions": entries.groups + passes,
         "wall_s": time.perf_counter() - started,
-        **_ms("", takes),
+        **_ms("", latencies),
         **_ms("release_", gives),
         "unschedulable": unschedulable,
-        # A run cut short (--arrivals) reports where it stopped.
-        "unallocated_pct_at_100": 100 - held / capacity * 100
-        if unallocated is None
-        else unallocated,
-        "reached_100": unallocated is not None,
+        # the sequence ends where the arrived demand reaches 100% (or where --arrivals cut it)
+        "unallocated_pct_at_100": 100 - held / capacity * 100,
+        "reached_100": arrived >= capacity,
         "held_job_ids": [job_id for jobs in due.values() for job_id, _ in jobs],
     }
 
@@ -276,76 +212,43 @@ def _ms(prefix: str, values: list[float]) -> dict[str, float]:
     return {f"{prefix}p50_ms": statistics.median(ordered) * 1000, f"{prefix}p99_ms": p99 * 1000}
 
 
-@contextmanager
-def fresh_database(kind: str, postgresql: str) -> Iterator[str]:
-    """The URL of an empty database of this kind, removed afterwards."""
-    if kind == "sqlite":
-        with tempfile.TemporaryDirectory() as home:
-            yield f"sqlite:///{Path(home) / 'gpuflow.db'}"
-        return
-    import psycopg
-
-    name = f"fleet_scale_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(postgresql, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{postgresql.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with psycopg.connect(postgresql, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def over_allocations(store: Store) -> int:
-    """GPUs held beyond one whole GPU, and hosts whose CPUs or memory are held beyond theirs."""
-    with store.read() as session:
-        rows = session.connection().execute(
-            AllocationRow.__table__.select()  # type: ignore[attr-defined]
-        )
-        gpus: dict[tuple[str, int], float] = defaultdict(float)
-        cpus: dict[str, float] = defaultdict(float)
-        memory: dict[str, int] = defaultdict(int)
-        for row in rows.mappings():
-            for index in row["gpu_indices"]:
-                gpus[row["host_id"], index] += row["gpu_fraction"] or 1.0
-            cpus[row["host_id"]] += row["cpus"]
-            memory[row["host_id"]] += row["memory_mib"]
-        hosts = {
-            host.id: host
-            for host in session.connection().execute(
-                HostRow.__table__.select()  # type: ignore[attr-defined]
-            )
-        }
-    over = sum(used > 1 + EPSILON for used in gpus.values())
-    over += sum(cpus[h] > hosts[h].cpus + EPSILON for h in cpus)
-    return over + sum(memory[h] > hosts[h].memory_mib for h in memory)
-
-
 def _worker(
     url: str,
     k: int,
     sequence: list[Pod],
     releases: dict[int, int],
     capacity: int,
+    in_flight: int,
     start: Any,
     out: Any,
 ) -> None:
     store = Store(url)
     start.wait()
     mine = range(k, len(sequence), 2)
-    result = asyncio.run(product_run(store, sequence, releases, capacity, tag=f"w{k}", mine=mine))
+    run = product_run(
+        store, sequence, releases, capacity, tag=f"w{k}", in_flight=in_flight, mine=mine
+    )
+    result = asyncio.run(run)
     out.put(result)
     store.dispose()
 
 
 def two_workers(
-    url: str, spec: FleetSpec, sequence: list[Pod], releases: dict[int, int], capacity: int
+    url: str,
+    spec: FleetSpec,
+    sequence: list[Pod],
+    releases: dict[int, int],
+    capacity: int,
+    in_flight: int,
 ) -> dict[str, Any]:
     store = Store(url).init()
     apply_fleet(store, spec)
     context = multiprocessing.get_context("spawn")
     start, out = context.Barrier(3), context.Queue()
     workers = [
-        context.Process(target=_worker, args=(url, k, sequence, releases, capacity, start, out))
+        context.Process(
+            target=_worker, args=(url, k, sequence, releases, capacity, in_flight, start, out)
+        )
         for k in range(2)
     ]
     for worker in workers:
@@ -376,7 +279,8 @@ def one_database(
     store = Store(url).init()
     try:
         apply_fleet(store, spec)
-        result = asyncio.run(product_run(store, sequence, releases, capacity, tag="one"))
+        run = product_run(store, sequence, releases, capacity, tag="one", in_flight=args.in_flight)
+        result = asyncio.run(run)
         result["over_allocations"] = over_allocations(store)
         if args.cold:
             tail = args.after[: args.cold]  # arrivals past the run's
@@ -398,6 +302,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--arrivals", type=int, default=None, help="stop after N (quick runs)")
     parser.add_argument("--only-two-workers", action="store_true", help="skip the single runs")
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=LANES * IN_FLIGHT,
+        help="submits at once (default: what one client keeps in flight; 1: one at a time)",
+    )
     parser.add_argument("--cold", type=int, default=20, help="cold-path placements at the end")
     parser.add_argument("--no-two-workers", dest="two_workers", action="store_false")
     parser.add_argument("--trace-dir", type=Path, default=None)
@@ -406,13 +316,15 @@ def main(argv: list[str] | None = None) -> int:
     kinds = [kind.strip() for kind in args.db.split(",") if kind.strip()]
     if not kinds or set(kinds) - {"sqlite", "postgresql"}:
         parser.error(f"--db: sqlite and/or postgresql, got {args.db!r}")
+    if args.in_flight < 1:
+        parser.error(f"--in-flight: at least 1, got {args.in_flight}")
     trace_dir = args.trace_dir or next((d for d in _TRACE_DIRS if d.exists()), _TRACE_DIRS[0])
     nodes = load_nodes(trace_dir / "openb_node_list_gpu_node.csv")[: args.hosts]
     spec = fleet_spec(nodes)
     args.capacity = capacity = sum(node.gpus for node in nodes) * 1000
     pods = load_pods(trace_dir / "openb_pod_list_default.csv")
     sequence = arrivals(pods, capacity, args.seed)
-    releases = release_plan(sequence, args.seed)
+    releases = grouped_releases(release_plan(sequence, args.seed), args.in_flight)
     pure, taken = pure_run(nodes, sequence[: args.arrivals], releases, capacity)
     taken = min(taken, args.arrivals or taken)
     sequence, args.after = sequence[:taken], sequence[taken:] or sequence
@@ -427,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         with fresh_database(kind, args.postgresql) as url:
             results["two_workers"] = {
                 "database": kind,
-                **two_workers(url, spec, sequence, releases, capacity),
+                **two_workers(url, spec, sequence, releases, capacity, args.in_flight),
             }
         r = results["two_workers"]
         print(
