@@ -55,46 +55,25 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from temporalio import activity, workflow
 
 if TYPE_CHECKING:
     from gpuflow.control.embedded import DevServer
 
-# Temporal's sandbox re-runs this module for every baseline workflow, and imports afresh the
-# benchmark's modules below: keep their top level to stdlib and temporalio, import the rest
-# inside functions, and touch sys.path only outside.
-if not workflow.unsafe.in_sandbox():
-    ROOT = Path(__file__).resolve().parent.parent
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
+# The baseline workflow lives alone in throughput_baseline.py: Temporal's sandbox re-runs its
+# module for every baseline workflow, and nothing of this one.
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-from benchmarks.throughput_figures import GPUS_PER_HOST, CpuMeter, Figures, Phase, render
-from benchmarks.throughput_load import as_utc, measure_jobs, run_alone, run_burst, run_paced
+from benchmarks.throughput_baseline import BenchBaselineWorkflow, bench_noop  # noqa: E402
+from benchmarks.throughput_figures import GPUS_PER_HOST, CpuMeter, Figures, Phase, render  # noqa: E402
+from benchmarks.throughput_load import as_utc, measure_jobs, run_alone, run_burst, run_paced  # noqa: E402
 
 _SERVERS: list[DevServer] = []
 """Dev servers this run started, for the last-resort stop on a second interrupt."""
-
-
-# ---- the baseline: one workflow, one trivial activity -------------------------------------
-
-
-@activity.defn(name="bench_noop")
-async def bench_noop(value: int) -> int:
-    return value
-
-
-@workflow.defn(name="BenchBaselineWorkflow")
-class BenchBaselineWorkflow:
-    @workflow.run
-    async def run(self, value: int) -> datetime:
-        await workflow.execute_activity(
-            bench_noop, value, start_to_close_timeout=timedelta(seconds=60)
-        )
-        return workflow.now()  # the task that saw the activity's result: the job's `running`
 
 
 # ---- measuring ----------------------------------------------------------------------------
