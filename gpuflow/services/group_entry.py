@@ -2,13 +2,15 @@
 `GroupCommit`), with the rows each would write alone.
 
 The submits of a group are entered in order. The longest prefix of it that a pass over each job
-alone admits at once (a new job, nothing waiting, a queue without quota limit or cohort, an
-option that fits) is decided on the warm snapshot as the scheduler's pure function decides a
-stream of jobs: each placement applied to the snapshot in memory before the next is placed, and
-all of them written with one flush, one read of the hosts they took, and one count of the
-change. The rest of the group goes through `enter_at_submit_in`, one job after the other, as a
-submit alone does. `tests/unit/store/test_group_entry.py` checks that a group leaves the rows
-that the same jobs entered one at a time leave.
+alone decides at once (a new job, nothing waiting, a queue without quota limit or cohort; an
+option that fits, or none and the job may not wait and nothing could be preempted for it) is
+decided on the warm snapshot as the scheduler's pure function decides a stream of jobs: each
+placement applied to the snapshot in memory before the next job is placed, and all of them
+written with one flush, one read of the hosts they took, and one count of the change. The rest
+of the group goes through `enter_at_submit_in`, one job after the other, as a submit alone
+does. The fleets' mix is the one read at the group's start. `tests/unit/store/
+test_group_entry.py` checks that a group leaves the rows and verdicts that the same jobs
+entered one at a time leave (on a scorer without the mix).
 """
 
 from __future__ import annotations
@@ -21,12 +23,18 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
 from gpuflow.scheduler import apply_placement, place
-from gpuflow.scheduler.model import Placement
-from gpuflow.services.admission import ADMITTED, WAITING, snapshot_in
+from gpuflow.scheduler.admission import NO_CAPACITY
+from gpuflow.scheduler.model import Placement, Unschedulable
+from gpuflow.services.admission import ADMITTED, REFUSED, WAITING, no_fit_lines, snapshot_in
 from gpuflow.services.capacity import allocation_rows
 from gpuflow.services.changes import bump
 from gpuflow.services.jobs import gpu_summary
-from gpuflow.services.queue_entries import decided_alone, enter_at_submit_in, submitted_key
+from gpuflow.services.queue_entries import (
+    decided_alone,
+    enter_at_submit_in,
+    submitted_key,
+    victims_possible,
+)
 from gpuflow.services.queues import queues_in
 from gpuflow.services.warm import warm_capacity
 from gpuflow.specs.job import JobSpec
@@ -45,6 +53,10 @@ class Submitted:
     job_id: str
     run_id: str
     spec: JobSpec
+
+
+Decided = tuple[Submitted, datetime, Placement | list[str]]
+"""A job of the group's prefix, when it entered, and its placement or why it was refused."""
 
 
 def enter_group_in(
@@ -75,44 +87,80 @@ def _admitted_at_once(
         return []
     queues = {queue.name: queue for queue in queues_in(session)}
     snapshot = None
-    admitted: list[tuple[Submitted, datetime, Placement]] = []
+    decided: list[Decided] = []
     for job in jobs:
         if job.job_id in stop or not decided_alone(queues.get(job.spec.queue)):
             break
         at = datetime.now(UTC)
         snapshot = snapshot or snapshot_in(session, warm)
-        tries = (place(option, snapshot) for option in job.spec.resource_options())
-        found = next((p for p in tries if isinstance(p, Placement)), None)
-        if found is None:
-            break  # refused or waiting: as a submit alone decides it
-        apply_placement(snapshot, found)
-        admitted.append((job, at, found))
-    if admitted:
-        _write(session, admitted)
-    return [QueueVerdict(placement=placement) for _, _, placement in admitted]
+        tries: list[tuple[JobSpec, Placement | Unschedulable]] = []
+        for option in job.spec.resource_options():
+            tries.append((option, place(option, snapshot)))
+            if isinstance(tries[-1][1], Placement):
+                break
+        found = tries[-1][1]
+        if isinstance(found, Placement):
+            apply_placement(snapshot, found)
+            decided.append((job, at, found))
+        elif job.spec.may_wait or _victims_possible(session, job.spec, decided):
+            break  # it waits, or a full pass decides: as a submit alone does
+        else:
+            decided.append((job, at, no_fit_lines(tries)))
+    if decided:
+        _write(session, decided)
+    return [
+        QueueVerdict(placement=outcome)
+        if isinstance(outcome, Placement)
+        else QueueVerdict(refused=outcome)
+        for _, _, outcome in decided
+    ]
 
 
-def _write(session: Session, admitted: list[tuple[Submitted, datetime, Placement]]) -> None:
-    """The rows `enter_at_submit_in` writes for a job it admits: the job (provisioning, on its
-    placement), its `submitted` and `admitted` records, its admitted entry, its allocation;
-    then the warm state takes the database's usage of the hosts they took."""
+def _victims_possible(session: Session, spec: JobSpec, decided: list[Decided]) -> bool:
+    """Whether a running job of the job's queue, or one admitted earlier in the group, could
+    be preempted for it."""
+    if any(
+        isinstance(outcome, Placement)
+        and job.spec.queue == spec.queue
+        and job.spec.preemptible
+        and job.spec.priority < spec.priority
+        for job, _, outcome in decided
+    ):
+        return True
+    return victims_possible(session, spec.queue, spec.priority)
+
+
+def _write(session: Session, decided: list[Decided]) -> None:
+    """The rows `enter_at_submit_in` writes for a job it decides alone: the job, its
+    `submitted` record and its entry; for one admitted, on its placement (provisioning), its
+    `admitted` record and its allocation; for one refused, the entry says why. Then the warm
+    state takes the database's usage of the hosts taken."""
     now = datetime.now(UTC)
     hosts: set[str] = set()
-    for job, at, placement in admitted:
-        spec, message = job.spec, placed_message(placement)
-        session.add(
-            JobRow(
-                id=job.job_id,
-                name=spec.name,
-                status=JobStatus.PROVISIONING,
-                spec=spec.model_dump(mode="json"),
-                attempt=1,
-                message=message,
-                fleet=placement.fleet,
-                hosts=[node.host_name for node in placement.nodes],
-                gpus=gpu_summary(placement),
-                submitted_at=at,
-            )
+    for job, at, outcome in decided:
+        spec = job.spec
+        job_row = JobRow(
+            id=job.job_id,
+            name=spec.name,
+            status=JobStatus.PENDING,
+            spec=spec.model_dump(mode="json"),
+            attempt=1,
+            message="submitted",
+            submitted_at=at,
+        )
+        entry = QueueEntryRow(
+            job_id=job.job_id,
+            attempt=1,
+            name=spec.name,
+            queue=spec.queue,
+            state=REFUSED,
+            priority=spec.priority,
+            preemptible=spec.preemptible,
+            may_wait=spec.may_wait,
+            spec={},
+            fleets=list(spec.fleets),
+            submitted_at=at,
+            max_duration_s=None if spec.max_duration is None else float(spec.max_duration),
         )
         session.add(
             JobEventRow(
@@ -122,34 +170,29 @@ def _write(session: Session, admitted: list[tuple[Submitted, datetime, Placement
                 message="submitted",
             )
         )
-        session.add(
-            JobEventRow(
-                job_id=job.job_id,
-                key=f"1:admitted:{message[:80]}",
-                kind=JobStatus.PROVISIONING.value,
-                message=message,
+        if isinstance(outcome, Placement):
+            message = placed_message(outcome)
+            job_row.status, job_row.message = JobStatus.PROVISIONING, message
+            job_row.fleet, job_row.gpus = outcome.fleet, gpu_summary(outcome)
+            job_row.hosts = [node.host_name for node in outcome.nodes]
+            entry.state, entry.admitted_at = ADMITTED, now
+            session.add(
+                JobEventRow(
+                    job_id=job.job_id,
+                    key=f"1:admitted:{message[:80]}",
+                    kind=JobStatus.PROVISIONING.value,
+                    message=message,
+                )
             )
-        )
-        session.add(
-            QueueEntryRow(
-                job_id=job.job_id,
-                attempt=1,
-                name=spec.name,
-                queue=spec.queue,
-                state=ADMITTED,
-                priority=spec.priority,
-                preemptible=spec.preemptible,
-                may_wait=spec.may_wait,
-                spec={},
-                fleets=list(spec.fleets),
-                submitted_at=at,
-                admitted_at=now,
-                max_duration_s=None if spec.max_duration is None else float(spec.max_duration),
-            )
-        )
-        session.add_all(allocation_rows(job.job_id, 1, placement))
-        hosts.update(node.host_id for node in placement.nodes)
+            session.add_all(allocation_rows(job.job_id, 1, outcome))
+            hosts.update(node.host_id for node in outcome.nodes)
+        else:
+            entry.reason, entry.detail = NO_CAPACITY, "\n".join(outcome)
+        session.add(job_row)
+        session.add(entry)
     session.flush()
+    if not hosts:
+        return
     state = warm_capacity(session)
     versions = state.hold(session)
     if versions is not None:

@@ -127,21 +127,21 @@ def _decided_alone(
             admit_placement_in(session, entry, found, datetime.now(UTC))
             return QueueVerdict(placement=found)
         tries.append((option, found))
-    if entry.may_wait or _victims_possible(session, entry):
+    if entry.may_wait or victims_possible(session, entry.queue, entry.priority):
         return None
     reasons = no_fit_lines(tries)
     refuse_in(session, entry, NO_CAPACITY, reasons)
     return QueueVerdict(refused=reasons)
 
 
-def _victims_possible(session: Session, entry: QueueEntryRow) -> bool:
-    """Whether a running job of the entry's queue could be preempted for it (preemptible, of
-    a lower priority)."""
+def victims_possible(session: Session, queue: str, priority: int) -> bool:
+    """Whether a running job of this queue could be preempted for a job of this priority
+    (preemptible, of a lower priority)."""
     found = select(QueueEntryRow.job_id).where(
         QueueEntryRow.state == ADMITTED,
-        QueueEntryRow.queue == entry.queue,
+        QueueEntryRow.queue == queue,
         QueueEntryRow.preemptible == True,  # noqa: E712 (a column comparison)
-        QueueEntryRow.priority < entry.priority,
+        QueueEntryRow.priority < priority,
     )
     return session.exec(found.limit(1)).first() is not None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlmodel import Session, select
 
-from gpuflow.control.admission import GroupCommit, enter_all_at_submit, enter_at_submit
+from gpuflow.control.admission import GroupCommit, enter_all_at_submit
 from gpuflow.services import group_entry
 from gpuflow.services.fleets import apply_fleet
 from gpuflow.services.group_entry import Submitted
+from gpuflow.services.queue_entries import enter_at_submit_in
 from gpuflow.services.queues import apply_queue
 from gpuflow.specs import FleetSpec, JobSpec, QueueSpec
 from gpuflow.store.db import Store
@@ -44,6 +46,8 @@ ASKS = st.fixed_dictionaries(
         "nodes": st.sampled_from([1, 1, 1, 2]),
         "queue": st.sampled_from(["default", "default", "default", "capped"]),
         "may_wait": st.booleans(),
+        "priority": st.sampled_from([0, 10]),
+        "preemptible": st.booleans(),
     }
 )
 
@@ -63,6 +67,8 @@ def _jobs(asks: list[dict[str, Any]]) -> list[Submitted]:
                 "commands": ["true"],
                 "nodes": 1 if "." in ask["gpu"] else ask["nodes"],
                 "queue": ask["queue"],
+                "priority": ask.get("priority", 0),
+                "preemptible": ask.get("preemptible", False),
                 "resources": {"gpu": ask["gpu"]},
                 **({"retry": {"on_events": ["no-capacity"]}} if ask["may_wait"] else {}),
             }
@@ -112,16 +118,22 @@ def checked() -> Iterator[list[int]]:
         yield checks
 
 
+def _alone(store: Store, job: Submitted) -> QueueVerdict:
+    """A submit alone, through the per-job path (`enter_at_submit_in`) in a transaction of its
+    own: the oracle, written before groups."""
+    with store.placement_transaction() as session:
+        at = datetime.now(UTC)
+        return enter_at_submit_in(
+            session, job_id=job.job_id, run_id=job.run_id, spec=job.spec, at=at
+        )
+
+
 def _one_at_a_time(tmp: Path, jobs: list[Submitted], known: int | None) -> tuple[Any, Any]:
     store = _prepared(Store(f"sqlite:///{tmp / 'oracle.db'}").init())
     try:
         if known is not None:  # a submit retried: its job entered already
-            enter_at_submit(store, job_id=jobs[known].job_id, run_id="run-1", spec=jobs[known].spec)
-        verdicts = [
-            enter_at_submit(store, job_id=job.job_id, run_id=job.run_id, spec=job.spec)
-            for job in jobs
-        ]
-        return verdicts, _rows(store)
+            _alone(store, jobs[known])
+        return [_alone(store, job) for job in jobs], _rows(store)
     finally:
         store.dispose()
 
@@ -140,7 +152,7 @@ def test_a_group_writes_what_one_at_a_time_writes(
     store = _prepared(Store(f"sqlite:///{tmp / 'group.db'}").init())
     try:
         if known is not None:
-            enter_at_submit(store, job_id=jobs[known].job_id, run_id="run-1", spec=jobs[known].spec)
+            _alone(store, jobs[known])
         with _memory_checked() as checks:
             found = enter_all_at_submit(store, jobs)
             _look(store)
