@@ -32,6 +32,7 @@ from gpuflow.services.jobs import gpu_summary
 from gpuflow.services.queue_entries import (
     decided_alone,
     enter_at_submit_in,
+    enter_new_in,
     submitted_key,
     victims_possible,
 )
@@ -63,25 +64,47 @@ def enter_group_in(
     session: Session, jobs: Sequence[Submitted], *, warm: bool = True
 ) -> list[QueueVerdict]:
     """Each job's verdict, in order, as if each had entered alone, one after the other."""
-    verdicts = _admitted_at_once(session, jobs, warm)
+    rows = _new_rows(session, jobs)
+    verdicts = _decided_at_once(session, jobs, rows, warm)
     for job in jobs[len(verdicts) :]:
         at = datetime.now(UTC)
+        # a job whose row `_new_rows` wrote enters as new; one entered before (or earlier in
+        # this group) learns what became of its entry
+        enter = enter_new_in if rows.pop(job.job_id, None) is not None else enter_at_submit_in
         verdicts.append(
-            enter_at_submit_in(
-                session, job_id=job.job_id, run_id=job.run_id, spec=job.spec, at=at, warm=warm
-            )
+            enter(session, job_id=job.job_id, run_id=job.run_id, spec=job.spec, at=at, warm=warm)
         )
     return verdicts
 
 
-def _admitted_at_once(
-    session: Session, jobs: Sequence[Submitted], warm: bool
-) -> list[QueueVerdict]:
-    """The verdicts of the group's longest prefix that is admitted at once (see the module
-    docstring), its rows written."""
+def _new_rows(session: Session, jobs: Sequence[Submitted]) -> dict[str, JobRow]:
+    """The rows of the group's jobs not entered before, written (pending, `submitted`) before
+    anything is placed, so the fleets' mix counts them as a submit alone counts its own job."""
     ids = [job.job_id for job in jobs]
     known = sa_select(JobRow.id).where(col(JobRow.id).in_(ids))  # type: ignore[call-overload]
-    stop = {row[0] for row in session.connection().execute(known)}
+    entered = {row[0] for row in session.connection().execute(known)}
+    rows: dict[str, JobRow] = {}
+    for job in jobs:
+        if job.job_id not in entered and job.job_id not in rows:
+            spec = job.spec
+            rows[job.job_id] = JobRow(
+                id=job.job_id,
+                name=spec.name,
+                status=JobStatus.PENDING,
+                spec=spec.model_dump(mode="json"),
+                attempt=1,
+                message="submitted",
+            )
+    session.add_all(rows.values())
+    session.flush()
+    return rows
+
+
+def _decided_at_once(
+    session: Session, jobs: Sequence[Submitted], rows: dict[str, JobRow], warm: bool
+) -> list[QueueVerdict]:
+    """The verdicts of the group's longest prefix that is decided at once (see the module
+    docstring), its rows written."""
     waits = sa_select(QueueEntryRow.job_id).where(QueueEntryRow.state == WAITING)  # type: ignore[call-overload]
     if session.connection().execute(waits.limit(1)).first() is not None:
         return []
@@ -89,8 +112,10 @@ def _admitted_at_once(
     snapshot = None
     decided: list[Decided] = []
     for job in jobs:
-        if job.job_id in stop or not decided_alone(queues.get(job.spec.queue)):
+        if job.job_id not in rows or not decided_alone(queues.get(job.spec.queue)):
             break
+        if any(earlier.job_id == job.job_id for earlier, _, _ in decided):
+            break  # the same job twice: the second learns what became of the first
         at = datetime.now(UTC)
         snapshot = snapshot or snapshot_in(session, warm)
         tries: list[tuple[JobSpec, Placement | Unschedulable]] = []
@@ -107,7 +132,9 @@ def _admitted_at_once(
         else:
             decided.append((job, at, no_fit_lines(tries)))
     if decided:
-        _write(session, decided)
+        _write(session, decided, rows)
+    for job, _, _ in decided:
+        del rows[job.job_id]
     return [
         QueueVerdict(placement=outcome)
         if isinstance(outcome, Placement)
@@ -130,24 +157,15 @@ def _victims_possible(session: Session, spec: JobSpec, decided: list[Decided]) -
     return victims_possible(session, spec.queue, spec.priority)
 
 
-def _write(session: Session, decided: list[Decided]) -> None:
-    """The rows `enter_at_submit_in` writes for a job it decides alone: the job, its
-    `submitted` record and its entry; for one admitted, on its placement (provisioning), its
+def _write(session: Session, decided: list[Decided], rows: dict[str, JobRow]) -> None:
+    """The rows `enter_at_submit_in` writes for a job it decides alone: the job's `submitted`
+    record and its entry; for one admitted, the job on its placement (provisioning), its
     `admitted` record and its allocation; for one refused, the entry says why. Then the warm
     state takes the database's usage of the hosts taken."""
     now = datetime.now(UTC)
     hosts: set[str] = set()
     for job, at, outcome in decided:
-        spec = job.spec
-        job_row = JobRow(
-            id=job.job_id,
-            name=spec.name,
-            status=JobStatus.PENDING,
-            spec=spec.model_dump(mode="json"),
-            attempt=1,
-            message="submitted",
-            submitted_at=at,
-        )
+        spec, job_row = job.spec, rows[job.job_id]
         entry = QueueEntryRow(
             job_id=job.job_id,
             attempt=1,
@@ -188,7 +206,6 @@ def _write(session: Session, decided: list[Decided]) -> None:
             hosts.update(node.host_id for node in outcome.nodes)
         else:
             entry.reason, entry.detail = NO_CAPACITY, "\n".join(outcome)
-        session.add(job_row)
         session.add(entry)
     session.flush()
     if not hosts:

@@ -160,16 +160,23 @@ def enter_at_submit_in(
     entered with it, by its workflow's first step or an earlier try of this submit: what became
     of the entry is the answer, and a job that ended meanwhile (its entry gone with its
     release) is not entered again."""
-    key = submitted_key(run_id)
     if session.get(JobRow, job_id) is not None:
         return look_in(session, job_id=job_id, attempt=1) or QueueVerdict()
+    return enter_new_in(session, job_id=job_id, run_id=run_id, spec=spec, at=at, warm=warm)
+
+
+def enter_new_in(
+    session: Session, *, job_id: str, run_id: str, spec: JobSpec, at: datetime, warm: bool = True
+) -> QueueVerdict:
+    """`enter_at_submit_in` for a job not entered before (a group of submits writes their jobs'
+    rows first, so that the fleets' mix counts them: services/group_entry.py)."""
     record_status_in(
         session,
         job_id=job_id,
         name=spec.name,
         spec=spec.model_dump(mode="json"),
         status=JobStatus.PENDING,
-        event_key=key,
+        event_key=submitted_key(run_id),
         attempt=1,
         message="submitted",
         at=at,

@@ -184,14 +184,14 @@ def test_one_bad_submit_fails_alone(sqlite_store: Store, monkeypatch: pytest.Mon
     _prepared(sqlite_store)
     good = _jobs([{"gpu": "1", "nodes": 1, "queue": "default", "may_wait": True}] * 3)
     bad = Submitted("job-bad", "run-1", good[0].spec.model_copy(update={"queue": "capped"}))
-    entered = group_entry.enter_at_submit_in
+    entered = group_entry.enter_new_in
 
     def enter(session: Session, **fields: Any) -> QueueVerdict:
         if fields["job_id"] == bad.job_id:
             raise RuntimeError("this submit's own error")
         return entered(session, **fields)
 
-    monkeypatch.setattr(group_entry, "enter_at_submit_in", enter)
+    monkeypatch.setattr(group_entry, "enter_new_in", enter)
     found = enter_all_at_submit(sqlite_store, [good[0], bad, good[1], good[2]])
     assert isinstance(found[1], Exception)
     assert all(isinstance(v, QueueVerdict) and v.placement for v in found[::2] + found[3:])
