@@ -24,7 +24,7 @@ from temporalio.exceptions import ApplicationError
 from gpuflow import secrets
 from gpuflow.agent import processes
 from gpuflow.agent.job_env import job_environment
-from gpuflow.agent.launch import claimed_pid, drop_dead_claim, wrapper_command
+from gpuflow.agent.launch import RunLocks, claimed_pid, drop_dead_claim, wrapper_command
 from gpuflow.agent.masking import mask, maskable
 from gpuflow.agent.processes import RunPaths
 from gpuflow.config import private_dir
@@ -91,7 +91,7 @@ class HostAgent:
         self._injected: dict[str, dict[str, str]] = {}
         """Secret values given to each job this agent started, by job directory: a log is
         masked with them even after the secrets file changed."""
-        self._lock = asyncio.Lock()
+        self._starting = RunLocks()
 
     def _paths(self, job_id: str, attempt: int, rank: int) -> RunPaths:
         return RunPaths(self.state_dir / "jobs" / job_id / f"{attempt}-{rank}")
@@ -120,7 +120,7 @@ class HostAgent:
         paths = self._paths(inp.job_id, inp.attempt, node.rank)
         if activity.in_activity():  # alive: an agent that dies from here on is seen in seconds
             activity.heartbeat()
-        async with self._lock:
+        async with self._starting.hold(str(paths.root)):
             if paths.state.exists():  # started before: the same handle, never a second process
                 state = json.loads(paths.state.read_text())
                 return ProcessHandle(

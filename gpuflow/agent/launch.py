@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 LOST_CLAIM_EXIT = 97
@@ -20,6 +21,9 @@ LOST_CLAIM_EXIT = 97
 PID_WAIT_S = 5.0
 """How long a start waits for the claiming wrapper to write its pid (normally milliseconds:
 the claim and the pid are the wrapper's first two commands)."""
+PID_POLL_S = 0.002
+"""How often that wait looks for the pid: the job's start is reported (and its workflow goes
+on) this soon after the wrapper wrote it."""
 
 
 def wrapper_command(*, script: Path, log: Path, exit_code: Path, claim: Path, pid: Path) -> str:
@@ -50,10 +54,10 @@ async def claimed_pid(
     wrapper was just started), waits for a claim to appear too."""
     if not launched and not claim.exists():
         return None
-    for _ in range(int(wait_s / 0.01)):
+    for _ in range(int(wait_s / PID_POLL_S)):
         with contextlib.suppress(OSError, ValueError):
             return int(pid.read_text().strip())
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(PID_POLL_S)
     return None
 
 
@@ -61,3 +65,31 @@ def drop_dead_claim(claim: Path) -> None:
     """Forget a claim whose holder died before running the script, so a start may run it."""
     with contextlib.suppress(FileNotFoundError):
         claim.rmdir()
+
+
+class RunLocks:
+    """One lock per run (job, attempt, rank): starts of different runs go on side by side (a
+    pass that admits several jobs onto one host starts them together), while a retried start
+    waits for the one it repeats, so a run is launched at most once. A lock lives while someone
+    holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, run: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(run, (asyncio.Lock(), 0))
+        self._locks[run] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[run]
+            if users == 1:
+                del self._locks[run]
+            else:
+                self._locks[run] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        """Runs whose lock is held or waited for."""
+        return len(self._locks)
