@@ -43,7 +43,6 @@ from gpuflow.workflows.queue_models import (
     PassInput,
     PassResult,
     QueueVerdict,
-    TellResult,
     WithdrawInput,
 )
 
@@ -110,11 +109,6 @@ async def admission_pass(inp: PassInput) -> PassResult:
     raise _stub()
 
 
-@activity.defn(name="tell_jobs")
-async def tell_jobs(inp: PassResult) -> TellResult:
-    raise _stub()
-
-
 # ---- host activities (each host's own task queue, served by its agent) -------------------------
 
 
@@ -155,7 +149,6 @@ CONTROL_ACTIVITIES = (
     enqueue_job,
     withdraw_job,
     admission_pass,
-    tell_jobs,
 )
 """What the control worker registers."""
 
