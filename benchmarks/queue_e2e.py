@@ -122,6 +122,8 @@ async def _queue_steps(client: Any, job_id: str) -> int:
 
 
 async def _passes(client: Any) -> int:
+    """The admission loop's passes: activity tasks, or local-activity markers since
+    `admission-local-pass`."""
     from gpuflow.workflows.queue_models import ADMISSION_WORKFLOW_ID
 
     passes = 0
@@ -130,6 +132,10 @@ async def _passes(client: Any) -> int:
         async for event in handle.fetch_history_events():
             if event.HasField("activity_task_scheduled_event_attributes"):
                 passes += 1
+            elif event.HasField("marker_recorded_event_attributes"):
+                data = event.marker_recorded_event_attributes.details.get("data")
+                if data is not None and any(b"admission_pass" in p.data for p in data.payloads):
+                    passes += 1
     return passes
 
 

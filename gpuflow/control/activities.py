@@ -17,6 +17,7 @@ from temporalio.exceptions import ApplicationError
 
 from gpuflow.control import reconcile
 from gpuflow.control.admission import AdmissionActivities
+from gpuflow.control.admission_tell import AdmissionTell
 from gpuflow.control.admission_wake import wake_admission
 from gpuflow.control.records import record_in
 from gpuflow.metrics import store as metrics
@@ -77,6 +78,7 @@ class ControlActivities:
         self.admission = AdmissionActivities(
             store, temporal=temporal, warm=warm, task_queue=task_queue
         )
+        self.tell = AdmissionTell(temporal)
 
     @activity.defn(name="place_job")
     async def place_job(self, inp: PlaceInput) -> PlaceResult:
@@ -258,4 +260,5 @@ class ControlActivities:
             self.fleet_hosts,
             self.record_host_health,
             *self.admission.activities(),
+            self.tell.tell_jobs,
         ]

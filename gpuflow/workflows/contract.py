@@ -43,6 +43,7 @@ from gpuflow.workflows.queue_models import (
     PassInput,
     PassResult,
     QueueVerdict,
+    TellResult,
     WithdrawInput,
 )
 
@@ -109,6 +110,11 @@ async def admission_pass(inp: PassInput) -> PassResult:
     raise _stub()
 
 
+@activity.defn(name="tell_jobs")
+async def tell_jobs(inp: PassResult) -> TellResult:
+    raise _stub()
+
+
 # ---- host activities (each host's own task queue, served by its agent) -------------------------
 
 
@@ -149,6 +155,7 @@ CONTROL_ACTIVITIES = (
     enqueue_job,
     withdraw_job,
     admission_pass,
+    tell_jobs,
 )
 """What the control worker registers."""
 

@@ -120,3 +120,31 @@ class Refusal(BaseModel):
 class Preemption(BaseModel):
     attempt: int
     for_job: str
+
+
+class TellResult(BaseModel):
+    untold: list[str] = Field(default_factory=list)
+    """Jobs whose signal was not delivered (a job that ended meanwhile is not one of them)."""
+
+
+def news_of(result: PassResult) -> list[tuple[str, str, BaseModel]]:
+    """What a pass tells the jobs it decided on, as (job id, JobWorkflow signal, argument): the
+    admitted their placement, the refused why, the newly held why they wait, and the victims of
+    a preemption to stop; in that order, each list in the pass's order."""
+    news: list[tuple[str, str, BaseModel]] = [
+        (job.job_id, "admitted", Admission(attempt=job.attempt, placement=job.placement))
+        for job in result.admitted
+    ]
+    news += [
+        (job.job_id, "refused", Refusal(attempt=job.attempt, reasons=job.reasons))
+        for job in result.refused
+    ]
+    news += [
+        (job.job_id, "waiting", Refusal(attempt=job.attempt, reasons=job.reasons))
+        for job in result.held
+    ]
+    news += [
+        (job.job_id, "preempt", Preemption(attempt=job.attempt, for_job=job.for_job))
+        for job in result.preempted
+    ]
+    return news
