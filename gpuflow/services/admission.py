@@ -289,13 +289,23 @@ def _commit(
         )
 
 
+def set_admitted(entry: QueueEntryRow, now: datetime) -> None:
+    """The entry as an admission leaves it (its spec is no longer needed)."""
+    entry.state, entry.admitted_at, entry.spec = ADMITTED, now, {}
+    entry.position, entry.reason, entry.detail = None, None, None
+
+
+def admitted_key(attempt: int, message: str) -> str:
+    """The key of an attempt's `admitted` record (a repeat of the same admission writes none)."""
+    return f"{attempt}:admitted:{message[:80]}"
+
+
 def admit_placement_in(
     session: Session, entry: QueueEntryRow, placement: Placement, now: datetime
 ) -> None:
     """The entry's job is admitted on this placement: its allocation, entry and record."""
     commit_placement_in(session, job_id=entry.job_id, attempt=entry.attempt, placement=placement)
-    entry.state, entry.admitted_at, entry.spec = ADMITTED, now, {}
-    entry.position, entry.reason, entry.detail = None, None, None
+    set_admitted(entry, now)
     session.add(entry)
     message = placed_message(placement)
     record_status_in(
@@ -304,7 +314,7 @@ def admit_placement_in(
         name=entry.name,
         spec=None,
         status=JobStatus.PROVISIONING,
-        event_key=f"{entry.attempt}:admitted:{message[:80]}",
+        event_key=admitted_key(entry.attempt, message),
         attempt=entry.attempt,
         message=message,
         fleet=placement.fleet,

@@ -25,7 +25,14 @@ from sqlmodel import Session, col
 from gpuflow.scheduler import apply_placement, place
 from gpuflow.scheduler.admission import NO_CAPACITY
 from gpuflow.scheduler.model import Placement, Unschedulable
-from gpuflow.services.admission import ADMITTED, REFUSED, WAITING, no_fit_lines, snapshot_in
+from gpuflow.services.admission import (
+    WAITING,
+    admitted_key,
+    no_fit_lines,
+    refuse_in,
+    set_admitted,
+    snapshot_in,
+)
 from gpuflow.services.capacity import allocation_rows
 from gpuflow.services.changes import bump
 from gpuflow.services.jobs import gpu_summary
@@ -33,6 +40,7 @@ from gpuflow.services.queue_entries import (
     decided_alone,
     enter_at_submit_in,
     enter_new_in,
+    set_waiting,
     submitted_key,
     victims_possible,
 )
@@ -42,7 +50,7 @@ from gpuflow.specs.job import JobSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.tables import JobEventRow, JobRow, QueueEntryRow
 from gpuflow.workflows.models import placed_message
-from gpuflow.workflows.queue_models import QueueVerdict
+from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
 
 __all__ = ["Submitted", "enter_group_in"]
 
@@ -166,20 +174,10 @@ def _write(session: Session, decided: list[Decided], rows: dict[str, JobRow]) ->
     hosts: set[str] = set()
     for job, at, outcome in decided:
         spec, job_row = job.spec, rows[job.job_id]
-        entry = QueueEntryRow(
-            job_id=job.job_id,
-            attempt=1,
-            name=spec.name,
-            queue=spec.queue,
-            state=REFUSED,
-            priority=spec.priority,
-            preemptible=spec.preemptible,
-            may_wait=spec.may_wait,
-            spec={},
-            fleets=list(spec.fleets),
-            submitted_at=at,
-            max_duration_s=None if spec.max_duration is None else float(spec.max_duration),
+        ask = EnqueueInput(
+            job_id=job.job_id, attempt=1, spec=spec, submitted_at=at, may_wait=spec.may_wait
         )
+        entry = set_waiting(None, ask)
         session.add(
             JobEventRow(
                 job_id=job.job_id,
@@ -193,20 +191,20 @@ def _write(session: Session, decided: list[Decided], rows: dict[str, JobRow]) ->
             job_row.status, job_row.message = JobStatus.PROVISIONING, message
             job_row.fleet, job_row.gpus = outcome.fleet, gpu_summary(outcome)
             job_row.hosts = [node.host_name for node in outcome.nodes]
-            entry.state, entry.admitted_at = ADMITTED, now
+            set_admitted(entry, now)
             session.add(
                 JobEventRow(
                     job_id=job.job_id,
-                    key=f"1:admitted:{message[:80]}",
+                    key=admitted_key(1, message),
                     kind=JobStatus.PROVISIONING.value,
                     message=message,
                 )
             )
             session.add_all(allocation_rows(job.job_id, 1, outcome))
             hosts.update(node.host_id for node in outcome.nodes)
+            session.add(entry)
         else:
-            entry.reason, entry.detail = NO_CAPACITY, "\n".join(outcome)
-        session.add(entry)
+            refuse_in(session, entry, NO_CAPACITY, outcome)
     session.flush()
     if not hosts:
         return

@@ -58,14 +58,9 @@ def look_in(session: Session, *, job_id: str, attempt: int) -> QueueVerdict | No
     return _verdict(session, entry)
 
 
-def enqueue_in(session: Session, inp: EnqueueInput, *, warm: bool = True) -> QueueVerdict:
-    """Put the job's attempt in its queue (an earlier attempt's entry is replaced), or, when it
-    is there already, say what became of it. When no other job waits, the pass runs here at
-    once (on the warm state, or a fresh read with `warm=False`); otherwise the entry is
-    `waiting` until the loop's next pass decides."""
-    entry = session.get(QueueEntryRow, inp.job_id)
-    if entry is not None and entry.attempt == inp.attempt:
-        return _verdict(session, entry)
+def set_waiting(entry: QueueEntryRow | None, inp: EnqueueInput) -> QueueEntryRow:
+    """The entry (a new one when None) as the job's attempt enters its queue: waiting, with
+    what a pass reads."""
     spec = inp.spec
     if entry is None:
         entry = QueueEntryRow(
@@ -84,6 +79,19 @@ def enqueue_in(session: Session, inp: EnqueueInput, *, warm: bool = True) -> Que
     entry.admitted_at = None
     entry.max_duration_s = None if spec.max_duration is None else float(spec.max_duration)
     entry.position, entry.reason, entry.detail = None, None, None
+    return entry
+
+
+def enqueue_in(session: Session, inp: EnqueueInput, *, warm: bool = True) -> QueueVerdict:
+    """Put the job's attempt in its queue (an earlier attempt's entry is replaced), or, when it
+    is there already, say what became of it. When no other job waits, the pass runs here at
+    once (on the warm state, or a fresh read with `warm=False`); otherwise the entry is
+    `waiting` until the loop's next pass decides."""
+    entry = session.get(QueueEntryRow, inp.job_id)
+    if entry is not None and entry.attempt == inp.attempt:
+        return _verdict(session, entry)
+    spec = inp.spec
+    entry = set_waiting(entry, inp)
     session.add(entry)
     session.flush()
     others = select(QueueEntryRow.job_id).where(
