@@ -4,7 +4,7 @@ it, and the admission pass. Each is one placement transaction; each is idempoten
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -27,6 +27,8 @@ from gpuflow.workflows.queue_models import (
     QueueVerdict,
     WithdrawInput,
 )
+
+log = logging.getLogger(__name__)
 
 MAX_GROUP = 64
 """Submits entered in one placement transaction at most: a group holds the placement lock (and
@@ -53,8 +55,10 @@ def enter_all_at_submit(
     counters, the fleets' mix and the commit are paid once. When the group fails, each job is
     entered alone, so one job's error is its own."""
     if len(jobs) > 1:
-        with contextlib.suppress(Exception):
+        try:
             return list(_enter_group(store, jobs, warm))
+        except Exception as exc:
+            log.warning("a group of %d submits failed (%s): entering each alone", len(jobs), exc)
     found: list[QueueVerdict | Exception] = []
     for job in jobs:
         try:
@@ -109,17 +113,20 @@ class GroupCommit:
                 found = await asyncio.to_thread(
                     enter_all_at_submit, self.store, jobs, warm=self.warm
                 )
-            except BaseException:
+                for (_, future), result in zip(group, found, strict=True):
+                    if future.done():  # its caller gave up (the entry stands, as it would alone)
+                        continue
+                    if isinstance(result, Exception):
+                        future.set_exception(result)
+                    else:
+                        future.set_result(result)
+            except Exception as exc:  # each submit of the group hears of it
+                for _, future in group:
+                    if not future.done():
+                        future.set_exception(exc)
+            finally:  # no submit is left waiting on a group that ended without its answer
                 for _, future in group:
                     future.cancel()
-                raise
-            for (_, future), result in zip(group, found, strict=True):
-                if future.done():  # its caller gave up (the entry stands, as it would alone)
-                    continue
-                if isinstance(result, Exception):
-                    future.set_exception(result)
-                else:
-                    future.set_result(result)
 
 
 class AdmissionActivities:

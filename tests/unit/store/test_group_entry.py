@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlmodel import Session, select
 
+from gpuflow.control import admission
 from gpuflow.control.admission import GroupCommit, enter_all_at_submit
 from gpuflow.services import group_entry
 from gpuflow.services.fleets import apply_fleet
@@ -212,3 +213,29 @@ def test_concurrent_submits_share_transactions(sqlite_store: Store) -> None:
     assert all(v.placement is not None for v in found[:16])  # 8 GPUs, halves
     assert all(v.placement is None and v.refused is None for v in found[16:])  # they wait
     assert entries.groups < len(jobs) // 2
+
+
+def test_a_group_that_breaks_answers_each_of_its_submits(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group whose entering fails past the per-job fallback (a bug) leaves no submit waiting:
+    each hears the error, and the next group is entered."""
+    _prepared(sqlite_store)
+    jobs = _jobs([{"gpu": "1", "nodes": 1, "queue": "default", "may_wait": True}] * 4)
+    entries = GroupCommit(sqlite_store)
+    entered = admission.enter_all_at_submit
+
+    def broken(store: Store, group: list[Submitted], **kwargs: Any) -> list[Any]:
+        if any(job.job_id == "job-0" for job in group):
+            raise RuntimeError("a bug")
+        return entered(store, group, **kwargs)
+
+    monkeypatch.setattr(admission, "enter_all_at_submit", broken)
+
+    async def submit_all() -> list[Any]:
+        first = await asyncio.gather(*(entries.enter(j) for j in jobs[:2]), return_exceptions=True)
+        return [*first, *(await asyncio.gather(*(entries.enter(j) for j in jobs[2:])))]
+
+    found = asyncio.run(asyncio.wait_for(submit_all(), 30))
+    assert [type(v) for v in found[:2]] == [RuntimeError, RuntimeError]
+    assert all(isinstance(v, QueueVerdict) and v.placement for v in found[2:])
