@@ -50,11 +50,16 @@ def bench() -> ModuleType:
     return module
 
 
+def _trace(directory: Path) -> None:
+    """The small trace of this file, as the benchmark reads one from `--trace-dir`."""
+    (directory / "openb_node_list_gpu_node.csv").write_text(NODES)
+    (directory / "openb_pod_list_default.csv").write_text(PODS)
+
+
 def test_every_policy_runs_the_trace_and_writes_json(
     bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "openb_node_list_gpu_node.csv").write_text(NODES)
-    (tmp_path / "openb_pod_list_default.csv").write_text(PODS)
+    _trace(tmp_path)
     out = tmp_path / "out.json"
     argv = ["trace", "--every", "1", "--trace-dir", str(tmp_path), "--json", str(out)]
     assert bench.main(argv) == 0
@@ -104,8 +109,7 @@ def test_the_quota_gap_counts_what_the_queue_below_its_quota_waits_for(
 def test_the_trace_runs_on_a_fleet_cut_into_one_gpu_nodes(
     bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "openb_node_list_gpu_node.csv").write_text(NODES)
-    (tmp_path / "openb_pod_list_default.csv").write_text(PODS)
+    _trace(tmp_path)
     out = tmp_path / "out.json"
     argv = ["trace", "--every", "1", "--fleet", "1gpu", "--trace-dir", str(tmp_path)]
     assert bench.main([*argv, "--json", str(out), "--policies", "fifo,queue"]) == 0
