@@ -1,8 +1,9 @@
 """Host agent activities: start, probe and stop job processes, sample GPUs, read logs.
 
 They run on the host's own task queue. Processes are started in their own session with an exit
-code file written by a wrapper, and their pid and start time are kept on disk, so an agent that
-restarts still knows which processes are its own and how they ended.
+code file written by a wrapper (launch.py), and their pid and start time are kept on disk, so an
+agent that restarts still knows which processes are its own (processes.py) and how they ended
+(exits.py). Logs leave the host masked (logs.py).
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from temporalio.exceptions import ApplicationError
 
 from gpuflow import secrets
 from gpuflow.agent import processes
+from gpuflow.agent.exits import recorded_exit, wait_for_exit
 from gpuflow.agent.job_env import job_environment
-from gpuflow.agent.launch import RunLocks, claimed_pid, drop_dead_claim, wrapper_command
-from gpuflow.agent.masking import mask, maskable
+from gpuflow.agent.launch import RunLocks, claimed_pid, drop_dead_claim, spawn_wrapper
+from gpuflow.agent.logs import latest_attempt, read_masked, secret_values
 from gpuflow.agent.processes import RunPaths
 from gpuflow.config import private_dir
 from gpuflow.utilization import GpuSample
@@ -47,20 +49,6 @@ class GpuSampler(Protocol):
     ) -> list[GpuSample]: ...
 
     def forget(self, job_key: str) -> None: ...
-
-
-PROBE_WAIT_MAX_S = 15 * 60.0
-"""Longest a probe waits for an exit (the workflow asks for one monitor tick, minutes at most)."""
-EXIT_POLL_S = 0.05
-"""How often a waiting probe looks for the exit code file: an exit is answered this soon."""
-GROUP_POLL_S = 1.0
-WRAPPER_EXIT_CHECKS = 10
-"""Looks (20 ms apart) for the wrapper to be gone after it wrote the exit code."""
-"""How often a waiting probe checks that the job's process group still lives (a stopped or
-killed job writes no exit code)."""
-
-LOG_WAIT_MAX_S = 10.0
-"""Longest a log read waits for new bytes: well inside the read's timeout."""
 
 
 def _utc(timestamp: float | None) -> datetime | None:
@@ -103,16 +91,11 @@ class HostAgent:
 
     def _group(self, paths: RunPaths) -> int | None:
         """The job's process group id while any of its processes lives, else None."""
-        try:
-            state = json.loads(paths.state.read_text())
-        except (OSError, ValueError):
-            return None
         self._reap()
-        pgid = int(state["pid"])
-        leader_start = processes.proc_start_time(pgid)
-        if leader_start is not None and leader_start != state.get("start_time"):
-            return None  # the pid now belongs to an unrelated process
-        return pgid if processes.group_alive(pgid) else None
+        return processes.live_group(paths)
+
+    def _alive(self, paths: RunPaths) -> Callable[[], bool]:
+        return lambda: self._group(paths) is not None
 
     @activity.defn(name="start_process")
     async def start_process(self, inp: StartProcessInput) -> ProcessHandle:
@@ -150,30 +133,12 @@ class HostAgent:
                 for directory in (self.state_dir, paths.root.parent.parent, paths.root.parent):
                     private_dir(directory)
                 private_dir(paths.root)
-                processes.write_private(paths.script, "set -e\n" + "\n".join(inp.commands) + "\n")
-                processes.write_private(paths.log, "")  # the wrapper's `>` keeps this mode
-                cwd = inp.working_dir or str(paths.root)
-                Path(cwd).mkdir(parents=True, exist_ok=True)
-                child = subprocess.Popen(
-                    [
-                        "bash",
-                        "-c",
-                        wrapper_command(
-                            script=paths.script,
-                            log=paths.log,
-                            exit_code=paths.exit_code,
-                            claim=paths.claim,
-                            pid=paths.pid,
-                        ),
-                    ],
-                    cwd=cwd,
+                self._children[str(paths.root)] = spawn_wrapper(
+                    paths,
+                    commands=inp.commands,
+                    working_dir=inp.working_dir,
                     env=job_environment(inp, job_env),
-                    start_new_session=True,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
                 )
-                self._children[str(paths.root)] = child
                 # The pid of the wrapper that won the claim: this one's, unless a wrapper of
                 # an earlier, cut-off start claimed the run first.
                 pid = await claimed_pid(claim=paths.claim, pid=paths.pid, launched=True)
@@ -256,25 +221,14 @@ class HostAgent:
     async def _exit_within(
         self, paths: RunPaths, wait_s: float, *, on_wait: Callable[[], None] | None = None
     ) -> ProbeResult | None:
-        """The script's exit, waiting up to `wait_s` for it. The exit code is a file the job's
-        wrapper writes (it survives an agent restart), looked for every EXIT_POLL_S; a group
-        that died without writing one (stopped, killed) ends the wait too. Heartbeats carry a
-        cancellation (the job is being stopped) to the wait."""
-        deadline = time.monotonic() + min(max(wait_s, 0.0), PROBE_WAIT_MAX_S)
-        next_group_check = time.monotonic() + GROUP_POLL_S
-        next_reading = time.monotonic()  # the first reading at once: a new job shows up
-        while not paths.exit_code.exists() and time.monotonic() < deadline:
-            if activity.in_activity():
-                activity.heartbeat()
-            now = time.monotonic()
-            if now >= next_group_check:
-                next_group_check = now + GROUP_POLL_S
-                if self._group(paths) is None:
-                    break
-            if on_wait is not None and now >= next_reading:
-                next_reading = now + (self.sample_every_s or 0.0)
-                await asyncio.to_thread(on_wait)
-            await asyncio.sleep(min(EXIT_POLL_S, max(deadline - now, 0.0)))
+        """The script's exit, waiting up to `wait_s` for it (see exits.wait_for_exit)."""
+        await wait_for_exit(
+            paths,
+            wait_s,
+            alive=self._alive(paths),
+            on_wait=on_wait,
+            every_s=self.sample_every_s or 0.0,
+        )
         return self._exit(paths)
 
     def _exit(self, paths: RunPaths) -> ProbeResult | None:
@@ -282,19 +236,7 @@ class HostAgent:
             return None
         # The job's script has ended; leftovers in its group are stopped at finalize.
         self.sampler.forget(str(paths.root))
-        try:
-            code = int(paths.exit_code.read_text().strip())
-        except (OSError, ValueError):
-            code = None
-        # The wrapper writes the exit code as its last step and then exits itself: a group
-        # still alive a moment after that holds processes the script left behind.
-        leftovers = self._group(paths) is not None
-        for _ in range(WRAPPER_EXIT_CHECKS):
-            if not leftovers:
-                break
-            time.sleep(0.02)
-            leftovers = self._group(paths) is not None
-        return ProbeResult(state="exited", exit_code=code, leftovers=leftovers)
+        return recorded_exit(paths, alive=self._alive(paths))
 
     @activity.defn(name="stop_process")
     async def stop_process(self, inp: StopProcessInput) -> StopProcessResult:
@@ -326,64 +268,17 @@ class HostAgent:
         """Log bytes from `offset`, every secret value the job was given masked. A value that a
         read would cut is held back for the next one; with `wait_s`, waits that long for new
         bytes before answering with none."""
-        job_dir = self.state_dir / "jobs" / inp.job_id
         attempt = inp.attempt
         if attempt is None:
-            attempts = (
-                sorted(
-                    int(p.name.split("-")[0]) for p in job_dir.glob(f"*-{inp.rank}") if p.is_dir()
-                )
-                if job_dir.exists()
-                else []
-            )
-            if not attempts:
+            attempt = latest_attempt(self.state_dir / "jobs" / inp.job_id, inp.rank)
+            if attempt is None:
                 return LogChunk(data="", next_offset=0, eof=True)
-            attempt = attempts[-1]
         paths = self._paths(inp.job_id, attempt, inp.rank)
-        values = maskable(self._secret_values(paths))
-        deadline = time.monotonic() + min(inp.wait_s, LOG_WAIT_MAX_S)
-        while True:
-            # Whether anything can still write is decided before reading, so no byte can follow
-            # a read taken as final (a killed job writes no exit code: its group is the test).
-            final = paths.state.exists() and self._group(paths) is None
-            # Past the limit by the longest value, so that a full read always shows one whole.
-            size = inp.limit + max((len(v) for v in values), default=0)
-            try:
-                with paths.log.open("rb") as handle:
-                    handle.seek(inp.offset)
-                    data = handle.read(size)
-            except OSError:
-                return LogChunk(data="", next_offset=inp.offset, attempt=attempt, eof=True)
-            eof = len(data) < size
-            masked, consumed = mask(data, values, final=final and eof)
-            if masked or final or time.monotonic() >= deadline:
-                return LogChunk(
-                    data=masked.decode("utf-8", errors="replace"),
-                    next_offset=inp.offset + consumed,
-                    attempt=attempt,
-                    eof=eof,
-                )
-            activity.heartbeat()
-            await asyncio.sleep(0.2)
-
-    def _secret_values(self, paths: RunPaths) -> list[str]:
-        """The secret values to mask in this job's log: those given at start (while this agent
-        runs) and those its secret names have now. Refuses when the secrets file is broken and
-        the values are not known otherwise: an unmasked log must not leave the host."""
-        try:
-            names: list[str] = json.loads(paths.state.read_text()).get("secrets", [])
-        except (OSError, ValueError):
-            names = []
-        known = self._injected.get(str(paths.root), {})
-        try:
-            stored = secrets.load(self.secrets_path) if names else {}
-        except secrets.SecretsFileError as exc:
-            if set(names) <= known.keys():
-                return list(known.values())
-            raise ApplicationError(
-                f"cannot mask the job's secrets in its log: {exc}", non_retryable=True
-            ) from None
-        return [*known.values(), *(stored[name] for name in names if name in stored)]
+        given = self._injected.get(str(paths.root), {})
+        values = secret_values(paths, given=given, secrets_path=self.secrets_path)
+        return await read_masked(
+            paths, inp, attempt=attempt, values=values, alive=self._alive(paths)
+        )
 
     @activity.defn(name="ping_host")
     async def ping_host(self) -> str:

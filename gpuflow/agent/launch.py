@@ -13,8 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
+
+from gpuflow.agent.processes import RunPaths, write_private
 
 LOST_CLAIM_EXIT = 97
 """Exit status of a wrapper that found the run already claimed (it ran nothing)."""
@@ -43,6 +46,37 @@ def wrapper_command(*, script: Path, log: Path, exit_code: Path, claim: Path, pi
         f"(umask 077 && echo $$ > {q['pid']}.tmp) && mv {q['pid']}.tmp {q['pid']}; "
         f"bash {q['script']} > {q['log']} 2>&1; "
         f"code=$?; (umask 077 && echo $code > {q['exit']}.tmp) && mv {q['exit']}.tmp {q['exit']}"
+    )
+
+
+def spawn_wrapper(
+    paths: RunPaths, *, commands: list[str], working_dir: str | None, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """Writes the run's script and an empty log, both private, and starts the wrapper that runs
+    the script once, in a session of its own: its process group is the job's. The run's
+    directory must exist; the job runs in `working_dir`, else in that directory."""
+    write_private(paths.script, "set -e\n" + "\n".join(commands) + "\n")
+    write_private(paths.log, "")  # the wrapper's `>` keeps this mode
+    cwd = working_dir or str(paths.root)
+    Path(cwd).mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [
+            "bash",
+            "-c",
+            wrapper_command(
+                script=paths.script,
+                log=paths.log,
+                exit_code=paths.exit_code,
+                claim=paths.claim,
+                pid=paths.pid,
+            ),
+        ],
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 

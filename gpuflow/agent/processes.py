@@ -3,6 +3,7 @@ process groups. Used by the host agent's activities; Linux only, as the agent is
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from dataclasses import dataclass
@@ -95,3 +96,18 @@ def signal_group(pid: int, sig: signal.Signals) -> None:
         pass
     except PermissionError:
         os.kill(pid, sig)
+
+
+def live_group(paths: RunPaths) -> int | None:
+    """The run's process group id while any of its processes lives, else None. The pid comes
+    from the run's state file, with its start time: a pid that now belongs to an unrelated
+    process is not the run's."""
+    try:
+        state = json.loads(paths.state.read_text())
+    except (OSError, ValueError):
+        return None
+    pgid = int(state["pid"])
+    leader_start = proc_start_time(pgid)
+    if leader_start is not None and leader_start != state.get("start_time"):
+        return None  # the pid now belongs to an unrelated process
+    return pgid if group_alive(pgid) else None
