@@ -1,7 +1,11 @@
 """A queue takes its nominal quota back from a borrower of its cohort, on the time-skipping
 server (DESIGN.md, "Queues and admission"): the borrowing job chosen by the victim rules is
 preempted, the owner's job runs on the GPU it freed, no GPU is held twice meanwhile, and a job
-that is not preemptible is never the victim."""
+that is not preemptible is never the victim.
+
+The server's clock runs at real pace and the running jobs end through their probes: the owner
+waits in its queue until it is admitted, and a time skip could strand it there (see
+test_queue_workflow)."""
 
 from __future__ import annotations
 
@@ -23,23 +27,13 @@ from gpuflow.specs.queue import ANY_MODEL, QueueSpec
 from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.store.db import Store
 from gpuflow.store.tables import AllocationRow, QueueEntryRow
-from gpuflow.workflows.models import JobResult, ProbeInput, ProbeResult
+from gpuflow.workflows.models import JobResult
 from gpuflow.workflows.outcome import job_result
-from tests.workflow.harness import ScriptedHosts, job, sim_fleet, start_job, workers
+from tests.workflow.harness import job, sim_fleet, start_job, workers
+from tests.workflow.test_queue_workflow import _WallClockHosts
 
 TWO_GPUS = [{"name": "h1", "gpus": [{"name": "A100", "memory": "80GB", "count": 2}]}]
 WAIT = {"on_events": ["no-capacity"], "duration": "1h"}
-
-
-def _until_ended(ended: set[str]) -> Any:
-    """A probe: a job runs until the test puts its name in `ended` (then exits 0)."""
-
-    def probe(inp: ProbeInput, n: int) -> ProbeResult:
-        if inp.job_id.split("-")[1] in ended:
-            return ProbeResult(state="exited", exit_code=0)
-        return ProbeResult(state="running")
-
-    return probe
 
 
 async def _until(check: Any, what: str, timeout: float = 30) -> None:
@@ -69,7 +63,7 @@ async def _runs(store: Store, handle: WorkflowHandle[Any, Any]) -> None:
 
 async def _ended(store: Store, handle: WorkflowHandle[Any, Any]) -> JobResult:
     """The job's result once its record is final: a job that is never stopped fails the test
-    in wall time, instead of a wait on its result that the server's clock skips forever."""
+    within moments, instead of a wait on its result that lasts to the test's timeout."""
 
     async def check() -> bool:
         status = await _status(store, handle)
@@ -165,36 +159,39 @@ async def test_a_queue_takes_its_quota_back_from_the_latest_preemptible_borrower
     fleet = sim_fleet(sqlite_store, hosts=TWO_GPUS)
     _cohort(sqlite_store)
     ended: set[str] = set()
-    hosts = ScriptedHosts(probe=_until_ended(ended))
+    hosts = _WallClockHosts(ended)
     client = time_env.client
-    async with (
-        _watch_allocations(sqlite_store) as holders,
-        workers(client, sqlite_store, task_queue, hosts, [fleet]),
-    ):
-        early = await start_job(
-            client, task_queue, job("early", queue="research", preemptible=True)
-        )
-        await _runs(sqlite_store, early)
-        # Same GPUs and priority as `early`, started later: the victim rules pick it.
-        late = await start_job(client, task_queue, job("late", queue="research", preemptible=True))
-        await _runs(sqlite_store, late)
-        borrowed_gpus = _gpus(sqlite_store, late)
-        assert _usage(sqlite_store)["research"] == (2.0, 1.0, 0.0)  # prod's idle GPU
-        assert _usage(sqlite_store)["prod"] == (0.0, 0.0, 1.0)
+    with time_env.auto_time_skipping_disabled():
+        async with (
+            _watch_allocations(sqlite_store) as holders,
+            workers(client, sqlite_store, task_queue, hosts, [fleet]),
+        ):
+            early = await start_job(
+                client, task_queue, job("early", queue="research", preemptible=True)
+            )
+            await _runs(sqlite_store, early)
+            # Same GPUs and priority as `early`, started later: the victim rules pick it.
+            late = await start_job(
+                client, task_queue, job("late", queue="research", preemptible=True)
+            )
+            await _runs(sqlite_store, late)
+            borrowed_gpus = _gpus(sqlite_store, late)
+            assert _usage(sqlite_store)["research"] == (2.0, 1.0, 0.0)  # prod's idle GPU
+            assert _usage(sqlite_store)["prod"] == (0.0, 0.0, 1.0)
 
-        owner = await start_job(client, task_queue, job("owner", queue="prod", retry=WAIT))
-        late_result = await _ended(sqlite_store, late)
-        await _runs(sqlite_store, owner)
-        assert _gpus(sqlite_store, owner) == borrowed_gpus  # the GPU the borrower gave back
-        assert await _status(sqlite_store, early) == JobStatus.RUNNING
-        assert _usage(sqlite_store)["research"] == (1.0, 0.0, 0.0)
-        assert _usage(sqlite_store)["prod"] == (1.0, 0.0, 0.0)
-        # Only the borrower was stopped; the other research job runs on (every job's
-        # compensation stops its processes too, so this is read before the others end).
-        assert [(s.job_id, s.attempt) for s in hosts.stopped] == [(late.id, 1)]
+            owner = await start_job(client, task_queue, job("owner", queue="prod", retry=WAIT))
+            late_result = await _ended(sqlite_store, late)
+            await _runs(sqlite_store, owner)
+            assert _gpus(sqlite_store, owner) == borrowed_gpus  # the GPU the borrower gave back
+            assert await _status(sqlite_store, early) == JobStatus.RUNNING
+            assert _usage(sqlite_store)["research"] == (1.0, 0.0, 0.0)
+            assert _usage(sqlite_store)["prod"] == (1.0, 0.0, 0.0)
+            # Only the borrower was stopped; the other research job runs on (every job's
+            # compensation stops its processes too, so this is read before the others end).
+            assert [(s.job_id, s.attempt) for s in hosts.stopped] == [(late.id, 1)]
 
-        ended.update({"early", "owner"})
-        early_result, owner_result = await job_result(early), await job_result(owner)
+            ended.update({"early", "owner"})
+            early_result, owner_result = await job_result(early), await job_result(owner)
 
     assert (late_result.status, late_result.reason) == (
         JobStatus.TERMINATED,
@@ -223,28 +220,29 @@ async def test_a_borrower_that_is_not_preemptible_is_never_preempted(
     fleet = sim_fleet(sqlite_store, hosts=TWO_GPUS)
     _cohort(sqlite_store)
     ended: set[str] = set()
-    hosts = ScriptedHosts(probe=_until_ended(ended))
+    hosts = _WallClockHosts(ended)
     client = time_env.client
-    async with (
-        _watch_allocations(sqlite_store) as holders,
-        workers(client, sqlite_store, task_queue, hosts, [fleet]),
-    ):
-        early = await start_job(client, task_queue, job("early", queue="research"))
-        await _runs(sqlite_store, early)
-        late = await start_job(client, task_queue, job("late", queue="research"))
-        await _runs(sqlite_store, late)
-        assert _usage(sqlite_store)["research"] == (2.0, 1.0, 0.0)
-        late_gpus = _gpus(sqlite_store, late)
+    with time_env.auto_time_skipping_disabled():
+        async with (
+            _watch_allocations(sqlite_store) as holders,
+            workers(client, sqlite_store, task_queue, hosts, [fleet]),
+        ):
+            early = await start_job(client, task_queue, job("early", queue="research"))
+            await _runs(sqlite_store, early)
+            late = await start_job(client, task_queue, job("late", queue="research"))
+            await _runs(sqlite_store, late)
+            assert _usage(sqlite_store)["research"] == (2.0, 1.0, 0.0)
+            late_gpus = _gpus(sqlite_store, late)
 
-        owner = await start_job(client, task_queue, job("owner", queue="prod", retry=WAIT))
-        await _waits(sqlite_store, owner, "no_capacity")
-        assert hosts.stopped == []
-        ended.add("late")
-        late_result = await job_result(late)
-        await _runs(sqlite_store, owner)
-        assert _gpus(sqlite_store, owner) == late_gpus
-        ended.update({"early", "owner"})
-        results = [await job_result(h) for h in (early, owner)]
+            owner = await start_job(client, task_queue, job("owner", queue="prod", retry=WAIT))
+            await _waits(sqlite_store, owner, "no_capacity")
+            assert hosts.stopped == []
+            ended.add("late")
+            late_result = await job_result(late)
+            await _runs(sqlite_store, owner)
+            assert _gpus(sqlite_store, owner) == late_gpus
+            ended.update({"early", "owner"})
+            results = [await job_result(h) for h in (early, owner)]
 
     assert [(r.status, r.attempts) for r in (late_result, *results)] == [(JobStatus.DONE, 1)] * 3
     assert [s.job_id for s in hosts.started] == [early.id, late.id, owner.id]
@@ -259,28 +257,29 @@ async def test_the_owner_passes_over_a_later_borrower_that_is_not_preemptible(
     fleet = sim_fleet(sqlite_store, hosts=TWO_GPUS)
     _cohort(sqlite_store)
     ended: set[str] = set()
-    hosts = ScriptedHosts(probe=_until_ended(ended))
+    hosts = _WallClockHosts(ended)
     client = time_env.client
-    async with (
-        _watch_allocations(sqlite_store) as holders,
-        workers(client, sqlite_store, task_queue, hosts, [fleet]),
-    ):
-        early = await start_job(
-            client, task_queue, job("early", queue="research", preemptible=True)
-        )
-        await _runs(sqlite_store, early)
-        keeper = await start_job(client, task_queue, job("keeper", queue="research"))
-        await _runs(sqlite_store, keeper)
-        early_gpus = _gpus(sqlite_store, early)
+    with time_env.auto_time_skipping_disabled():
+        async with (
+            _watch_allocations(sqlite_store) as holders,
+            workers(client, sqlite_store, task_queue, hosts, [fleet]),
+        ):
+            early = await start_job(
+                client, task_queue, job("early", queue="research", preemptible=True)
+            )
+            await _runs(sqlite_store, early)
+            keeper = await start_job(client, task_queue, job("keeper", queue="research"))
+            await _runs(sqlite_store, keeper)
+            early_gpus = _gpus(sqlite_store, early)
 
-        owner = await start_job(client, task_queue, job("owner", queue="prod", retry=WAIT))
-        early_result = await _ended(sqlite_store, early)
-        await _runs(sqlite_store, owner)
-        assert _gpus(sqlite_store, owner) == early_gpus
-        assert await _status(sqlite_store, keeper) == JobStatus.RUNNING
-        assert [s.job_id for s in hosts.stopped] == [early.id]
-        ended.update({"keeper", "owner"})
-        results = [await job_result(h) for h in (keeper, owner)]
+            owner = await start_job(client, task_queue, job("owner", queue="prod", retry=WAIT))
+            early_result = await _ended(sqlite_store, early)
+            await _runs(sqlite_store, owner)
+            assert _gpus(sqlite_store, owner) == early_gpus
+            assert await _status(sqlite_store, keeper) == JobStatus.RUNNING
+            assert [s.job_id for s in hosts.stopped] == [early.id]
+            ended.update({"keeper", "owner"})
+            results = [await job_result(h) for h in (keeper, owner)]
 
     assert (early_result.status, early_result.reason) == (
         JobStatus.TERMINATED,

@@ -1,5 +1,11 @@
 """Jobs in queues on the time-skipping server: admission order, quota, preemption and requeue,
-leaving a queue, and replay of what was recorded (DESIGN.md, "Queues and admission")."""
+leaving a queue, and replay of what was recorded (DESIGN.md, "Queues and admission").
+
+A test in which a waiting job can be told something keeps the server's clock at real pace
+(`auto_time_skipping_disabled`) and ends its running jobs through their probes, never by
+skipping time: the time-skipping server strands a job whose workflow task cancels its `wait
+for admission` timer when a skip fired that timer while the task was with the worker
+(temporalio/sdk-java#3088), and the test would hang to its timeout."""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.client import WorkflowHandle, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -45,6 +52,34 @@ def _until_ended(ended: set[str]) -> Any:
         return ProbeResult(state="running")
 
     return probe
+
+
+class _WallClockHosts(ScriptedHosts):
+    """Scripted hosts whose probes wait on the agent for an exit as an agent's long poll does,
+    in wall time: a job runs until the test puts its name (or `name@attempt`) in `ended`, and
+    its probe answers within moments of that, with no timer or skip of the server's clock in
+    between. For tests that keep the clock at real pace, where a tick lasts its minutes."""
+
+    def __init__(self, ended: set[str]) -> None:
+        super().__init__(probe=_until_ended(ended))
+
+    def activities(self) -> list[Any]:
+        @activity.defn(name="probe_process")
+        async def probe_process(inp: ProbeInput) -> ProbeResult:
+            key = (inp.job_id, inp.attempt, inp.rank)
+            self.probes[key] = self.probes.get(key, 0) + 1
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + inp.wait_s
+            while True:
+                answer = self.probe(inp, self.probes[key])
+                if answer.state != "running" or loop.time() >= deadline:
+                    return answer
+                # A probe cancelled by a stop or a preemption learns it at its next heartbeat.
+                activity.heartbeat()
+                await asyncio.sleep(0.05)
+
+        scripted = [a for a in super().activities() if a.__name__ != "probe_process"]
+        return [*scripted, probe_process]
 
 
 async def _entry(store: Store, job_id: str) -> QueueEntryRow | None:
@@ -101,29 +136,31 @@ async def test_a_freed_gpu_goes_to_the_highest_priority_then_the_earliest(
 ) -> None:
     fleet = sim_fleet(sqlite_store, hosts=ONE_GPU)
     ended: set[str] = set()
-    hosts = ScriptedHosts(probe=_until_ended(ended))
-    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
-        blocker = await start_job(time_env.client, task_queue, job("blocker"))
-        await _runs(sqlite_store, blocker)
-        low1 = await start_job(time_env.client, task_queue, job("lowa", retry=WAIT))
-        await _waits(sqlite_store, low1, "no_capacity")
-        low2 = await start_job(time_env.client, task_queue, job("lowb", retry=WAIT))
-        high = await start_job(time_env.client, task_queue, job("high", priority=100, retry=WAIT))
-        await _waits(sqlite_store, low2)
-        await _waits(sqlite_store, high)
+    hosts = _WallClockHosts(ended)
+    client = time_env.client
+    with time_env.auto_time_skipping_disabled():
+        async with workers(client, sqlite_store, task_queue, hosts, [fleet]):
+            blocker = await start_job(client, task_queue, job("blocker"))
+            await _runs(sqlite_store, blocker)
+            low1 = await start_job(client, task_queue, job("lowa", retry=WAIT))
+            await _waits(sqlite_store, low1, "no_capacity")
+            low2 = await start_job(client, task_queue, job("lowb", retry=WAIT))
+            high = await start_job(client, task_queue, job("high", priority=100, retry=WAIT))
+            await _waits(sqlite_store, low2)
+            await _waits(sqlite_store, high)
 
-        async def positions() -> list[int | None]:
-            entries = [await _entry(sqlite_store, h.id) for h in (high, low1, low2)]
-            return [e.position if e is not None else None for e in entries]
+            async def positions() -> list[int | None]:
+                entries = [await _entry(sqlite_store, h.id) for h in (high, low1, low2)]
+                return [e.position if e is not None else None for e in entries]
 
-        async def ordered() -> bool:  # once a pass has seen all three
-            return await positions() == [0, 1, 2]
+            async def ordered() -> bool:  # once a pass has seen all three
+                return await positions() == [0, 1, 2]
 
-        await _until(ordered, "the waiting jobs ordered high, then by submission")
-        ended.update({"blocker", "high", "lowa", "lowb"})
-        results = [await job_result(h) for h in (blocker, high, low1, low2)]
-        admission = time_env.client.get_workflow_handle(admission_workflow_id(task_queue))
-        admission_history = await admission.fetch_history()
+            await _until(ordered, "the waiting jobs ordered high, then by submission")
+            ended.update({"blocker", "high", "lowa", "lowb"})
+            results = [await job_result(h) for h in (blocker, high, low1, low2)]
+            admission = client.get_workflow_handle(admission_workflow_id(task_queue))
+            admission_history = await admission.fetch_history()
     assert [r.status for r in results] == [JobStatus.DONE] * 4
     started = [s.job_id for s in hosts.started]
     assert started == [blocker.id, high.id, low1.id, low2.id]
@@ -148,19 +185,19 @@ async def test_quota_holds_a_job_until_its_queue_has_room(
     fleet = sim_fleet(sqlite_store)  # two GPUs
     apply_queue(sqlite_store, QueueSpec(name="small", gpus=1))
     ended: set[str] = set()
-    hosts = ScriptedHosts(probe=_until_ended(ended))
-    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
-        first = await start_job(time_env.client, task_queue, job("first", queue="small"))
-        await _runs(sqlite_store, first)
-        second = await start_job(
-            time_env.client, task_queue, job("second", queue="small", retry=WAIT)
-        )
-        await _waits(sqlite_store, second, "quota")
-        other = await start_job(time_env.client, task_queue, job("other"))  # default queue
-        await _runs(sqlite_store, other)
-        assert len(hosts.started) == 2  # the free GPU went to another queue, not over quota
-        ended.update({"first", "second", "other"})
-        results = [await job_result(h) for h in (first, second, other)]
+    hosts = _WallClockHosts(ended)
+    client = time_env.client
+    with time_env.auto_time_skipping_disabled():
+        async with workers(client, sqlite_store, task_queue, hosts, [fleet]):
+            first = await start_job(client, task_queue, job("first", queue="small"))
+            await _runs(sqlite_store, first)
+            second = await start_job(client, task_queue, job("second", queue="small", retry=WAIT))
+            await _waits(sqlite_store, second, "quota")
+            other = await start_job(client, task_queue, job("other"))  # default queue
+            await _runs(sqlite_store, other)
+            assert len(hosts.started) == 2  # the free GPU went to another queue, not over quota
+            ended.update({"first", "second", "other"})
+            results = [await job_result(h) for h in (first, second, other)]
     assert [r.status for r in results] == [JobStatus.DONE] * 3
     assert [s.job_id for s in hosts.started] == [first.id, other.id, second.id]
 
@@ -184,19 +221,21 @@ async def test_a_preemptible_job_is_stopped_for_a_higher_priority_one_and_requeu
 ) -> None:
     fleet = sim_fleet(sqlite_store, hosts=ONE_GPU)
     ended: set[str] = set()
-    hosts = ScriptedHosts(probe=_until_ended(ended))
+    hosts = _WallClockHosts(ended)
     requeue = {"on_events": ["interruption", "no-capacity"], "duration": "1h"}
-    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
-        victim = await start_job(
-            time_env.client, task_queue, job("victim", preemptible=True, retry=requeue)
-        )
-        await _runs(sqlite_store, victim)
-        boss = await start_job(time_env.client, task_queue, job("boss", priority=100, retry=WAIT))
-        await _runs(sqlite_store, boss)
-        await _waits(sqlite_store, victim)  # its second attempt waits behind the boss
-        ended.update({"boss", "victim@2"})
-        boss_result = await job_result(boss)
-        victim_result = await job_result(victim)
+    client = time_env.client
+    with time_env.auto_time_skipping_disabled():
+        async with workers(client, sqlite_store, task_queue, hosts, [fleet]):
+            victim = await start_job(
+                client, task_queue, job("victim", preemptible=True, retry=requeue)
+            )
+            await _runs(sqlite_store, victim)
+            boss = await start_job(client, task_queue, job("boss", priority=100, retry=WAIT))
+            await _runs(sqlite_store, boss)
+            await _waits(sqlite_store, victim)  # its second attempt waits behind the boss
+            ended.update({"boss", "victim@2"})
+            boss_result = await job_result(boss)
+            victim_result = await job_result(victim)
     assert boss_result.status == JobStatus.DONE
     assert (victim_result.status, victim_result.attempts) == (JobStatus.DONE, 2)
     assert [(s.job_id, s.attempt) for s in hosts.started] == [
@@ -216,15 +255,17 @@ async def test_nothing_that_is_not_preemptible_is_preempted(
 ) -> None:
     fleet = sim_fleet(sqlite_store, hosts=ONE_GPU)
     ended: set[str] = set()
-    hosts = ScriptedHosts(probe=_until_ended(ended))
-    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
-        keeper = await start_job(time_env.client, task_queue, job("keeper"))
-        await _runs(sqlite_store, keeper)
-        boss = await start_job(time_env.client, task_queue, job("boss", priority=100, retry=WAIT))
-        await _waits(sqlite_store, boss, "no_capacity")
-        assert hosts.stopped == []
-        ended.update({"keeper", "boss"})
-        results = [await job_result(h) for h in (keeper, boss)]
+    hosts = _WallClockHosts(ended)
+    client = time_env.client
+    with time_env.auto_time_skipping_disabled():
+        async with workers(client, sqlite_store, task_queue, hosts, [fleet]):
+            keeper = await start_job(client, task_queue, job("keeper"))
+            await _runs(sqlite_store, keeper)
+            boss = await start_job(client, task_queue, job("boss", priority=100, retry=WAIT))
+            await _waits(sqlite_store, boss, "no_capacity")
+            assert hosts.stopped == []
+            ended.update({"keeper", "boss"})
+            results = [await job_result(h) for h in (keeper, boss)]
     assert [(r.status, r.attempts) for r in results] == [(JobStatus.DONE, 1)] * 2
 
 
@@ -233,17 +274,19 @@ async def test_a_job_stopped_while_it_waits_leaves_its_queue(
 ) -> None:
     fleet = sim_fleet(sqlite_store, hosts=ONE_GPU)
     ended: set[str] = set()
-    hosts = ScriptedHosts(probe=_until_ended(ended))
-    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
-        blocker = await start_job(time_env.client, task_queue, job("blocker"))
-        await _runs(sqlite_store, blocker)
-        waiter = await start_job(time_env.client, task_queue, job("waiter", retry=WAIT))
-        await _waits(sqlite_store, waiter)
-        await waiter.signal("stop")
-        stopped = await job_result(waiter)
-        assert await _entry(sqlite_store, waiter.id) is None
-        ended.add("blocker")
-        await job_result(blocker)
+    hosts = _WallClockHosts(ended)
+    client = time_env.client
+    with time_env.auto_time_skipping_disabled():
+        async with workers(client, sqlite_store, task_queue, hosts, [fleet]):
+            blocker = await start_job(client, task_queue, job("blocker"))
+            await _runs(sqlite_store, blocker)
+            waiter = await start_job(client, task_queue, job("waiter", retry=WAIT))
+            await _waits(sqlite_store, waiter)
+            await waiter.signal("stop")
+            stopped = await job_result(waiter)
+            assert await _entry(sqlite_store, waiter.id) is None
+            ended.add("blocker")
+            await job_result(blocker)
     assert (stopped.status, stopped.reason) == (
         JobStatus.STOPPED,
         TerminationReason.STOPPED_BY_USER,
