@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.place import place
+from gpuflow.scheduler.prefix import releasing, shortest
 from gpuflow.scheduler.quota import Demand, Quotas, gpu_count
 from gpuflow.scheduler.reservation import Reservation, Room, earliest_start, hidden
 from gpuflow.scheduler.usage import apply_placement, release_placement
@@ -329,16 +330,17 @@ class _Pass:
         """A placement for the job once some candidates are released, and those victims
         (released from the snapshot and the quotas); None leaves both as they were."""
         candidates = self._candidates(job)
-        if not candidates or self._placed_without(job, candidates) is None:
-            return None
+
+        def fits() -> Placement | None:
+            found = place(job.job, self.snapshot)
+            return found if isinstance(found, Placement) and self._allowed(job, found) else None
+
         # the fewest preferred victims that make room (releasing more never takes room away)
-        low, high = 0, len(candidates)
-        while high - low > 1:
-            middle = (low + high) // 2
-            if self._placed_without(job, candidates[:middle]) is None:
-                low = middle
-            else:
-                high = middle
+        with releasing(self.snapshot, candidates) as released:
+            got = shortest(released, fits)
+        if got is None:
+            return None
+        high = got[0]
         out = candidates[:high]
         for victim in out:
             self._release(victim)
@@ -379,16 +381,6 @@ class _Pass:
         if any(victim.queue != job.queue for victim in out):
             return self.quotas.within_nominal(job.queue, demand)
         return True
-
-    def _placed_without(self, job: Waiting, gone: list[Running]) -> Placement | None:
-        for victim in gone:
-            release_placement(self.snapshot, victim.placement)
-        try:
-            found = place(job.job, self.snapshot)
-        finally:
-            for victim in gone:
-                apply_placement(self.snapshot, victim.placement)
-        return found if isinstance(found, Placement) and self._allowed(job, found) else None
 
     def _release(self, job: Running) -> None:
         release_placement(self.snapshot, job.placement)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from gpuflow.scheduler.index import index_of
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.place import place
+from gpuflow.scheduler.prefix import releasing, shortest
 from gpuflow.scheduler.usage import apply_placement, release_placement
 from gpuflow.specs import JobSpec
 from gpuflow.status import HostState
@@ -69,35 +70,39 @@ def earliest_start(
     that has run for long is likely to run longer still); `keep` (the hosts reserved for it by
     the pass before) wins when it can still serve, so a reservation drains the same hosts from
     pass to pass."""
-    known = sorted((r for r in running if r.ends_at is not None), key=lambda r: (r.ends_at, r.name))
-    found = _placed_without(job, snapshot, [])
+
+    def fits() -> Placement | None:
+        found = place(job, snapshot)
+        return found if isinstance(found, Placement) else None
+
+    found = fits()
     if found is not None:
         return _start(now, found, [])
-    found = _placed_without(job, snapshot, known)
-    if found is not None:
-        high, found = _fewest(job, snapshot, known, found)
-        end = known[high - 1].ends_at
-        return _start(max(now, end) if end is not None else None, found, known[:high])
+    known = sorted((r for r in running if r.ends_at is not None), key=lambda r: (r.ends_at, r.name))
     unknown = sorted(
         (r for r in running if r.ends_at is None),
         key=lambda r: (-r.started_at, r.name),
     )
     everything = [*known, *unknown]
+    with releasing(snapshot, everything) as released:
+        got = shortest(released, fits, end=len(known))
+        if got is not None:
+            high, found = got
+            end = known[high - 1].ends_at
+            return _start(max(now, end) if end is not None else None, found, known[:high])
     if keep:
         others = frozenset(h.id for h in snapshot.hosts()) - keep
         there = [r for r in everything if _hosts_of(r.placement) & keep]
-        with hidden(snapshot, others):
-            kept = _placed_without(job, snapshot, there)
-            if kept is not None:
-                start = sum(1 for r in there if r.ends_at is not None)
-                high, kept = _fewest(job, snapshot, there, kept, start=start)
-        if kept is not None:
-            return _start(None, kept, there[:high])
-    found = _placed_without(job, snapshot, everything)
-    if found is None:
+        start = sum(1 for r in there if r.ends_at is not None)
+        with hidden(snapshot, others), releasing(snapshot, there) as released:
+            got = shortest(released, fits, start=start)
+        if got is not None:
+            return _start(None, got[1], there[: got[0]])
+    with releasing(snapshot, everything) as released:
+        got = shortest(released, fits, start=len(known))
+    if got is None:
         return None
-    high, found = _fewest(job, snapshot, everything, found, start=len(known))
-    return _start(None, found, everything[:high])
+    return _start(None, got[1], everything[: got[0]])
 
 
 def _start(at: float | None, placement: Placement, gone: Sequence[Running]) -> Start:
@@ -108,38 +113,6 @@ def _start(at: float | None, placement: Placement, gone: Sequence[Running]) -> S
 
 def _hosts_of(placement: Placement) -> frozenset[str]:
     return frozenset(node.host_id for node in placement.nodes)
-
-
-def _fewest(
-    job: JobSpec,
-    snapshot: Snapshot,
-    order: Sequence[Running],
-    found: Placement,
-    *,
-    start: int = 0,
-) -> tuple[int, Placement]:
-    """The shortest prefix of `order` whose release lets the job fit (releasing all of it does,
-    giving `found`), by binary search: releasing more never takes room away."""
-    low, high = start, len(order)  # fits without order[:high], not without order[:low]
-    while high - low > 1:
-        middle = (low + high) // 2
-        placed = _placed_without(job, snapshot, order[:middle])
-        if placed is None:
-            low = middle
-        else:
-            high, found = middle, placed
-    return high, found
-
-
-def _placed_without(job: JobSpec, snapshot: Snapshot, gone: Sequence[Running]) -> Placement | None:
-    for running in gone:
-        release_placement(snapshot, running.placement)
-    try:
-        found = place(job, snapshot)
-    finally:
-        for running in gone:
-            apply_placement(snapshot, running.placement)
-    return found if isinstance(found, Placement) else None
 
 
 class Room:
