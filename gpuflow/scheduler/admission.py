@@ -161,6 +161,8 @@ class _Pass:
         self.quotas = Quotas(queues)
         self.snapshot, self.now = snapshot, now
         self.live = {job.name: job for job in running}
+        self.preemptible = {job.name: job for job in running if job.preemptible}
+        """The live jobs that may be preempted: a blocked job looks only at these."""
         for job in running:
             self.quotas.add(job.queue, self.quotas.demand(job.queue, job.placement))
         self.decision = Decision()
@@ -281,7 +283,7 @@ class _Pass:
         apply_placement(self.snapshot, placement)
         self.quotas.add(job.queue, self.quotas.demand(job.queue, placement))
         duration = job.job.max_duration
-        self.live[job.name] = Running(
+        self.live[job.name] = admitted = Running(
             name=job.name,
             queue=job.queue,
             placement=placement,
@@ -290,6 +292,8 @@ class _Pass:
             started_at=self.now,
             ends_at=None if duration is None else self.now + duration,
         )
+        if job.preemptible:
+            self.preemptible[job.name] = admitted
         backfill = self.decision.reservation is not None and self.reserved is not job
         if backfill and self.room is not None and not self._ends_before_reserved_start(job):
             self.room.take(placement)
@@ -314,16 +318,9 @@ class _Pass:
 
     def _candidates(self, job: Waiting) -> list[Running]:
         cohort = set(self.quotas.cohort(job.queue)) - {job.queue}
-        same = [
-            r
-            for r in self.live.values()
-            if r.preemptible and r.queue == job.queue and r.priority < job.priority
-        ]
-        others = [
-            r
-            for r in self.live.values()
-            if r.preemptible and r.queue in cohort and self.quotas.borrowing(r.queue)
-        ]
+        live = self.preemptible.values()
+        same = [r for r in live if r.queue == job.queue and r.priority < job.priority]
+        others = [r for r in live if r.queue in cohort and self.quotas.borrowing(r.queue)]
         return sorted([*same, *others], key=_victim_order)
 
     def _preempt(self, job: Waiting) -> tuple[Placement, tuple[str, ...]] | None:
@@ -356,7 +353,7 @@ class _Pass:
             release_placement(self.snapshot, found)
             if self._quota_after(job, found, out, candidates):
                 for victim in out:
-                    del self.live[victim.name]
+                    del self.live[victim.name], self.preemptible[victim.name]
                     if self.room is not None:
                         self.room.give_back(victim.name, victim.placement)
                 return found, tuple(victim.name for victim in out)
