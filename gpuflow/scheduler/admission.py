@@ -12,20 +12,32 @@ queue's nominal quota is not held back by a reservation for a job of another que
 borrow (`_outranks`). A job that does not fit may preempt `preemptible` running jobs:
 lower-priority ones of its own queue, or, when it stays within its queue's nominal quota, jobs
 of queues of its cohort that are borrowing.
+
+A job like one that failed since the pass last changed anything (same queue, priority, requests
+and limits: `_likeness`) fails the same way and is not tried again, so a pass over a long queue
+costs a try per kind of job, not per job (as kube-scheduler's equivalence classes and Slurm's
+skipping of jobs like one that could not start).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
+from gpuflow.scheduler.admission_jobs import (
+    Admitted,
+    Decision,
+    Held,
+    Preemption,
+    Running,
+    Waiting,
+)
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.place import place
 from gpuflow.scheduler.prefix import releasing, shortest
 from gpuflow.scheduler.quota import Demand, Quotas, gpu_count
+from gpuflow.scheduler.request import resolve
 from gpuflow.scheduler.reservation import Reservation, Room, earliest_start, hidden
 from gpuflow.scheduler.usage import apply_placement, release_placement
-from gpuflow.specs import JobSpec
 from gpuflow.specs.queue import QueueSpec
 
 NO_CAPACITY = "no_capacity"
@@ -45,73 +57,6 @@ __all__ = [
     "Waiting",
     "admit",
 ]
-
-
-@dataclass(frozen=True)
-class Running:
-    """A job that holds capacity (its placement is applied in the snapshot)."""
-
-    name: str
-    queue: str
-    placement: Placement
-    priority: int = 0
-    preemptible: bool = False
-    started_at: float = 0.0
-    ends_at: float | None = None
-    """Start + the job's max_duration, when it declares one; None: unknown."""
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """A job waiting in a queue; `job` carries its resources, nodes and max_duration."""
-
-    name: str
-    queue: str
-    job: JobSpec
-    submitted_at: float
-    priority: int = 0
-    preemptible: bool = False
-    options: tuple[JobSpec, ...] = ()
-    """The job once per resource option, tried in order (JobSpec.resource_options); empty:
-    `job` alone. Reservations and preemption plan for the first."""
-    may_wait: bool = True
-    """False: a pass that cannot admit it refuses it, so it reserves nothing (a reservation
-    would hold the others back for a job that leaves)."""
-
-
-@dataclass(frozen=True)
-class Admitted:
-    job: Waiting
-    placement: Placement
-    victims: tuple[str, ...] = ()
-    """Running jobs preempted to make room for it (already released in the snapshot)."""
-    backfill: bool = False
-    """Admitted while a reservation for an earlier job stood."""
-
-
-@dataclass(frozen=True)
-class Preemption:
-    victim: str
-    for_job: str
-
-
-@dataclass(frozen=True)
-class Held:
-    """A job left waiting: why (no_capacity, quota or reserved_for:<job>) and its position in
-    the order of this pass (0 first)."""
-
-    job: Waiting
-    reason: str
-    position: int
-
-
-@dataclass
-class Decision:
-    admitted: list[Admitted] = field(default_factory=list)
-    """In the order they were decided (a victim is released just before its preemptor)."""
-    preemptions: list[Preemption] = field(default_factory=list)
-    waiting: list[Held] = field(default_factory=list)
-    reservation: Reservation | None = None
 
 
 def admit(
@@ -172,6 +117,8 @@ class _Pass:
         self.reserved_demand: Demand = {}
         """What the reserved job will count against its queue's quota."""
         self.room: Room | None = None
+        self.failed: dict[tuple[object, ...], str] = {}
+        """`_likeness` of jobs that failed since the pass last changed -> why."""
 
     def run(self, waiting: Sequence[Waiting]) -> Decision:
         pending: dict[str, list[Waiting]] = {}
@@ -204,6 +151,11 @@ class _Pass:
         return self.decision
 
     def _try(self, job: Waiting) -> bool:
+        like = self._likeness(job)
+        reason = self.failed.get(like) if like is not None else None
+        if reason is not None:
+            self.reasons[job.name] = reason
+            return False
         placement, reason = self._place(job)
         if placement is not None:
             demand = self.quotas.demand(job.queue, placement)
@@ -218,7 +170,20 @@ class _Pass:
         self.reasons[job.name] = reason
         if reason == NO_CAPACITY and job.may_wait:
             self._reserve(job)
+        if like is not None and self.reserved is not job:
+            self.failed[like] = reason
         return False
+
+    def _likeness(self, job: Waiting) -> tuple[object, ...] | None:
+        """What a try of the job depends on besides the pass's state; None for a job whose name
+        counts too (it holds the reservation, now or from the pass before)."""
+        holders = {r.job for r in (self.before, self.decision.reservation) if r is not None}
+        if job.name in holders:
+            return None
+        options = tuple((resolve(o).key, o.scorer, tuple(o.fleets)) for o in job.options)
+        first = job.job
+        asks = (resolve(first).key, first.scorer, tuple(first.fleets), first.max_duration)
+        return (job.queue, job.priority, job.may_wait, asks, options)
 
     def _allowed(self, job: Waiting, placement: Placement) -> bool:
         """The placement does not delay the reservation (it ends before the reserved start, or
@@ -280,6 +245,7 @@ class _Pass:
         return None, RESERVED_FOR + reservation.job
 
     def _take(self, job: Waiting, placement: Placement, victims: tuple[str, ...]) -> None:
+        self.failed.clear()
         apply_placement(self.snapshot, placement)
         self.quotas.add(job.queue, self.quotas.demand(job.queue, placement))
         duration = job.job.max_duration
@@ -312,6 +278,7 @@ class _Pass:
         if found is None:
             return
         reservation = Reservation(job.name, found.starts_at, found.hosts, found.waits_for)
+        self.failed.clear()
         self.reserved, self.decision.reservation = job, reservation
         self.reserved_demand = self.quotas.demand(job.queue, found.placement)
         self.room = Room(job.job, reservation, self.snapshot, self.live)
