@@ -15,8 +15,8 @@ of queues of its cohort that are borrowing.
 
 A job like one that failed since the pass last changed anything (same queue, priority, requests
 and limits: `_likeness`) fails the same way and is not tried again, so a pass over a long queue
-costs a try per kind of job, not per job (as kube-scheduler's equivalence classes and Slurm's
-skipping of jobs like one that could not start).
+costs a try per kind of job, not per job (as kube-scheduler's equivalence cache did). Jobs
+placed by the `random` scorer are always tried: its order of hosts depends on the job's name.
 """
 
 from __future__ import annotations
@@ -107,6 +107,7 @@ class _Pass:
         self.snapshot, self.now = snapshot, now
         self.live = {job.name: job for job in running}
         self.preemptible = {job.name: job for job in running if job.preemptible}
+        self.random_fleets = any(fleet.scorer == "random" for fleet in snapshot.fleets)
         """The live jobs that may be preempted: a blocked job looks only at these."""
         for job in running:
             self.quotas.add(job.queue, self.quotas.demand(job.queue, job.placement))
@@ -176,10 +177,14 @@ class _Pass:
 
     def _likeness(self, job: Waiting) -> tuple[object, ...] | None:
         """What a try of the job depends on besides the pass's state; None for a job whose name
-        counts too (it holds the reservation, now or from the pass before)."""
+        counts too: it holds the reservation (now or from the pass before), or the `random`
+        scorer, which orders hosts by the job's name, may place it."""
         holders = {r.job for r in (self.before, self.decision.reservation) if r is not None}
         if job.name in holders:
             return None
+        for spec in (job.job, *job.options):
+            if spec.scorer == "random" or (spec.scorer is None and self.random_fleets):
+                return None
         options = tuple((resolve(o).key, o.scorer, tuple(o.fleets)) for o in job.options)
         first = job.job
         asks = (resolve(first).key, first.scorer, tuple(first.fleets), first.max_duration)

@@ -4,6 +4,7 @@ queue of alike jobs costs one try."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 from unittest import mock
@@ -11,9 +12,10 @@ from unittest import mock
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from gpuflow.scheduler import admission, release_placement
+from gpuflow.scheduler import Placement, Snapshot, admission, place, release_placement
 from gpuflow.scheduler.admission import Decision, Reservation, Running, Waiting, admit
 from gpuflow.specs import QueueSpec
+from tests.unit.scheduler.conftest import load_host, make_snapshot
 from tests.unit.scheduler.test_admission import as_running, fleet, start, waiting
 from tests.unit.scheduler.test_admission_streams import QUEUES, _queues
 
@@ -119,12 +121,19 @@ def test_a_long_queue_of_alike_jobs_costs_one_try() -> None:
     assert tries.asked == {"w0", "w1"}
 
 
-def _both(hosts: int, running: list[Waiting], **args: Any) -> Decision:
+def _both(
+    hosts: int,
+    running: list[Waiting],
+    *,
+    fleet_of: Callable[[], Snapshot] | None = None,
+    **args: Any,
+) -> Decision:
     """The pass with skipping, after checking that it decides as the pass that tries every
-    job (each on its own fleet of `hosts` hosts with `running` started in order)."""
+    job (each on its own fleet, of `hosts` 8x H100 hosts or made by `fleet_of`, with `running`
+    started in order)."""
     decisions = []
     for likeness in (admission._Pass._likeness, lambda self, job: None):
-        snapshot = fleet(hosts)
+        snapshot = fleet_of() if fleet_of is not None else fleet(hosts)
         live = [start(snapshot, job) for job in running]
         with mock.patch.object(admission._Pass, "_likeness", likeness):
             decisions.append(admit(snapshot=snapshot, running=live, now=100.0, **args))
@@ -183,3 +192,25 @@ def test_a_job_that_may_wait_reserves_after_an_alike_one_that_may_not() -> None:
     x = replace(waiting("x", 8, at=1), may_wait=False)
     decision = _both(1, [waiting("held", 4)], queues=queue, waiting=[x, waiting("y", 8, at=2)])
     assert decision.reservation is not None and decision.reservation.job == "y"
+
+
+def test_jobs_placed_by_the_random_scorer_are_each_tried() -> None:
+    # The random scorer orders hosts by the job's name: of two alike 1-GPU jobs, one may land
+    # on the A100 host, which a quota of H100s only does not admit, and the other on the H100.
+    def two_models() -> Snapshot:
+        hosts = (load_host("a100x8-blocks", name="a"), load_host("h100x8", name="h"))
+        return make_snapshot(*hosts, scorer="random")
+
+    def model(name: str) -> str:
+        found = place(waiting(name, 1).job, two_models())
+        assert isinstance(found, Placement)
+        return found.nodes[0].gpu_names[0]
+
+    names = [f"j{i}" for i in range(40)]
+    on_a100 = next(n for n in names if model(n) == "A100")
+    on_h100 = next(n for n in names if model(n) == "H100")
+    queue = [QueueSpec(name="a", gpus={"H100": 8})]
+    jobs = [waiting(on_a100, 1, at=1), waiting(on_h100, 1, at=2)]
+    decision = _both(0, [], queues=queue, waiting=jobs, fleet_of=two_models)
+    assert [a.job.name for a in decision.admitted] == [on_h100]
+    assert [(h.job.name, h.reason) for h in decision.waiting] == [(on_a100, "quota")]
