@@ -29,8 +29,8 @@ from gpuflow.store.db import Store
 from gpuflow.store.tables import AllocationRow, QueueEntryRow
 from gpuflow.workflows.models import JobResult
 from gpuflow.workflows.outcome import job_result
-from tests.workflow.harness import job, sim_fleet, start_job, workers
-from tests.workflow.test_queue_workflow import _WallClockHosts
+from tests.workflow.harness import job, sim_fleet, start_job
+from tests.workflow.test_queue_workflow import real_pace
 
 TWO_GPUS = [{"name": "h1", "gpus": [{"name": "A100", "memory": "80GB", "count": 2}]}]
 WAIT = {"on_events": ["no-capacity"], "duration": "1h"}
@@ -158,40 +158,35 @@ async def test_a_queue_takes_its_quota_back_from_the_latest_preemptible_borrower
 ) -> None:
     fleet = sim_fleet(sqlite_store, hosts=TWO_GPUS)
     _cohort(sqlite_store)
-    ended: set[str] = set()
-    hosts = _WallClockHosts(ended)
     client = time_env.client
-    with time_env.auto_time_skipping_disabled():
-        async with (
-            _watch_allocations(sqlite_store) as holders,
-            workers(client, sqlite_store, task_queue, hosts, [fleet]),
-        ):
-            early = await start_job(
-                client, task_queue, job("early", queue="research", preemptible=True)
-            )
-            await _runs(sqlite_store, early)
-            # Same GPUs and priority as `early`, started later: the victim rules pick it.
-            late = await start_job(
-                client, task_queue, job("late", queue="research", preemptible=True)
-            )
-            await _runs(sqlite_store, late)
-            borrowed_gpus = _gpus(sqlite_store, late)
-            assert _usage(sqlite_store)["research"] == (2.0, 1.0, 0.0)  # prod's idle GPU
-            assert _usage(sqlite_store)["prod"] == (0.0, 0.0, 1.0)
+    async with (
+        _watch_allocations(sqlite_store) as holders,
+        real_pace(time_env, sqlite_store, task_queue, fleet) as hosts,
+    ):
+        early = await start_job(
+            client, task_queue, job("early", queue="research", preemptible=True)
+        )
+        await _runs(sqlite_store, early)
+        # Same GPUs and priority as `early`, started later: the victim rules pick it.
+        late = await start_job(client, task_queue, job("late", queue="research", preemptible=True))
+        await _runs(sqlite_store, late)
+        borrowed_gpus = _gpus(sqlite_store, late)
+        assert _usage(sqlite_store)["research"] == (2.0, 1.0, 0.0)  # prod's idle GPU
+        assert _usage(sqlite_store)["prod"] == (0.0, 0.0, 1.0)
 
-            owner = await start_job(client, task_queue, job("owner", queue="prod", retry=WAIT))
-            late_result = await _ended(sqlite_store, late)
-            await _runs(sqlite_store, owner)
-            assert _gpus(sqlite_store, owner) == borrowed_gpus  # the GPU the borrower gave back
-            assert await _status(sqlite_store, early) == JobStatus.RUNNING
-            assert _usage(sqlite_store)["research"] == (1.0, 0.0, 0.0)
-            assert _usage(sqlite_store)["prod"] == (1.0, 0.0, 0.0)
-            # Only the borrower was stopped; the other research job runs on (every job's
-            # compensation stops its processes too, so this is read before the others end).
-            assert [(s.job_id, s.attempt) for s in hosts.stopped] == [(late.id, 1)]
+        owner = await start_job(client, task_queue, job("owner", queue="prod", retry=WAIT))
+        late_result = await _ended(sqlite_store, late)
+        await _runs(sqlite_store, owner)
+        assert _gpus(sqlite_store, owner) == borrowed_gpus  # the GPU the borrower gave back
+        assert await _status(sqlite_store, early) == JobStatus.RUNNING
+        assert _usage(sqlite_store)["research"] == (1.0, 0.0, 0.0)
+        assert _usage(sqlite_store)["prod"] == (1.0, 0.0, 0.0)
+        # Only the borrower was stopped; the other research job runs on (every job's
+        # compensation stops its processes too, so this is read before the others end).
+        assert [(s.job_id, s.attempt) for s in hosts.stopped] == [(late.id, 1)]
 
-            ended.update({"early", "owner"})
-            early_result, owner_result = await job_result(early), await job_result(owner)
+        hosts.ended.update({"early", "owner"})
+        early_result, owner_result = await job_result(early), await job_result(owner)
 
     assert (late_result.status, late_result.reason) == (
         JobStatus.TERMINATED,
@@ -219,30 +214,27 @@ async def test_a_borrower_that_is_not_preemptible_is_never_preempted(
     """The owner waits for capacity instead, and gets the first GPU a borrower gives back."""
     fleet = sim_fleet(sqlite_store, hosts=TWO_GPUS)
     _cohort(sqlite_store)
-    ended: set[str] = set()
-    hosts = _WallClockHosts(ended)
     client = time_env.client
-    with time_env.auto_time_skipping_disabled():
-        async with (
-            _watch_allocations(sqlite_store) as holders,
-            workers(client, sqlite_store, task_queue, hosts, [fleet]),
-        ):
-            early = await start_job(client, task_queue, job("early", queue="research"))
-            await _runs(sqlite_store, early)
-            late = await start_job(client, task_queue, job("late", queue="research"))
-            await _runs(sqlite_store, late)
-            assert _usage(sqlite_store)["research"] == (2.0, 1.0, 0.0)
-            late_gpus = _gpus(sqlite_store, late)
+    async with (
+        _watch_allocations(sqlite_store) as holders,
+        real_pace(time_env, sqlite_store, task_queue, fleet) as hosts,
+    ):
+        early = await start_job(client, task_queue, job("early", queue="research"))
+        await _runs(sqlite_store, early)
+        late = await start_job(client, task_queue, job("late", queue="research"))
+        await _runs(sqlite_store, late)
+        assert _usage(sqlite_store)["research"] == (2.0, 1.0, 0.0)
+        late_gpus = _gpus(sqlite_store, late)
 
-            owner = await start_job(client, task_queue, job("owner", queue="prod", retry=WAIT))
-            await _waits(sqlite_store, owner, "no_capacity")
-            assert hosts.stopped == []
-            ended.add("late")
-            late_result = await job_result(late)
-            await _runs(sqlite_store, owner)
-            assert _gpus(sqlite_store, owner) == late_gpus
-            ended.update({"early", "owner"})
-            results = [await job_result(h) for h in (early, owner)]
+        owner = await start_job(client, task_queue, job("owner", queue="prod", retry=WAIT))
+        await _waits(sqlite_store, owner, "no_capacity")
+        assert hosts.stopped == []
+        hosts.ended.add("late")
+        late_result = await job_result(late)
+        await _runs(sqlite_store, owner)
+        assert _gpus(sqlite_store, owner) == late_gpus
+        hosts.ended.update({"early", "owner"})
+        results = [await job_result(h) for h in (early, owner)]
 
     assert [(r.status, r.attempts) for r in (late_result, *results)] == [(JobStatus.DONE, 1)] * 3
     assert [s.job_id for s in hosts.started] == [early.id, late.id, owner.id]
@@ -256,30 +248,27 @@ async def test_the_owner_passes_over_a_later_borrower_that_is_not_preemptible(
     before it is the victim."""
     fleet = sim_fleet(sqlite_store, hosts=TWO_GPUS)
     _cohort(sqlite_store)
-    ended: set[str] = set()
-    hosts = _WallClockHosts(ended)
     client = time_env.client
-    with time_env.auto_time_skipping_disabled():
-        async with (
-            _watch_allocations(sqlite_store) as holders,
-            workers(client, sqlite_store, task_queue, hosts, [fleet]),
-        ):
-            early = await start_job(
-                client, task_queue, job("early", queue="research", preemptible=True)
-            )
-            await _runs(sqlite_store, early)
-            keeper = await start_job(client, task_queue, job("keeper", queue="research"))
-            await _runs(sqlite_store, keeper)
-            early_gpus = _gpus(sqlite_store, early)
+    async with (
+        _watch_allocations(sqlite_store) as holders,
+        real_pace(time_env, sqlite_store, task_queue, fleet) as hosts,
+    ):
+        early = await start_job(
+            client, task_queue, job("early", queue="research", preemptible=True)
+        )
+        await _runs(sqlite_store, early)
+        keeper = await start_job(client, task_queue, job("keeper", queue="research"))
+        await _runs(sqlite_store, keeper)
+        early_gpus = _gpus(sqlite_store, early)
 
-            owner = await start_job(client, task_queue, job("owner", queue="prod", retry=WAIT))
-            early_result = await _ended(sqlite_store, early)
-            await _runs(sqlite_store, owner)
-            assert _gpus(sqlite_store, owner) == early_gpus
-            assert await _status(sqlite_store, keeper) == JobStatus.RUNNING
-            assert [s.job_id for s in hosts.stopped] == [early.id]
-            ended.update({"keeper", "owner"})
-            results = [await job_result(h) for h in (keeper, owner)]
+        owner = await start_job(client, task_queue, job("owner", queue="prod", retry=WAIT))
+        early_result = await _ended(sqlite_store, early)
+        await _runs(sqlite_store, owner)
+        assert _gpus(sqlite_store, owner) == early_gpus
+        assert await _status(sqlite_store, keeper) == JobStatus.RUNNING
+        assert [s.job_id for s in hosts.stopped] == [early.id]
+        hosts.ended.update({"keeper", "owner"})
+        results = [await job_result(h) for h in (keeper, owner)]
 
     assert (early_result.status, early_result.reason) == (
         JobStatus.TERMINATED,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from gpuflow.errors import NotFoundError
 from gpuflow.services.capacity import allocations_of
 from gpuflow.services.jobs import find_job, job_events
 from gpuflow.services.queues import apply_queue
+from gpuflow.specs.fleet import FleetSpec
 from gpuflow.specs.queue import QueueSpec
 from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.store.db import Store
@@ -60,8 +63,9 @@ class _WallClockHosts(ScriptedHosts):
     its probe answers within moments of that, with no timer or skip of the server's clock in
     between. For tests that keep the clock at real pace, where a tick lasts its minutes."""
 
-    def __init__(self, ended: set[str]) -> None:
-        super().__init__(probe=_until_ended(ended))
+    def __init__(self) -> None:
+        self.ended: set[str] = set()
+        super().__init__(probe=_until_ended(self.ended))
 
     def activities(self) -> list[Any]:
         @activity.defn(name="probe_process")
@@ -80,6 +84,18 @@ class _WallClockHosts(ScriptedHosts):
 
         scripted = [a for a in super().activities() if a.__name__ != "probe_process"]
         return [*scripted, probe_process]
+
+
+@asynccontextmanager
+async def real_pace(
+    env: WorkflowEnvironment, store: Store, task_queue: str, fleet: FleetSpec
+) -> AsyncIterator[_WallClockHosts]:
+    """The workers on `fleet`'s sim hosts, whose jobs run until the test ends them
+    (`hosts.ended`), with the server's clock at real pace (see the module docstring)."""
+    hosts = _WallClockHosts()
+    with env.auto_time_skipping_disabled():
+        async with workers(env.client, store, task_queue, hosts, [fleet]):
+            yield hosts
 
 
 async def _entry(store: Store, job_id: str) -> QueueEntryRow | None:
@@ -135,32 +151,29 @@ async def test_a_freed_gpu_goes_to_the_highest_priority_then_the_earliest(
     time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
 ) -> None:
     fleet = sim_fleet(sqlite_store, hosts=ONE_GPU)
-    ended: set[str] = set()
-    hosts = _WallClockHosts(ended)
     client = time_env.client
-    with time_env.auto_time_skipping_disabled():
-        async with workers(client, sqlite_store, task_queue, hosts, [fleet]):
-            blocker = await start_job(client, task_queue, job("blocker"))
-            await _runs(sqlite_store, blocker)
-            low1 = await start_job(client, task_queue, job("lowa", retry=WAIT))
-            await _waits(sqlite_store, low1, "no_capacity")
-            low2 = await start_job(client, task_queue, job("lowb", retry=WAIT))
-            high = await start_job(client, task_queue, job("high", priority=100, retry=WAIT))
-            await _waits(sqlite_store, low2)
-            await _waits(sqlite_store, high)
+    async with real_pace(time_env, sqlite_store, task_queue, fleet) as hosts:
+        blocker = await start_job(client, task_queue, job("blocker"))
+        await _runs(sqlite_store, blocker)
+        low1 = await start_job(client, task_queue, job("lowa", retry=WAIT))
+        await _waits(sqlite_store, low1, "no_capacity")
+        low2 = await start_job(client, task_queue, job("lowb", retry=WAIT))
+        high = await start_job(client, task_queue, job("high", priority=100, retry=WAIT))
+        await _waits(sqlite_store, low2)
+        await _waits(sqlite_store, high)
 
-            async def positions() -> list[int | None]:
-                entries = [await _entry(sqlite_store, h.id) for h in (high, low1, low2)]
-                return [e.position if e is not None else None for e in entries]
+        async def positions() -> list[int | None]:
+            entries = [await _entry(sqlite_store, h.id) for h in (high, low1, low2)]
+            return [e.position if e is not None else None for e in entries]
 
-            async def ordered() -> bool:  # once a pass has seen all three
-                return await positions() == [0, 1, 2]
+        async def ordered() -> bool:  # once a pass has seen all three
+            return await positions() == [0, 1, 2]
 
-            await _until(ordered, "the waiting jobs ordered high, then by submission")
-            ended.update({"blocker", "high", "lowa", "lowb"})
-            results = [await job_result(h) for h in (blocker, high, low1, low2)]
-            admission = client.get_workflow_handle(admission_workflow_id(task_queue))
-            admission_history = await admission.fetch_history()
+        await _until(ordered, "the waiting jobs ordered high, then by submission")
+        hosts.ended.update({"blocker", "high", "lowa", "lowb"})
+        results = [await job_result(h) for h in (blocker, high, low1, low2)]
+        admission = client.get_workflow_handle(admission_workflow_id(task_queue))
+        admission_history = await admission.fetch_history()
     assert [r.status for r in results] == [JobStatus.DONE] * 4
     started = [s.job_id for s in hosts.started]
     assert started == [blocker.id, high.id, low1.id, low2.id]
@@ -184,20 +197,17 @@ async def test_quota_holds_a_job_until_its_queue_has_room(
 ) -> None:
     fleet = sim_fleet(sqlite_store)  # two GPUs
     apply_queue(sqlite_store, QueueSpec(name="small", gpus=1))
-    ended: set[str] = set()
-    hosts = _WallClockHosts(ended)
     client = time_env.client
-    with time_env.auto_time_skipping_disabled():
-        async with workers(client, sqlite_store, task_queue, hosts, [fleet]):
-            first = await start_job(client, task_queue, job("first", queue="small"))
-            await _runs(sqlite_store, first)
-            second = await start_job(client, task_queue, job("second", queue="small", retry=WAIT))
-            await _waits(sqlite_store, second, "quota")
-            other = await start_job(client, task_queue, job("other"))  # default queue
-            await _runs(sqlite_store, other)
-            assert len(hosts.started) == 2  # the free GPU went to another queue, not over quota
-            ended.update({"first", "second", "other"})
-            results = [await job_result(h) for h in (first, second, other)]
+    async with real_pace(time_env, sqlite_store, task_queue, fleet) as hosts:
+        first = await start_job(client, task_queue, job("first", queue="small"))
+        await _runs(sqlite_store, first)
+        second = await start_job(client, task_queue, job("second", queue="small", retry=WAIT))
+        await _waits(sqlite_store, second, "quota")
+        other = await start_job(client, task_queue, job("other"))  # default queue
+        await _runs(sqlite_store, other)
+        assert len(hosts.started) == 2  # the free GPU went to another queue, not over quota
+        hosts.ended.update({"first", "second", "other"})
+        results = [await job_result(h) for h in (first, second, other)]
     assert [r.status for r in results] == [JobStatus.DONE] * 3
     assert [s.job_id for s in hosts.started] == [first.id, other.id, second.id]
 
@@ -220,22 +230,17 @@ async def test_a_preemptible_job_is_stopped_for_a_higher_priority_one_and_requeu
     time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
 ) -> None:
     fleet = sim_fleet(sqlite_store, hosts=ONE_GPU)
-    ended: set[str] = set()
-    hosts = _WallClockHosts(ended)
     requeue = {"on_events": ["interruption", "no-capacity"], "duration": "1h"}
     client = time_env.client
-    with time_env.auto_time_skipping_disabled():
-        async with workers(client, sqlite_store, task_queue, hosts, [fleet]):
-            victim = await start_job(
-                client, task_queue, job("victim", preemptible=True, retry=requeue)
-            )
-            await _runs(sqlite_store, victim)
-            boss = await start_job(client, task_queue, job("boss", priority=100, retry=WAIT))
-            await _runs(sqlite_store, boss)
-            await _waits(sqlite_store, victim)  # its second attempt waits behind the boss
-            ended.update({"boss", "victim@2"})
-            boss_result = await job_result(boss)
-            victim_result = await job_result(victim)
+    async with real_pace(time_env, sqlite_store, task_queue, fleet) as hosts:
+        victim = await start_job(client, task_queue, job("victim", preemptible=True, retry=requeue))
+        await _runs(sqlite_store, victim)
+        boss = await start_job(client, task_queue, job("boss", priority=100, retry=WAIT))
+        await _runs(sqlite_store, boss)
+        await _waits(sqlite_store, victim)  # its second attempt waits behind the boss
+        hosts.ended.update({"boss", "victim@2"})
+        boss_result = await job_result(boss)
+        victim_result = await job_result(victim)
     assert boss_result.status == JobStatus.DONE
     assert (victim_result.status, victim_result.attempts) == (JobStatus.DONE, 2)
     assert [(s.job_id, s.attempt) for s in hosts.started] == [
@@ -254,18 +259,15 @@ async def test_nothing_that_is_not_preemptible_is_preempted(
     time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
 ) -> None:
     fleet = sim_fleet(sqlite_store, hosts=ONE_GPU)
-    ended: set[str] = set()
-    hosts = _WallClockHosts(ended)
     client = time_env.client
-    with time_env.auto_time_skipping_disabled():
-        async with workers(client, sqlite_store, task_queue, hosts, [fleet]):
-            keeper = await start_job(client, task_queue, job("keeper"))
-            await _runs(sqlite_store, keeper)
-            boss = await start_job(client, task_queue, job("boss", priority=100, retry=WAIT))
-            await _waits(sqlite_store, boss, "no_capacity")
-            assert hosts.stopped == []
-            ended.update({"keeper", "boss"})
-            results = [await job_result(h) for h in (keeper, boss)]
+    async with real_pace(time_env, sqlite_store, task_queue, fleet) as hosts:
+        keeper = await start_job(client, task_queue, job("keeper"))
+        await _runs(sqlite_store, keeper)
+        boss = await start_job(client, task_queue, job("boss", priority=100, retry=WAIT))
+        await _waits(sqlite_store, boss, "no_capacity")
+        assert hosts.stopped == []
+        hosts.ended.update({"keeper", "boss"})
+        results = [await job_result(h) for h in (keeper, boss)]
     assert [(r.status, r.attempts) for r in results] == [(JobStatus.DONE, 1)] * 2
 
 
@@ -273,20 +275,17 @@ async def test_a_job_stopped_while_it_waits_leaves_its_queue(
     time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
 ) -> None:
     fleet = sim_fleet(sqlite_store, hosts=ONE_GPU)
-    ended: set[str] = set()
-    hosts = _WallClockHosts(ended)
     client = time_env.client
-    with time_env.auto_time_skipping_disabled():
-        async with workers(client, sqlite_store, task_queue, hosts, [fleet]):
-            blocker = await start_job(client, task_queue, job("blocker"))
-            await _runs(sqlite_store, blocker)
-            waiter = await start_job(client, task_queue, job("waiter", retry=WAIT))
-            await _waits(sqlite_store, waiter)
-            await waiter.signal("stop")
-            stopped = await job_result(waiter)
-            assert await _entry(sqlite_store, waiter.id) is None
-            ended.add("blocker")
-            await job_result(blocker)
+    async with real_pace(time_env, sqlite_store, task_queue, fleet) as hosts:
+        blocker = await start_job(client, task_queue, job("blocker"))
+        await _runs(sqlite_store, blocker)
+        waiter = await start_job(client, task_queue, job("waiter", retry=WAIT))
+        await _waits(sqlite_store, waiter)
+        await waiter.signal("stop")
+        stopped = await job_result(waiter)
+        assert await _entry(sqlite_store, waiter.id) is None
+        hosts.ended.add("blocker")
+        await job_result(blocker)
     assert (stopped.status, stopped.reason) == (
         JobStatus.STOPPED,
         TerminationReason.STOPPED_BY_USER,
