@@ -37,6 +37,7 @@ from gpuflow.scheduler.prefix import releasing, shortest
 from gpuflow.scheduler.quota import Demand, Quotas, gpu_count
 from gpuflow.scheduler.request import resolve
 from gpuflow.scheduler.reservation import Reservation, Room, earliest_start, hidden
+from gpuflow.scheduler.scorers import orders_by_name
 from gpuflow.scheduler.usage import apply_placement, release_placement
 from gpuflow.specs.queue import QueueSpec
 
@@ -107,7 +108,6 @@ class _Pass:
         self.snapshot, self.now = snapshot, now
         self.live = {job.name: job for job in running}
         self.preemptible = {job.name: job for job in running if job.preemptible}
-        self.random_fleets = any(fleet.scorer == "random" for fleet in snapshot.fleets)
         """The live jobs that may be preempted: a blocked job looks only at these."""
         for job in running:
             self.quotas.add(job.queue, self.quotas.demand(job.queue, job.placement))
@@ -182,9 +182,9 @@ class _Pass:
         holders = {r.job for r in (self.before, self.decision.reservation) if r is not None}
         if job.name in holders:
             return None
-        for spec in (job.job, *job.options):
-            if spec.scorer == "random" or (spec.scorer is None and self.random_fleets):
-                return None
+        fleets = self.snapshot.fleets
+        if any(orders_by_name(o.scorer, f) for o in (job.job, *job.options) for f in fleets):
+            return None
         options = tuple((resolve(o).key, o.scorer, tuple(o.fleets)) for o in job.options)
         first = job.job
         asks = (resolve(first).key, first.scorer, tuple(first.fleets), first.max_duration)

@@ -72,10 +72,20 @@ class Scoring:
         return -self.weights["fragmentation"] * added + self.weights["binpack"] * packing
 
 
+def scorer_name(scorer: str | None, fleet: FleetSnapshot) -> str:
+    """The scorer that places a job on this fleet: the job's own, else the fleet's."""
+    return scorer or fleet.scorer or DEFAULT_SCORER
+
+
+def orders_by_name(scorer: str | None, fleet: FleetSnapshot) -> bool:
+    """Whether where a job goes on this fleet depends on the job's name (`random`)."""
+    return scorer_name(scorer, fleet) == "random"
+
+
 def scoring_for(
     index: SnapshotIndex, fleet: FleetSnapshot, scorer: str | None, job_name: str
 ) -> Scoring:
-    name = scorer or fleet.scorer or DEFAULT_SCORER
+    name = scorer_name(scorer, fleet)
     if name not in SCORER_NAMES:
         # Specs validate scorer names, so an unknown one is a bug: refuse it, never fall back.
         raise ValueError(f"unknown scorer {name!r}; allowed: {', '.join(SCORER_NAMES)}")
