@@ -30,7 +30,7 @@ from gpuflow.store.tables import AllocationRow, QueueEntryRow
 from gpuflow.workflows.models import JobResult
 from gpuflow.workflows.outcome import job_result
 from tests.workflow.harness import job, sim_fleet, start_job
-from tests.workflow.test_queue_workflow import real_pace
+from tests.workflow.test_queue_workflow import _WallClockHosts, real_pace
 
 TWO_GPUS = [{"name": "h1", "gpus": [{"name": "A100", "memory": "80GB", "count": 2}]}]
 WAIT = {"on_events": ["no-capacity"], "duration": "1h"}
@@ -147,22 +147,27 @@ def _usage(store: Store) -> dict[str, tuple[float, float, float]]:
     return {q.spec.name: (total(q.used), total(q.borrowed), total(q.lent)) for q in rows}
 
 
-def _cohort(store: Store) -> None:
-    """research and prod, one GPU of quota each, lending each other what they do not use."""
+@contextlib.asynccontextmanager
+async def _lab(
+    env: WorkflowEnvironment, store: Store, task_queue: str
+) -> AsyncIterator[tuple[Holders, _WallClockHosts]]:
+    """One host of two GPUs, and the queues research and prod, one GPU of quota each, lending
+    each other what they do not use; the allocations watched, the clock at real pace."""
+    fleet = sim_fleet(store, hosts=TWO_GPUS)
     apply_queue(store, QueueSpec(name="research", gpus=1, cohort="lab"))
     apply_queue(store, QueueSpec(name="prod", gpus=1, cohort="lab"))
+    async with (
+        _watch_allocations(store) as holders,
+        real_pace(env, store, task_queue, fleet) as hosts,
+    ):
+        yield holders, hosts
 
 
 async def test_a_queue_takes_its_quota_back_from_the_latest_preemptible_borrower(
     time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
 ) -> None:
-    fleet = sim_fleet(sqlite_store, hosts=TWO_GPUS)
-    _cohort(sqlite_store)
     client = time_env.client
-    async with (
-        _watch_allocations(sqlite_store) as holders,
-        real_pace(time_env, sqlite_store, task_queue, fleet) as hosts,
-    ):
+    async with _lab(time_env, sqlite_store, task_queue) as (holders, hosts):
         early = await start_job(
             client, task_queue, job("early", queue="research", preemptible=True)
         )
@@ -212,13 +217,8 @@ async def test_a_borrower_that_is_not_preemptible_is_never_preempted(
     time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
 ) -> None:
     """The owner waits for capacity instead, and gets the first GPU a borrower gives back."""
-    fleet = sim_fleet(sqlite_store, hosts=TWO_GPUS)
-    _cohort(sqlite_store)
     client = time_env.client
-    async with (
-        _watch_allocations(sqlite_store) as holders,
-        real_pace(time_env, sqlite_store, task_queue, fleet) as hosts,
-    ):
+    async with _lab(time_env, sqlite_store, task_queue) as (holders, hosts):
         early = await start_job(client, task_queue, job("early", queue="research"))
         await _runs(sqlite_store, early)
         late = await start_job(client, task_queue, job("late", queue="research"))
@@ -246,13 +246,8 @@ async def test_the_owner_passes_over_a_later_borrower_that_is_not_preemptible(
 ) -> None:
     """The most recently started borrower is not preemptible: the preemptible job started
     before it is the victim."""
-    fleet = sim_fleet(sqlite_store, hosts=TWO_GPUS)
-    _cohort(sqlite_store)
     client = time_env.client
-    async with (
-        _watch_allocations(sqlite_store) as holders,
-        real_pace(time_env, sqlite_store, task_queue, fleet) as hosts,
-    ):
+    async with _lab(time_env, sqlite_store, task_queue) as (holders, hosts):
         early = await start_job(
             client, task_queue, job("early", queue="research", preemptible=True)
         )
