@@ -25,8 +25,8 @@ from gpuflow.scheduler.model import Placement, Unschedulable
 from gpuflow.services.capacity import release_allocation_in, take_allocation_in
 from gpuflow.services.changes import bump
 from gpuflow.services.fleets import get_host, set_host_state
-from gpuflow.services.jobs import jobs_waiting_for_capacity
-from gpuflow.services.queue_entries import leave_queue_in
+from gpuflow.services.jobs import jobs_waiting_for_capacity_in
+from gpuflow.services.queue_entries import anyone_waits_in, leave_queue_in
 from gpuflow.status import HostState
 from gpuflow.store.db import Store
 from gpuflow.store.tables import FleetRow, HostRow
@@ -116,23 +116,21 @@ class ControlActivities:
 
     @activity.defn(name="release_job")
     async def release_job(self, inp: ReleaseInput) -> ReleaseResult:
-        def release() -> tuple[int, bool]:
+        def release() -> tuple[int, bool, list[str]]:
             with self.store.placement_transaction() as session:
                 released = release_allocation_in(session, job_id=inp.job_id)
                 left = leave_queue_in(session, job_id=inp.job_id)
                 if inp.record is not None:
                     record_in(session, inp.record)
-                return released, left
+                # Read in the same transaction as the release, so a job that enters its queue
+                # after it is decided on what this freed, and one that entered before is seen.
+                wake = (released > 0 or left) and anyone_waits_in(session)
+                return released, wake, jobs_waiting_for_capacity_in(session)
 
-        released, left = await asyncio.to_thread(release)
-        if released or left:
+        released, wake, waiting = await asyncio.to_thread(release)
+        if wake:
             await wake_admission(self.temporal, self.task_queue)
-        return ReleaseResult(
-            released_nodes=released, waiting_jobs=await asyncio.to_thread(self._pending_jobs)
-        )
-
-    def _pending_jobs(self) -> list[str]:
-        return jobs_waiting_for_capacity(self.store)
+        return ReleaseResult(released_nodes=released, waiting_jobs=waiting)
 
     @activity.defn(name="record_job_status")
     async def record_job_status(self, inp: JobStatusInput) -> None:
@@ -225,10 +223,9 @@ class ControlActivities:
                     session.add(host)
                 if changed:  # what placement reads changed: warm states catch up
                     bump(session, "states")
+                waiting = jobs_waiting_for_capacity_in(session) if became_ready else []
                 session.commit()
-            return HostHealthResult(
-                became_ready=became_ready, waiting_jobs=self._pending_jobs() if became_ready else []
-            )
+            return HostHealthResult(became_ready=became_ready, waiting_jobs=waiting)
 
         result = await asyncio.to_thread(write)
         if result.became_ready:

@@ -27,7 +27,7 @@ from gpuflow.control.admission_wake import wake_admission
 from gpuflow.control.api_common import job_record, one_line, unrecorded_job
 from gpuflow.control.api_queues import QueueActivities, check_queues
 from gpuflow.control.fleets import host_facts
-from gpuflow.errors import NotFoundError, SpecError
+from gpuflow.errors import NotFoundError
 from gpuflow.naming import CONTROL_TASK_QUEUE, fleet_workflow_id
 from gpuflow.scheduler import blocks_busy, explain
 from gpuflow.scheduler.together import plan_together
@@ -35,11 +35,10 @@ from gpuflow.services.capacity import read_snapshot
 from gpuflow.services.fleets import (
     apply_fleet,
     delete_fleet,
-    fleet_names,
     list_hosts,
 )
 from gpuflow.services.group_entry import Submitted
-from gpuflow.services.jobs import find_job, jobs_waiting_for_capacity, list_jobs
+from gpuflow.services.jobs import find_job, find_job_in, jobs_waiting_for_capacity, list_jobs
 from gpuflow.services.mix import mix_info
 from gpuflow.services.queues import WaitingPlace, waiting_places
 from gpuflow.specs.fleet import FleetSpec
@@ -92,14 +91,7 @@ class ApiActivities(QueueActivities):
         """Start the job's workflow once its queue and fleets are known; a retry finds it
         started."""
         spec = req.spec
-        await check_queues(self.store, [spec.queue])
-        known = set(await asyncio.to_thread(fleet_names, self.store))
-        unknown = [name for name in spec.fleets if name not in known]
-        if unknown:
-            raise SpecError(
-                f"fleets: {', '.join(unknown)} not found "
-                f"(known: {', '.join(sorted(known)) or 'none; apply one with gpuflow fleet apply'})"
-            )
+        await check_queues(self.store, [spec.queue], fleets=spec.fleets)
         gpu = spec.resources.gpu_label
         try:
             handle = await self.temporal.start_workflow(
@@ -139,13 +131,17 @@ class ApiActivities(QueueActivities):
     @activity.defn(name="api_job")
     @one_line
     async def job(self, ref: JobRef) -> JobRecord:
+        def read() -> JobRecord:
+            with self.store.read() as session:
+                row = find_job_in(session, ref.ref)
+                waiting = row.status == JobStatus.PENDING
+                place = waiting_places(session, [row.id]).get(row.id) if waiting else None
+                return job_record(row, place)
+
         try:
-            row = await asyncio.to_thread(find_job, self.store, ref.ref)
+            return await asyncio.to_thread(read)
         except NotFoundError:
             pass
-        else:
-            places = await asyncio.to_thread(self._places, [row.id])
-            return job_record(row, places.get(row.id))
         if ref.ref.startswith("job-"):  # an id: its workflow may be open without a row yet
             try:
                 desc = await self.temporal.get_workflow_handle(ref.ref).describe()

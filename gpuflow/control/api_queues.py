@@ -7,6 +7,7 @@ waiting jobs, a smaller one may take GPUs back from borrowers."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from temporalio import activity
@@ -15,12 +16,13 @@ from temporalio.client import Client
 from gpuflow.control.admission_wake import wake_admission
 from gpuflow.control.api_common import one_line
 from gpuflow.errors import SpecError
+from gpuflow.services.fleets import fleet_names_in
 from gpuflow.services.queues import (
     QueueUsage,
     apply_queue,
     delete_queue,
     list_queues,
-    queue_names,
+    queues_in,
 )
 from gpuflow.specs.queue import QueueSpec
 from gpuflow.store.db import Store
@@ -48,12 +50,23 @@ def read_queues(store: Store) -> list[QueueRecord]:
     return [queue_record(usage) for usage in list_queues(store)]
 
 
-async def check_queues(store: Store, names: list[str]) -> None:
-    """SpecError unless a queue of each name exists (applied, or the built-in default)."""
-    known = await asyncio.to_thread(queue_names, store)
+async def check_queues(store: Store, names: list[str], *, fleets: Sequence[str] = ()) -> None:
+    """SpecError unless a queue of each name exists (applied, or the built-in default) and so
+    does each of `fleets`; one read of the database for both."""
+
+    def read() -> tuple[list[str], list[str]]:
+        with store.read() as session:
+            queues = [queue.name for queue in queues_in(session)]
+            return queues, fleet_names_in(session) if fleets else []
+
+    known, known_fleets = await asyncio.to_thread(read)
     for name in names:
         if name not in known:
             raise SpecError(f'queue "{name}" does not exist; known: {", ".join(known)}')
+    unknown = [name for name in fleets if name not in known_fleets]
+    if unknown:
+        listed = ", ".join(known_fleets) or "none; apply one with gpuflow fleet apply"
+        raise SpecError(f"fleets: {', '.join(unknown)} not found (known: {listed})")
 
 
 class QueueActivities:

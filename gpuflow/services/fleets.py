@@ -236,4 +236,8 @@ def list_hosts(store: Store, *, kind: str | None = None) -> list[HostRow]:
 def fleet_names(store: Store) -> list[str]:
     """The fleets' names, without reading their specs (a large fleet's is large)."""
     with store.read() as session:
-        return list(session.exec(select(FleetRow.name).order_by(col(FleetRow.name))))
+        return fleet_names_in(session)
+
+
+def fleet_names_in(session: Session) -> list[str]:
+    return list(session.exec(select(FleetRow.name).order_by(col(FleetRow.name))))

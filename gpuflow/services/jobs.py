@@ -164,12 +164,16 @@ def record_reconciled_in(
 def jobs_waiting_for_capacity(store: Store, *, limit: int = 500) -> list[str]:
     """Ids of the jobs that wait for capacity (the ones freed or added capacity should wake)."""
     with store.read() as session:
-        rows = session.exec(
-            select(JobRow.id)
-            .where(col(JobRow.waiting_for_capacity), col(JobRow.status) == JobStatus.PENDING)
-            .limit(limit)
-        )
-        return list(rows)
+        return jobs_waiting_for_capacity_in(session, limit=limit)
+
+
+def jobs_waiting_for_capacity_in(session: Session, *, limit: int = 500) -> list[str]:
+    rows = session.exec(
+        select(JobRow.id)
+        .where(col(JobRow.waiting_for_capacity), col(JobRow.status) == JobStatus.PENDING)
+        .limit(limit)
+    )
+    return list(rows)
 
 
 def list_jobs(store: Store, *, include_finished: bool = False, limit: int = 200) -> list[JobRow]:
@@ -184,15 +188,19 @@ def list_jobs(store: Store, *, include_finished: bool = False, limit: int = 200)
 def find_job(store: Store, ref: str) -> JobRow:
     """A job by workflow id, or the newest job with that name."""
     with store.read() as session:
-        job = session.get(JobRow, ref)
-        if job is not None:
-            return job
-        job = session.exec(
-            select(JobRow).where(JobRow.name == ref).order_by(col(JobRow.submitted_at).desc())
-        ).first()
-        if job is None:
-            raise NotFoundError(f"no job named {ref!r} (see `gpuflow ps -a`)")
+        return find_job_in(session, ref)
+
+
+def find_job_in(session: Session, ref: str) -> JobRow:
+    job = session.get(JobRow, ref)
+    if job is not None:
         return job
+    job = session.exec(
+        select(JobRow).where(JobRow.name == ref).order_by(col(JobRow.submitted_at).desc())
+    ).first()
+    if job is None:
+        raise NotFoundError(f"no job named {ref!r} (see `gpuflow ps -a`)")
+    return job
 
 
 def job_events(store: Store, job_id: str) -> list[JobEventRow]:

@@ -31,7 +31,14 @@ from gpuflow.status import JobStatus
 from gpuflow.store.tables import JobRow, QueueEntryRow
 from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
 
-__all__ = ["enqueue_in", "enter_at_submit_in", "leave_queue_in", "look_in", "withdraw_in"]
+__all__ = [
+    "anyone_waits_in",
+    "enqueue_in",
+    "enter_at_submit_in",
+    "leave_queue_in",
+    "look_in",
+    "withdraw_in",
+]
 
 
 def _utc(at: datetime) -> datetime:
@@ -204,6 +211,13 @@ def withdraw_in(session: Session, *, job_id: str, attempt: int) -> QueueVerdict:
     if verdict.placement is None:
         session.delete(entry)
     return verdict
+
+
+def anyone_waits_in(session: Session) -> bool:
+    """Whether any job waits in a queue: capacity freed while none does needs no pass (a job
+    that enters later is decided as it enters, on what is free then)."""
+    found = select(QueueEntryRow.job_id).where(QueueEntryRow.state == WAITING).limit(1)
+    return session.exec(found).first() is not None
 
 
 def leave_queue_in(session: Session, *, job_id: str, attempt: int | None = None) -> bool:
