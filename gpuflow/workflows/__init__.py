@@ -1,5 +1,6 @@
 """workflows"""
 
+from temporalio.worker import UnsandboxedWorkflowRunner, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 # Pure modules whose pydantic classes cross the sandbox boundary: passing them through keeps one
@@ -22,8 +23,22 @@ PASSTHROUGH_MODULES = (
 )
 
 
-def workflow_runner() -> SandboxedWorkflowRunner:
-    """The sandbox every gpuflow worker (and test) runs workflows in."""
+def workflow_runner() -> WorkflowRunner:
+    """How control workers run gpuflow's workflows: directly, without the SDK's sandbox.
+
+    The sandbox re-imports each workflow's modules for every run and calls into them through
+    `exec` for every payload of every activation (three times per payload since SDK 1.35); on
+    the embedded stack that was 10 of the ~60 ms of worker CPU a job cost
+    (benchmarks/job_throughput.py). What it guards is checked where it is cheap instead: every
+    workflow test and every replay of a recorded history runs in `checked_workflow_runner`, so
+    a non-deterministic call (the clock, randomness, I/O) in workflow code fails the tests, and
+    the workflow modules keep no module-level state that one run could leave to another."""
+    return UnsandboxedWorkflowRunner()
+
+
+def checked_workflow_runner() -> SandboxedWorkflowRunner:
+    """The SDK's sandbox, in which the tests run gpuflow's workflows: the workflow modules are
+    re-imported per run and their calls restricted; only pure modules pass through."""
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
     )

@@ -3,7 +3,9 @@ start. Workflow code; JobWorkflow runs them."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
+from types import MappingProxyType
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -277,10 +279,12 @@ class JobPhases(JobState):
         return [e for e in exits if e is not None]  # ended already: the final upsert says so
 
 
-_QUEUE_REASONS = {
-    "no_capacity": "nothing fits now",
-    "quota": "its queue has no quota left for it",
-}
+_QUEUE_REASONS: Mapping[str, str] = MappingProxyType(
+    {
+        "no_capacity": "nothing fits now",
+        "quota": "its queue has no quota left for it",
+    }
+)
 
 
 def _no_capacity(reasons: list[str]) -> str:

@@ -3,6 +3,8 @@ workflow decides when, this module decides what."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 from temporalio.common import (
@@ -22,13 +24,15 @@ SA_FLEET = SearchAttributeKey.for_keyword("GpuflowFleet")
 SA_GPU = SearchAttributeKey.for_keyword("GpuflowGpu")
 SA_PRIORITY = SearchAttributeKey.for_int("GpuflowPriority")
 SA_QUEUE = SearchAttributeKey.for_keyword("GpuflowQueue")
-SEARCH_ATTRIBUTES = {
-    "GpuflowStatus": "Keyword",
-    "GpuflowFleet": "Keyword",
-    "GpuflowGpu": "Keyword",
-    "GpuflowPriority": "Int",
-    "GpuflowQueue": "Keyword",
-}
+SEARCH_ATTRIBUTES: Mapping[str, str] = MappingProxyType(
+    {
+        "GpuflowStatus": "Keyword",
+        "GpuflowFleet": "Keyword",
+        "GpuflowGpu": "Keyword",
+        "GpuflowPriority": "Int",
+        "GpuflowQueue": "Keyword",
+    }
+)
 
 
 def initial_search_attributes(spec: JobSpec) -> TypedSearchAttributes:

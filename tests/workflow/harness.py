@@ -24,7 +24,7 @@ from gpuflow.services.fleets import apply_fleet
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.store.db import Store
 from gpuflow.utilization import GpuSample
-from gpuflow.workflows import workflow_runner
+from gpuflow.workflows import checked_workflow_runner
 from gpuflow.workflows.admission import AdmissionWorkflow
 from gpuflow.workflows.job import JobWorkflow
 from gpuflow.workflows.models import (
@@ -181,7 +181,7 @@ async def workers(
                 client,
                 task_queue=task_queue,
                 workflows=[JobWorkflow, AdmissionWorkflow],
-                workflow_runner=workflow_runner(),
+                workflow_runner=checked_workflow_runner(),
                 activities=control.activities(),
                 activity_executor=executor,
             )

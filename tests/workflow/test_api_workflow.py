@@ -28,7 +28,7 @@ from gpuflow.errors import GpuflowError, NotFoundError, SpecError
 from gpuflow.services.jobs import job_events
 from gpuflow.specs import FleetSpec, JobSpec, QueueSpec
 from gpuflow.store.db import Store
-from gpuflow.workflows import workflow_runner
+from gpuflow.workflows import checked_workflow_runner
 from gpuflow.workflows.api import ControlApiWorkflow
 from tests.conftest import BIN
 
@@ -99,7 +99,7 @@ async def api(
         task_queue=task_queue,
         workflows=[ControlApiWorkflow],
         activities=activities.activities(),
-        workflow_runner=workflow_runner(),
+        workflow_runner=checked_workflow_runner(),
     ):
         transport = TemporalApi(api_env.client, task_queue=task_queue, workflow_id=workflow_id)
         client = Client(temporal=api_env.client, api=transport)
@@ -270,7 +270,7 @@ async def test_submit_and_job_are_answered_by_local_activities_and_replay(
     assert len(markers) >= 2
     replayer = Replayer(
         workflows=[ControlApiWorkflow],
-        workflow_runner=workflow_runner(),
+        workflow_runner=checked_workflow_runner(),
         data_converter=api.env.client.data_converter,
     )
     await replayer.replay_workflow(history)

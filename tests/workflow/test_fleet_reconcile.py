@@ -26,7 +26,7 @@ from gpuflow.services.jobs import find_job, job_events, record_status_in
 from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.store.db import Store
 from gpuflow.store.tables import QueueEntryRow
-from gpuflow.workflows import workflow_runner
+from gpuflow.workflows import checked_workflow_runner
 from gpuflow.workflows.fleet import FleetWorkflow
 from gpuflow.workflows.models import (
     FleetInput,
@@ -71,7 +71,7 @@ def _replayer() -> Replayer:
     return Replayer(
         workflows=[FleetWorkflow],
         data_converter=pydantic_data_converter,
-        workflow_runner=workflow_runner(),
+        workflow_runner=checked_workflow_runner(),
     )
 
 
@@ -129,7 +129,7 @@ async def test_orphans_are_stopped_and_released_and_live_jobs_left_alone(
                 time_env.client,
                 task_queue=fleet_queue,
                 workflows=[FleetWorkflow],
-                workflow_runner=workflow_runner(),
+                workflow_runner=checked_workflow_runner(),
                 activities=ControlActivities(
                     sqlite_store, temporal=time_env.client, task_queue=task_queue
                 ).activities(),
@@ -217,7 +217,7 @@ async def test_a_reconciliation_that_keeps_failing_never_stops_the_health_checks
                 time_env.client,
                 task_queue=fleet_queue,
                 workflows=[FleetWorkflow],
-                workflow_runner=workflow_runner(),
+                workflow_runner=checked_workflow_runner(),
                 activities=activities,
                 activity_executor=executor,
             ),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -15,14 +16,14 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, Wor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, WorkflowRunner
 
 from gpuflow import utilization
 from gpuflow.services.capacity import allocations_of
 from gpuflow.services.jobs import find_job
 from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.store.db import Store
-from gpuflow.workflows import workflow_runner
+from gpuflow.workflows import checked_workflow_runner, workflow_runner
 from gpuflow.workflows.job import JobWorkflow
 from gpuflow.workflows.models import JobProgress, JobResult, ProbeInput, ProbeResult
 from gpuflow.workflows.outcome import job_result
@@ -250,19 +251,23 @@ async def test_a_job_that_did_not_end_done_fails_its_workflow(
     assert (carried.status, carried.exit_codes) == (JobStatus.FAILED, {0: 3})
 
 
+@pytest.mark.parametrize("runner", [checked_workflow_runner, workflow_runner])
 @pytest.mark.parametrize(
     "name",
     ["done", "failed", "idle", "nocapacity", "long-run1", "long-run2"],
 )
-async def test_histories_of_the_previous_version_replay(name: str) -> None:
+async def test_histories_of_the_previous_version_replay(
+    name: str, runner: Callable[[], WorkflowRunner]
+) -> None:
     """Histories recorded by the workflow before long polls and failing endings (cfb0f95): a
     done job, a failed one, an idle one terminated, one without capacity, and a monitored job
-    that continued as new (both runs). A running workflow must go on with the new code."""
+    that continued as new (both runs). A running workflow must go on with the new code, in the
+    sandbox the tests check it in and as control workers run it (without)."""
     data = gzip.decompress((HISTORIES / f"{name}.json.gz").read_bytes()).decode()
     history = WorkflowHistory.from_json(f"job-{name}", data)
     replayer = Replayer(
         workflows=[JobWorkflow],
         data_converter=pydantic_data_converter,
-        workflow_runner=workflow_runner(),
+        workflow_runner=runner(),
     )
     await replayer.replay_workflow(history)

@@ -15,7 +15,7 @@ from gpuflow.services.capacity import allocations_of
 from gpuflow.services.jobs import find_job, job_events
 from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.store.db import Store
-from gpuflow.workflows import workflow_runner
+from gpuflow.workflows import checked_workflow_runner
 from gpuflow.workflows.job import JobWorkflow
 from gpuflow.workflows.models import JobProgress, ProbeInput, ProbeResult
 from gpuflow.workflows.outcome import job_result
@@ -292,7 +292,7 @@ async def test_long_job_continues_as_new_and_replays(
     replayer = Replayer(
         workflows=[JobWorkflow],
         data_converter=pydantic_data_converter,
-        workflow_runner=workflow_runner(),
+        workflow_runner=checked_workflow_runner(),
     )
     await replayer.replay_workflow(first_history)
     await replayer.replay_workflow(last_history)
@@ -323,7 +323,7 @@ async def test_histories_replay_deterministically(
     replayer = Replayer(
         workflows=[JobWorkflow],
         data_converter=pydantic_data_converter,
-        workflow_runner=workflow_runner(),
+        workflow_runner=checked_workflow_runner(),
     )
     for handle in (idle, waiting):
         await replayer.replay_workflow(await handle.fetch_history())

@@ -15,7 +15,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from gpuflow.workflows import workflow_runner
+from gpuflow.workflows import checked_workflow_runner
 from gpuflow.workflows.logs import (
     IDLE_END,
     LogReaderInput,
@@ -49,7 +49,7 @@ async def queues(time_env: WorkflowEnvironment) -> AsyncIterator[tuple[str, str]
             time_env.client,
             task_queue=control,
             workflows=[LogReaderWorkflow],
-            workflow_runner=workflow_runner(),
+            workflow_runner=checked_workflow_runner(),
         ),
         Worker(time_env.client, task_queue=host, activities=[scripted_read_logs]),
     ):

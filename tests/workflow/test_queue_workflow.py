@@ -32,7 +32,7 @@ from gpuflow.specs.queue import QueueSpec
 from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.store.db import Store
 from gpuflow.store.tables import QueueEntryRow
-from gpuflow.workflows import workflow_runner
+from gpuflow.workflows import checked_workflow_runner
 from gpuflow.workflows.admission import AdmissionWorkflow
 from gpuflow.workflows.job import JobWorkflow
 from gpuflow.workflows.models import ProbeInput, ProbeResult
@@ -143,7 +143,7 @@ def _replayer() -> Replayer:
     return Replayer(
         workflows=[JobWorkflow, AdmissionWorkflow],
         data_converter=pydantic_data_converter,
-        workflow_runner=workflow_runner(),
+        workflow_runner=checked_workflow_runner(),
     )
 
 
