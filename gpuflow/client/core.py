@@ -207,30 +207,46 @@ class Client(ControlPlaneCalls, QueueCalls):
     ) -> JobOutcome:
         """How the job ended, once it has. With `raise_on_failure`, a job that found no
         capacity raises UnschedulableError carrying the per-host reasons."""
-        job_id, name = await self._id_and_name(job)
-        handle = self.temporal.get_workflow_handle(job_id, result_type=JobResult)
         try:
-            result = await asyncio.wait_for(job_result(handle), timeout_s)
-        except WorkflowFailureError as exc:  # it ended without a JobResult: gpuflow broke
-            raise GpuflowError(f"job {name} failed inside gpuflow: {exc.cause}") from None
+            job_id, result = await asyncio.wait_for(self._ended(job), timeout_s)
+        except _Broke as broke:  # it ended without a JobResult: gpuflow broke
+            name = await self._name_of(broke.job_id)
+            raise GpuflowError(f"job {name} failed inside gpuflow: {broke.cause}") from None
         if raise_on_failure and result.reason == TerminationReason.NO_CAPACITY:
+            name = result.name or await self._name_of(job_id)
             raise UnschedulableError(
                 f"job {name}: {result.message}", capacity_reasons(result.message)
             )
         return JobOutcome.from_result(result)
 
-    async def _id_and_name(self, job: str) -> tuple[str, str]:
-        """A job's workflow id and name. An id is read from its workflow (the name is in its
-        memo), which costs Temporal one describe instead of a request to the control plane;
-        a name, or an id Temporal does not know, asks the control plane (`get`)."""
+    async def _ended(self, job: str) -> tuple[str, JobResult]:
+        """The job's workflow id and result, once it ends. An id is awaited at once, which asks
+        Temporal nothing more; a name, or an id Temporal does not know, asks the control plane
+        first (`get`)."""
         if job.startswith("job-"):
-            with contextlib.suppress(RPCError):
-                desc = await self.temporal.get_workflow_handle(job).describe()
-                name = (await desc.memo_value(JOB_MEMO, {})).get("name")
-                if isinstance(name, str):
-                    return job, name
+            try:
+                return job, await self._result_of(job)
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise
         info = await self.get(job)
-        return info.id, info.name
+        return info.id, await self._result_of(info.id)
+
+    async def _result_of(self, job_id: str) -> JobResult:
+        handle = self.temporal.get_workflow_handle(job_id, result_type=JobResult)
+        try:
+            return await job_result(handle)
+        except WorkflowFailureError as exc:
+            raise _Broke(job_id, exc.cause) from None
+
+    async def _name_of(self, job_id: str) -> str:
+        """A job's name from its workflow's memo (the id when it cannot be read)."""
+        with contextlib.suppress(RPCError):
+            desc = await self.temporal.get_workflow_handle(job_id).describe()
+            name = (await desc.memo_value(JOB_MEMO, {})).get("name")
+            if isinstance(name, str):
+                return name
+        return job_id
 
     async def describe(self, job: str) -> str:
         """Whether the job's workflow is still open, as Temporal sees it."""
@@ -379,3 +395,12 @@ class Client(ControlPlaneCalls, QueueCalls):
 
     async def close(self) -> None:
         """Nothing to release: the Temporal connection closes with its last reference."""
+
+
+class _Broke(Exception):
+    """A job's workflow ended without a JobResult (cancelled, terminated, failed in gpuflow)."""
+
+    def __init__(self, job_id: str, cause: BaseException | None) -> None:
+        super().__init__(job_id)
+        self.job_id = job_id
+        self.cause = cause

@@ -66,6 +66,8 @@ class JobOutcome(BaseModel):
     attempts: int
     exit_codes: dict[int, int | None] = Field(default_factory=dict)
     """Exit code of each node (by rank); None where the process was not seen to exit."""
+    name: str | None = None
+    """The job's name (None from a control plane that did not say it)."""
 
     @classmethod
     def from_result(cls, result: JobResult) -> JobOutcome:

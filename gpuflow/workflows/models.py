@@ -50,6 +50,8 @@ class JobResult(BaseModel):
     message: str
     attempts: int
     exit_codes: dict[int, int | None] = Field(default_factory=dict)
+    name: str | None = None
+    """The job's name (None from workflows before it was added)."""
 
 
 class JobProgress(BaseModel):

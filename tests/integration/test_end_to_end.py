@@ -129,6 +129,7 @@ async def test_unschedulable_job_raises_with_reasons(
             await client.wait(job.id, timeout_s=60)
     assert caught.value.reasons
     assert all(reason.startswith("h1: ") for reason in caught.value.reasons)
+    assert str(caught.value).startswith("job huge: ")  # the name, from the job's result
     assert "H100" in str(caught.value)
 
 

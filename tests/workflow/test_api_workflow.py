@@ -223,8 +223,9 @@ async def test_a_submitted_job_is_in_its_queue_before_its_workflows_first_step(
 async def test_waiting_on_a_job_by_id_asks_temporal_not_the_control_plane(
     api: Api, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`wait` finds a job given by id from its workflow (one describe); only a name costs a
-    request to the control plane. A `wait` per job was half the API's requests in a burst."""
+    """`wait` awaits a job given by id on its workflow at once (no describe, no request to the
+    control plane); only a name, or an id Temporal does not know, costs a request. A `wait`
+    per job was half the API's requests in a burst."""
     monkeypatch.setenv("GPUFLOW_SEARCH_ATTRIBUTES", "0")  # the test server has none
     await api.client.apply_fleet(FleetSpec.model_validate(FLEET))
     job = await api.client.submit(JobSpec(name="waited", commands=["x"], fleets=["sim"]))
@@ -240,6 +241,19 @@ async def test_waiting_on_a_job_by_id_asks_temporal_not_the_control_plane(
             await api.client.wait("job-nope", timeout_s=0.5)
     finally:
         await api.env.client.get_workflow_handle(job.id).terminate("test over")
+
+
+async def test_waiting_on_a_job_whose_workflow_was_terminated_names_the_job(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workflow that ended without a JobResult (terminated from outside) is gpuflow's
+    failure, said with the job's name (read from its memo only on this path)."""
+    monkeypatch.setenv("GPUFLOW_SEARCH_ATTRIBUTES", "0")  # the test server has none
+    await api.client.apply_fleet(FleetSpec.model_validate(FLEET))
+    job = await api.client.submit(JobSpec(name="cut-short", commands=["x"], fleets=["sim"]))
+    await api.env.client.get_workflow_handle(job.id).terminate("cut short")
+    with pytest.raises(GpuflowError, match=r"^job cut-short failed inside gpuflow: "):
+        await api.client.wait(job.id, timeout_s=5)
 
 
 async def test_submit_and_job_are_answered_by_local_activities_and_replay(
