@@ -153,7 +153,7 @@ class JobWorkflow(JobPhases):
             if (
                 self._search_attributes
                 and started_with.get(ui.SA_QUEUE) is None
-                and workflow.patched(PATCH_QUEUE_ATTRIBUTE)
+                and self._patched(PATCH_QUEUE_ATTRIBUTE)
             ):
                 workflow.upsert_search_attributes([ui.SA_QUEUE.value_set(spec.queue)])
             # Written by the first place step, in its transaction.
@@ -224,9 +224,10 @@ class JobWorkflow(JobPhases):
             message=ending.message,
             attempts=self._attempt,
             exit_codes=exit_codes,
+            name=self._name,
         )
         failure = failure_of(result)
-        if failure is not None and workflow.patched(PATCH_FAIL_UNLESS_DONE):
+        if failure is not None and self._patched(PATCH_FAIL_UNLESS_DONE):
             raise failure
         return result
 
@@ -240,7 +241,7 @@ class JobWorkflow(JobPhases):
         spec = inp.spec
         placement = resume.placement
         policy = spec.utilization_policy
-        long_poll = workflow.patched(PATCH_LONG_POLL)
+        long_poll = self._patched(PATCH_LONG_POLL)
         check = monitor.check_interval(policy, long_poll=long_poll)
         watch = monitor.Watch(failures=dict(resume.probe_failures), gone=self._gone)
         ticks = resume.ticks

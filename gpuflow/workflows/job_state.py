@@ -19,6 +19,13 @@ with workflow.unsafe.imports_passed_through():
     from gpuflow.workflows.queue_models import Admission, Refusal
 
 
+PATCHES_2026_11 = "job-patches-2026-11"
+"""Stands for every patch of the job workflow before it (queue-admission, probe-long-poll,
+fail-unless-done, queue-search-attribute): a job started since records this one marker, and the
+SDK's one upsert of `TemporalChangeVersion` with it, instead of one of each per patch in every
+run. Histories recorded before have the single patches' markers, which `_patched` still reads."""
+
+
 class Ending(Exception):
     """How one attempt ended; caught in `run`, never leaves the workflow."""
 
@@ -61,6 +68,13 @@ class JobState:
         self._gone: set[int] = set()
         """Ranks whose script exited and whose process group the agent saw empty: nothing
         of theirs is left to stop."""
+
+    def _patched(self, patch: str) -> bool:
+        """Whether this run takes the path `patch` introduced (one of those PATCHES_2026_11
+        stands for). Each answer is decided at its first use in a run and kept, as patches
+        are: a run replaying a history from before PATCHES_2026_11 finds its marker absent and
+        reads `patch`'s own."""
+        return workflow.patched(PATCHES_2026_11) or workflow.patched(patch)
 
     async def _record(
         self,

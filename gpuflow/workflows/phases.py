@@ -52,7 +52,7 @@ loop that was down): the only cost of waiting."""
 
 class JobPhases(JobState):
     async def _place(self, inp: JobInput) -> Placement:
-        if workflow.patched(PATCH_QUEUE):
+        if self._patched(PATCH_QUEUE):
             return await self._queued(inp)
         return await self._place_alone(inp)
 

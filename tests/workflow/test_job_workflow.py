@@ -61,6 +61,29 @@ async def test_job_runs_to_done_and_releases_its_gpus(
     ]
 
 
+async def test_a_job_records_one_patch_marker_and_its_name_in_its_result(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    """One marker stands for all the job workflow's patches (job_state.PATCHES_2026_11): a
+    job's history has it once, not one per patch, and so one TemporalChangeVersion upsert
+    (the SDK adds one per patch marker); its replays are checked in
+    test_histories_replay_deterministically and those of histories with the single patches in
+    test_job_robustness."""
+    fleet = sim_fleet(sqlite_store)
+    async with workers(time_env.client, sqlite_store, task_queue, ScriptedHosts(), [fleet]):
+        handle = await start_job(time_env.client, task_queue, job("named"))
+        result = await job_result(handle)
+    assert (result.status, result.name) == (JobStatus.DONE, "named")
+    history = await handle.fetch_history()
+    patches = [
+        e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+        and e.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
+    assert patches == [b'{"id":"job-patches-2026-11","deprecated":false}']
+
+
 async def test_only_processes_that_may_be_left_are_stopped(
     time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
 ) -> None:
