@@ -135,7 +135,10 @@ async def control_plane(
     """The control worker and (optionally) this machine's agent, connected to `config`."""
     client = await connect_temporal(config)
     async with contextlib.AsyncExitStack() as stack:
-        control = await stack.enter_async_context(ControlWorker(client, store, home=home))
+        # On the embedded stack this is the only control worker: jobs start on it eagerly.
+        control = await stack.enter_async_context(
+            ControlWorker(client, store, home=home, eager_start=config.embedded)
+        )
         if local_agent:
             from gpuflow.agent.activities import HostAgent
             from gpuflow.workflows.handles import watch_fleet

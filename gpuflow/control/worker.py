@@ -67,7 +67,9 @@ class SimulatedAgents:
 class ControlWorker:
     """Everything the control plane runs, as one async context."""
 
-    def __init__(self, client: Client, store: Store, *, home: Path) -> None:
+    def __init__(
+        self, client: Client, store: Store, *, home: Path, eager_start: bool = False
+    ) -> None:
         self.client = client
         self.store = store
         self.home = home
@@ -75,7 +77,7 @@ class ControlWorker:
         self._metrics = ExitStack()
         self.activities = ControlActivities(store, ensure_agent=self._ensure_agent, temporal=client)
         # The client's API (gpuflow/workflows/api.py) is served here, beside the database.
-        self.api = ApiActivities(store, client, home=home)
+        self.api = ApiActivities(store, client, home=home, eager_start=eager_start)
         self.worker = Worker(
             client,
             task_queue=CONTROL_TASK_QUEUE,

@@ -351,3 +351,31 @@ async def test_logs_and_metrics_of_an_unreachable_job_are_one_line_errors(
     assert str(metrics.value).startswith(f"job {fleet}: cannot read its GPU metrics")
     assert str(logs.value).startswith(f"job {fleet}: cannot read the log of node 0 from its host")
     assert str(logs.value).endswith("is the host's agent running?")
+
+
+async def test_jobs_start_eagerly_on_the_embedded_stack_only(
+    dev_env: WorkflowEnvironment, sqlite_store: Store, tmp_path: Path
+) -> None:
+    """On the embedded stack the control worker is the only one: a job's first workflow task
+    comes back in the answer to its start (eager start). A control worker of a cluster, one of
+    several, leaves it to the task queue, so jobs spread over all of them."""
+    from gpuflow.config import TemporalConfig
+    from gpuflow.control.embedded import control_plane
+
+    address = dev_env.client.service_client.config.target_host
+    fleet = f"f{uuid.uuid4().hex[:6]}"
+    client = Client(temporal=dev_env.client)
+    config = TemporalConfig(address=address, namespace=dev_env.client.namespace, embedded=True)
+    eager: list[bool] = []
+    for plane in (
+        control_plane(config, sqlite_store, home=tmp_path, local_agent=False),
+        ControlWorker(dev_env.client, sqlite_store, home=tmp_path),
+    ):
+        async with plane:
+            await client.apply_fleet(_fleet(fleet))
+            job = await client.submit(_job("eager", ["true"], fleets=[fleet]))
+            assert (await client.wait(job.id, timeout_s=60)).status == JobStatus.DONE
+        history = await dev_env.client.get_workflow_handle(job.id).fetch_history()
+        started = history.events[0].workflow_execution_started_event_attributes
+        eager.append(started.eager_execution_accepted)
+    assert eager == [True, False]
