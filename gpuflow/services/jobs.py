@@ -61,12 +61,14 @@ def record_status_in(
         return  # this very record was written: a later one must not be undone by its repeat
     # The spec is written once and never read back here: leave it unloaded.
     unloaded = [defer(JobRow.spec)]  # type: ignore[arg-type]
-    if session.get(JobRow, job_id, options=unloaded) is None:
-        session.add(JobRow(id=job_id, name=name, status=JobStatus.PENDING, spec=spec or {}))
+    job = session.get(JobRow, job_id, options=unloaded)
+    if job is None:
+        job = JobRow(id=job_id, name=name, status=JobStatus.PENDING, spec=spec or {})
+        session.add(job)
         session.flush()
     _apply_status(
         session,
-        job_id=job_id,
+        job,
         status=status,
         attempt=attempt,
         reason=reason,
@@ -76,19 +78,17 @@ def record_status_in(
         gpus=gpus,
         at=at,
     )
-    job = session.get(JobRow, job_id)
-    if job is not None:
-        # Read after the status is applied: a job that ended (or ignored a late pending
-        # record because it had ended) waits for nothing.
-        job.waiting_for_capacity = waiting_for_capacity and job.status == JobStatus.PENDING
-        session.add(job)
+    # Read after the status is applied: a job that ended (or ignored a late pending record
+    # because it had ended) waits for nothing.
+    job.waiting_for_capacity = waiting_for_capacity and job.status == JobStatus.PENDING
+    session.add(job)
     session.add(JobEventRow(job_id=job_id, key=event_key, kind=status.value, message=message))
 
 
 def _apply_status(
     session: Session,
+    job: JobRow,
     *,
-    job_id: str,
     status: JobStatus,
     attempt: int | None,
     reason: str | None,
@@ -98,9 +98,7 @@ def _apply_status(
     gpus: str | None,
     at: datetime | None,
 ) -> None:
-    job = session.get(JobRow, job_id)
-    if job is None:
-        return
+    """Set the job's status on its row (already read: its spec is left unloaded)."""
     if JobStatus(job.status).is_final and not status.is_final:
         return
     at = at or datetime.now(UTC)
@@ -140,7 +138,7 @@ def record_reconciled_in(
     if job is not None and not JobStatus(job.status).is_final:
         _apply_status(
             session,
-            job_id=job_id,
+            job,
             status=reason.status,
             attempt=None,
             reason=reason.value,
