@@ -26,7 +26,6 @@ from gpuflow.scheduler import apply_placement, place
 from gpuflow.scheduler.admission import NO_CAPACITY
 from gpuflow.scheduler.model import Placement, Unschedulable
 from gpuflow.services.admission import (
-    WAITING,
     admitted_key,
     no_fit_lines,
     refuse_in,
@@ -37,6 +36,7 @@ from gpuflow.services.capacity import allocation_rows
 from gpuflow.services.changes import bump
 from gpuflow.services.jobs import gpu_summary
 from gpuflow.services.queue_entries import (
+    anyone_waits_in,
     decided_alone,
     enter_at_submit_in,
     enter_new_in,
@@ -48,7 +48,7 @@ from gpuflow.services.queues import queues_in
 from gpuflow.services.warm import warm_capacity
 from gpuflow.specs.job import JobSpec
 from gpuflow.status import JobStatus
-from gpuflow.store.tables import JobEventRow, JobRow, QueueEntryRow
+from gpuflow.store.tables import JobEventRow, JobRow
 from gpuflow.workflows.models import placed_message
 from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
 
@@ -113,8 +113,7 @@ def _decided_at_once(
 ) -> list[QueueVerdict]:
     """The verdicts of the group's longest prefix that is decided at once (see the module
     docstring), its rows written."""
-    waits = sa_select(QueueEntryRow.job_id).where(QueueEntryRow.state == WAITING)  # type: ignore[call-overload]
-    if session.connection().execute(waits.limit(1)).first() is not None:
+    if anyone_waits_in(session):
         return []
     queues = {queue.name: queue for queue in queues_in(session)}
     snapshot = None

@@ -101,11 +101,8 @@ def enqueue_in(session: Session, inp: EnqueueInput, *, warm: bool = True) -> Que
     entry = set_waiting(entry, inp)
     session.add(entry)
     session.flush()
-    others = select(QueueEntryRow.job_id).where(
-        QueueEntryRow.state == WAITING, QueueEntryRow.job_id != inp.job_id
-    )
-    if session.exec(others.limit(1)).first() is None:
-        # Nobody waits: the pass over this job alone is what the loop would decide, so it is
+    if not anyone_waits_in(session, besides=inp.job_id):
+        # Nobody else waits: the pass over this job alone is what the loop would decide, so it is
         # decided here, in the same transaction, without a round trip to the loop.
         alone = _decided_alone(session, entry, spec, warm)
         if alone is not None:
@@ -213,11 +210,13 @@ def withdraw_in(session: Session, *, job_id: str, attempt: int) -> QueueVerdict:
     return verdict
 
 
-def anyone_waits_in(session: Session) -> bool:
-    """Whether any job waits in a queue: capacity freed while none does needs no pass (a job
-    that enters later is decided as it enters, on what is free then)."""
-    found = select(QueueEntryRow.job_id).where(QueueEntryRow.state == WAITING).limit(1)
-    return session.exec(found).first() is not None
+def anyone_waits_in(session: Session, *, besides: str | None = None) -> bool:
+    """Whether any job (but `besides`) waits in a queue. While none does, a job that enters is
+    decided as it enters, on what is free then, and capacity freed needs no pass."""
+    found = select(QueueEntryRow.job_id).where(QueueEntryRow.state == WAITING)
+    if besides is not None:
+        found = found.where(QueueEntryRow.job_id != besides)
+    return session.exec(found.limit(1)).first() is not None
 
 
 def leave_queue_in(session: Session, *, job_id: str, attempt: int | None = None) -> bool:

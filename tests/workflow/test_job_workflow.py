@@ -82,6 +82,16 @@ async def test_a_job_records_one_patch_marker_and_its_name_in_its_result(
         and e.marker_recorded_event_attributes.marker_name == "core_patch"
     ]
     assert patches == [b'{"id":"job-patches-2026-11","deprecated":false}']
+    versions = [
+        e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields[
+            "TemporalChangeVersion"
+        ].data
+        for e in history.events
+        if e.HasField("upsert_workflow_search_attributes_event_attributes")
+        and "TemporalChangeVersion"
+        in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+    ]
+    assert versions == [b'["job-patches-2026-11"]']
 
 
 async def test_only_processes_that_may_be_left_are_stopped(
