@@ -25,7 +25,7 @@ from gpuflow import sealed, secrets
 from gpuflow.control.admission import GroupCommit
 from gpuflow.control.admission_wake import wake_admission
 from gpuflow.control.api_common import job_record, one_line, unrecorded_job
-from gpuflow.control.api_queues import QueueActivities, check_queues
+from gpuflow.control.api_queues import QueueActivities, check_known
 from gpuflow.control.fleets import host_facts
 from gpuflow.errors import NotFoundError
 from gpuflow.naming import CONTROL_TASK_QUEUE, fleet_workflow_id
@@ -98,7 +98,7 @@ class ApiActivities(QueueActivities):
         """Start the job's workflow once its queue and fleets are known; a retry finds it
         started."""
         spec = req.spec
-        await check_queues(self.store, [spec.queue], fleets=spec.fleets)
+        await check_known(self.store, queues=[spec.queue], fleets=spec.fleets)
         gpu = spec.resources.gpu_label
         try:
             handle = await self.temporal.start_workflow(
@@ -259,7 +259,7 @@ class ApiActivities(QueueActivities):
     @activity.defn(name="api_plan")
     @one_line
     async def plan(self, req: PlanRequest) -> list[PlanRecord]:
-        await check_queues(self.store, [spec.queue for spec in req.specs])
+        await check_known(self.store, queues=[spec.queue for spec in req.specs])
 
         def read() -> list[PlanRecord]:
             with self.store.read() as session:

@@ -1,5 +1,6 @@
 """The API's queue activities (gpuflow/workflows/api.py): apply, delete and list queues, and
-the check that a job submitted (or planned) names a queue that exists. `ApiActivities` has them all.
+the check that a job submitted (or planned) names queues and fleets that exist.
+`ApiActivities` has them all.
 
 After a queue is applied or deleted the admission pass runs again: a larger quota may admit
 waiting jobs, a smaller one may take GPUs back from borrowers."""
@@ -50,17 +51,17 @@ def read_queues(store: Store) -> list[QueueRecord]:
     return [queue_record(usage) for usage in list_queues(store)]
 
 
-async def check_queues(store: Store, names: list[str], *, fleets: Sequence[str] = ()) -> None:
-    """SpecError unless a queue of each name exists (applied, or the built-in default) and so
-    does each of `fleets`; one read of the database for both."""
+async def check_known(store: Store, *, queues: Sequence[str], fleets: Sequence[str] = ()) -> None:
+    """SpecError unless each of `queues` exists (applied, or the built-in default) and so does
+    each of `fleets`; one read of the database for both."""
 
     def read() -> tuple[list[str], list[str]]:
         with store.read() as session:
-            queues = [queue.name for queue in queues_in(session)]
-            return queues, fleet_names_in(session) if fleets else []
+            names = [queue.name for queue in queues_in(session)]
+            return names, fleet_names_in(session) if fleets else []
 
     known, known_fleets = await asyncio.to_thread(read)
-    for name in names:
+    for name in queues:
         if name not in known:
             raise SpecError(f'queue "{name}" does not exist; known: {", ".join(known)}')
     unknown = [name for name in fleets if name not in known_fleets]

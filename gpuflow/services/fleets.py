@@ -233,11 +233,6 @@ def list_hosts(store: Store, *, kind: str | None = None) -> list[HostRow]:
         return list(session.exec(query))
 
 
-def fleet_names(store: Store) -> list[str]:
-    """The fleets' names, without reading their specs (a large fleet's is large)."""
-    with store.read() as session:
-        return fleet_names_in(session)
-
-
 def fleet_names_in(session: Session) -> list[str]:
+    """The fleets' names, without reading their specs (a large fleet's is large)."""
     return list(session.exec(select(FleetRow.name).order_by(col(FleetRow.name))))
