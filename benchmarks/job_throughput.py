@@ -38,6 +38,7 @@ burst, i.e. the path itself without a queue in front of it.
 
     python benchmarks/job_throughput.py                    # N=200
     python benchmarks/job_throughput.py -n 50 --json out.json
+    python benchmarks/job_throughput.py -n 100 --paced 1 --solo 1 --count-sql
 
 Everything runs in this process except the dev server; the server, the workers and the
 temporary home are gone when the script exits, on error, Ctrl-C and SIGTERM too.
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -68,6 +70,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.sql_counts import SqlCounts  # noqa: E402
 from benchmarks.throughput_baseline import BenchBaselineWorkflow, bench_noop  # noqa: E402
 from benchmarks.throughput_figures import GPUS_PER_HOST, CpuMeter, Figures, Phase, render  # noqa: E402
 from benchmarks.throughput_load import as_utc, measure_jobs, run_alone, run_burst, run_paced  # noqa: E402
@@ -219,6 +222,11 @@ def main(argv: list[str] | None = None) -> Figures:
         "--rate", type=float, default=5.0, help="starts per second in the paced phase"
     )
     parser.add_argument("--json", type=Path, help="write the headline figures here")
+    parser.add_argument(
+        "--count-sql",
+        action="store_true",
+        help="also count the SQL statements of each control step per job",
+    )
     args = parser.parse_args(argv)
     if args.rate <= 0:
         parser.error(f"--rate {args.rate:g}: starts per second must be above 0")
@@ -233,17 +241,19 @@ def main(argv: list[str] | None = None) -> Figures:
     # finally blocks stop the workers and the dev server and remove the temporary home.
     signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
     runner = asyncio.Runner()
+    counts = SqlCounts()
     try:
-        figures = runner.run(
-            run(
-                n=args.n,
-                concurrency=args.concurrency,
-                hosts=args.hosts,
-                solo=args.solo,
-                paced=args.paced,
-                rate=args.rate,
+        with counts if args.count_sql else contextlib.nullcontext():
+            figures = runner.run(
+                run(
+                    n=args.n,
+                    concurrency=args.concurrency,
+                    hosts=args.hosts,
+                    solo=args.solo,
+                    paced=args.paced,
+                    rate=args.rate,
+                )
             )
-        )
     except KeyboardInterrupt:
         # Closing the runner would wait on the SDK's own tasks, which can keep retrying the
         # server that is gone; everything of ours is cleaned up by now, so leave.
@@ -253,6 +263,9 @@ def main(argv: list[str] | None = None) -> Figures:
         os._exit(130)
     runner.close()
     render(figures)
+    if args.count_sql:
+        # every job the run submitted: the warm-up one, the burst, one at a time, paced
+        print(counts.render(1 + args.n + args.solo + args.paced))
     if args.json is not None:
         args.json.write_text(json.dumps(figures.as_json(), indent=2) + "\n")
     return figures
