@@ -189,6 +189,8 @@ def parse_yaml(text: str) -> Any:
         raise
     except yaml.MarkedYAMLError as exc:
         problem = " ".join(str(exc.problem or exc.context or "unreadable").split())
+        if "nesting depth" in problem:  # PyYAML >= 6.0.4's own limit, met before ours
+            problem = f"nested deeper than {MAX_DEPTH} levels"
         raise _refused(problem, exc.problem_mark or exc.context_mark) from None
     except yaml.YAMLError as exc:  # the reader's errors: a control character, say
         raise YamlRefused(f"malformed YAML: {' '.join(str(exc).split())}") from None
