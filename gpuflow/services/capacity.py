@@ -30,25 +30,20 @@ __all__ = ["read_snapshot", "release_allocation", "take_allocation"]
 _VERIFY_TRIES = 3
 
 
-def _placement_from_rows(rows: list[AllocationRow]) -> Placement:
-    rows = sorted(rows, key=lambda r: r.rank)
-    return Placement(
-        fleet=rows[0].fleet,
-        nodes=[NodePlacement.model_validate(row.node) for row in rows],
-        score=rows[0].score,
-        scorer=rows[0].scorer,
-    )
-
-
 def held_allocation(session: Session, job_id: str, attempt: int) -> Placement | None:
-    rows = list(
-        session.exec(
-            select(AllocationRow).where(
-                AllocationRow.job_id == job_id, AllocationRow.attempt == attempt
-            )
-        )
+    """The placement the job's attempt holds, as it was placed; None when it holds none. Read
+    as columns, not rows: every job's first step and every repeated placement asks."""
+    query = (
+        select(AllocationRow.fleet, AllocationRow.node, AllocationRow.score, AllocationRow.scorer)
+        .where(AllocationRow.job_id == job_id, AllocationRow.attempt == attempt)
+        .order_by(col(AllocationRow.rank))
     )
-    return _placement_from_rows(rows) if rows else None
+    rows = session.exec(query).all()
+    if not rows:
+        return None
+    fleet, _, score, scorer = rows[0]
+    nodes = [NodePlacement.model_validate(row[1]) for row in rows]
+    return Placement(fleet=fleet, nodes=nodes, score=score, scorer=scorer)
 
 
 def take_allocation(

@@ -46,23 +46,39 @@ def _utc(at: datetime) -> datetime:
 
 
 def _verdict(session: Session, entry: QueueEntryRow) -> QueueVerdict:
-    if entry.state == ADMITTED:
-        placement = held_allocation(session, entry.job_id, entry.attempt)
+    return _verdict_of(
+        session, entry.job_id, entry.attempt, entry.state, entry.reason, entry.detail
+    )
+
+
+def _verdict_of(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    state: str,
+    reason: str | None,
+    detail: str | None,
+) -> QueueVerdict:
+    if state == ADMITTED:
+        placement = held_allocation(session, job_id, attempt)
         if placement is not None:
             return QueueVerdict(placement=placement)
-    detail = [line for line in (entry.detail or "").split("\n") if line]
-    if entry.state == REFUSED:
-        return QueueVerdict(refused=detail or [entry.reason or "no capacity"])
-    return QueueVerdict(reason=entry.reason, detail=detail)
+    lines = [line for line in (detail or "").split("\n") if line]
+    if state == REFUSED:
+        return QueueVerdict(refused=lines or [reason or "no capacity"])
+    return QueueVerdict(reason=reason, detail=lines)
 
 
 def look_in(session: Session, *, job_id: str, attempt: int) -> QueueVerdict | None:
     """What became of the job's attempt in its queue, read without the placement lock; None
-    when it has not entered it."""
-    entry = session.get(QueueEntryRow, job_id)
-    if entry is None or entry.attempt != attempt:
+    when it has not entered it. Reads the entry's verdict columns only (not its spec)."""
+    query = select(
+        QueueEntryRow.attempt, QueueEntryRow.state, QueueEntryRow.reason, QueueEntryRow.detail
+    ).where(QueueEntryRow.job_id == job_id)
+    found = session.exec(query).first()
+    if found is None or found[0] != attempt:
         return None
-    return _verdict(session, entry)
+    return _verdict_of(session, job_id, attempt, found[1], found[2], found[3])
 
 
 def set_waiting(entry: QueueEntryRow | None, inp: EnqueueInput) -> QueueEntryRow:

@@ -13,13 +13,24 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+# Default factories are plain functions, not the builtins `dict` and `list`: pydantic inspects
+# a factory's signature on every construction that leaves the field out, and a builtin's costs
+# 6 µs (`dict`) to 90 µs (`list`) against 5 µs for a function (group commit builds thousands).
+def _empty_dict() -> dict[str, Any]:
+    return {}
+
+
+def _empty_list() -> list[Any]:
+    return []
+
+
 class FleetRow(SQLModel, table=True):
     __tablename__ = "fleets"
 
     name: str = Field(primary_key=True)
     kind: str
     scorer: str = "fragmentation"
-    spec: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    spec: dict[str, Any] = Field(default_factory=_empty_dict, sa_column=Column(JSON))
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -38,16 +49,16 @@ class HostRow(SQLModel, table=True):
     disk_mib: int = 0
     backend: str | None = None
     driver_version: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict, sa_column=Column(JSON))
-    taints: list[str] = Field(default_factory=list, sa_column=Column(JSON))
+    labels: dict[str, str] = Field(default_factory=_empty_dict, sa_column=Column(JSON))
+    taints: list[str] = Field(default_factory=_empty_list, sa_column=Column(JSON))
     blocks: int = 1
     simulated: bool = False
     address: str = "127.0.0.1"
     task_queue: str = ""
     last_heartbeat: datetime | None = None
-    ssh: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    ssh: dict[str, Any] = Field(default_factory=_empty_dict, sa_column=Column(JSON))
     """How to reach an ssh host (hostname, port, user, key file path; never key content)."""
-    sim_utilization: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    sim_utilization: dict[str, Any] = Field(default_factory=_empty_dict, sa_column=Column(JSON))
 
 
 class GpuRow(SQLModel, table=True):
@@ -76,13 +87,13 @@ class AllocationRow(SQLModel, table=True):
     rank: int
     fleet: str
     host_id: str = Field(index=True)
-    gpu_indices: list[int] = Field(default_factory=list, sa_column=Column(JSON))
+    gpu_indices: list[int] = Field(default_factory=_empty_list, sa_column=Column(JSON))
     gpu_fraction: float | None = None
-    blocks: list[int] = Field(default_factory=list, sa_column=Column(JSON))
+    blocks: list[int] = Field(default_factory=_empty_list, sa_column=Column(JSON))
     cpus: float = 0
     memory_mib: int = 0
     disk_mib: int = 0
-    node: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    node: dict[str, Any] = Field(default_factory=_empty_dict, sa_column=Column(JSON))
     """The NodePlacement as placed, so a repeated activity returns exactly the same answer."""
     score: float = 0
     scorer: str = ""
@@ -98,9 +109,9 @@ class JobRow(SQLModel, table=True):
     status: str = Field(index=True)
     termination_reason: str | None = None
     message: str | None = None
-    spec: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    spec: dict[str, Any] = Field(default_factory=_empty_dict, sa_column=Column(JSON))
     fleet: str | None = None
-    hosts: list[str] = Field(default_factory=list, sa_column=Column(JSON))
+    hosts: list[str] = Field(default_factory=_empty_list, sa_column=Column(JSON))
     gpus: str | None = None
     attempt: int = 1
     waiting_for_capacity: bool = Field(default=False, index=True)
@@ -145,7 +156,7 @@ class QueueRow(SQLModel, table=True):
     __tablename__ = "queues"
 
     name: str = Field(primary_key=True)
-    spec: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    spec: dict[str, Any] = Field(default_factory=_empty_dict, sa_column=Column(JSON))
     created_at: datetime = Field(default_factory=utcnow)
     updated_at: datetime = Field(default_factory=utcnow)
 
@@ -169,9 +180,9 @@ class QueueEntryRow(SQLModel, table=True):
     may_wait: bool = True
     """False: a job whose retry does not cover no_capacity; refused by the first pass that
     cannot admit it, with the reasons."""
-    spec: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON))
+    spec: dict[str, Any] = Field(default_factory=_empty_dict, sa_column=Column(JSON))
     """The job spec (what admission places); {} once admitted."""
-    fleets: list[str] = Field(default_factory=list, sa_column=Column(JSON))
+    fleets: list[str] = Field(default_factory=_empty_list, sa_column=Column(JSON))
     submitted_at: datetime = Field(default_factory=utcnow)
     """When the job entered the queue (order within a priority)."""
     admitted_at: datetime | None = None
