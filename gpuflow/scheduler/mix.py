@@ -17,13 +17,15 @@ weighing more:
 - **Kinds** are the scheduler's own reading of a job (`resolve`): whole GPUs at least (or a
   share of one GPU), CPUs and memory at least, the GPU models it accepts. A job of several
   nodes is that many requests of its per-node shape.
-- **Checkpoints**: a fleet's mix moves only at checkpoint jobs (`window`). Each job moves it by
-  at most about 1 / (effective history), and every new mix costs the scorer what it prepared
-  for the last one, so a mix is kept while it can have moved by at most `CHECKPOINT_DRIFT`: a
-  job is a checkpoint when a hash of its id falls on one in that many jobs. The rule reads
-  nothing but the jobs, so every control worker and every cold read of the database agree on
-  the mix in use without coordination, and a warm scheduler keeps its memo tables between
-  checkpoints.
+- **Checkpoints**: a fleet's learned mix moves only at checkpoint jobs (`window`), so a store
+  re-learns it only there: each job moves it by at most about 1 / (effective history), and a
+  job is a checkpoint when a hash of its id falls on one in every so many jobs, chosen so the
+  mix moves by at most `CHECKPOINT_DRIFT` between them. The rule reads nothing but the jobs, so
+  every control worker and every cold read learn the same mix.
+- **In use**: every new mix costs the scorer what it prepared for the last one, so a scheduler
+  keeps the mix it scores with until the learned one has drifted from it by `DRIFT`
+  (`MixLearner.refreshed`; the product stores the mix in use per fleet, gpuflow/services/mix.py
+  `mix_in_use`, and compares at each checkpoint).
 
 Everything here is pure: the store feeds it the fleet's recent jobs, the placement benchmark
 the trace's pods as they arrive.
@@ -54,11 +56,9 @@ DRIFT = 0.1
 scheduler state replaces the mix it scores with (`MixLearner.refreshed`)."""
 
 CHECKPOINT_DRIFT = DRIFT / 8
-"""How far a mix may move between checkpoints (total variation, at most). On openb's default
-trace (benchmarks/fleet_scale.py's protocol, the pure function, seeds 42-45) DRIFT / 4 left
-0.07 points more GPUs unallocated at 100% than `MixLearner.refreshed`, DRIFT / 8 0.03, and
-following every job (no checkpoints) 0.02 fewer on the two seeds tried; at 1,213 hosts it
-costs a fresh scorer every ~47 placements."""
+"""How far a learned mix may move between checkpoints (total variation, at most): a drift of
+DRIFT from the mix in use is noticed at most this late. (At 1,213 hosts a checkpoint every ~47
+placements; each re-learns the window, O(jobs), and compares.)"""
 
 CHECKPOINT_REACH = 8
 """How many checkpoint intervals back a window looks for its checkpoint (past that, e**-8 of
@@ -203,16 +203,16 @@ class MixLearner:
         For a scheduler that keeps one snapshot over many placements (the benchmark): each new
         mix starts its memo tables afresh, so it is replaced when it has really moved, not on
         every job. New jobs move the mix at most by their share of the weight, so the distance
-        is measured only every DRIFT / 4 of the effective history. The product moves its mix at
-        checkpoint jobs instead (`window`): a rule that reads only the jobs, so that every
-        control worker and every cold read agree on the mix in use."""
+        is measured only every DRIFT / 4 of the effective history. The product applies the same
+        rule at checkpoint jobs (`window`), to a mix in use stored per fleet, so that every
+        control worker and every cold read agree on it (gpuflow/services/mix.py)."""
         if in_use is None:
             return self.mix()
         if self.observed < self._next_check:
             return None
         self._next_check = self.observed + max(1.0, DRIFT / 4 * self.jobs)
         current = self.shares()
-        if drift(in_use.shares or _shares(in_use.requests), current) >= DRIFT:
+        if drift(in_use.shares or shares_of(in_use.requests), current) >= DRIFT:
             return self.mix()
         return None
 
@@ -224,7 +224,8 @@ def drift(a: dict[Kind, float], b: dict[Kind, float]) -> float:
     return 0.5 * total
 
 
-def _shares(mix: Iterable[TypicalRequest]) -> dict[Kind, float]:
+def shares_of(mix: Iterable[TypicalRequest]) -> dict[Kind, float]:
+    """Each kind's share of a mix given as requests (kinds listed twice are merged)."""
     shares: dict[Kind, float] = {}
     for item in mix:
         kind = (item.gpus, item.gpu_fraction, float(item.cpus), item.memory_mib, item.gpu_names)
@@ -233,7 +234,7 @@ def _shares(mix: Iterable[TypicalRequest]) -> dict[Kind, float]:
     return {kind: weight / total for kind, weight in shares.items()}
 
 
-_BUILT_IN = _shares(DEFAULT_MIX)
+_BUILT_IN = shares_of(DEFAULT_MIX)
 
 
 def learned_mix(jobs: Iterable[JobSpec], fleet_gpus: int) -> LearnedMix:

@@ -11,6 +11,7 @@ from sqlmodel import Session, col, select
 from gpuflow.errors import GpuflowError, NotFoundError
 from gpuflow.naming import host_id, host_task_queue
 from gpuflow.services.changes import bump
+from gpuflow.services.mix import forget_mix_in
 from gpuflow.specs.fleet import FleetSpec, HostDecl
 from gpuflow.status import HostState
 from gpuflow.store.db import Store
@@ -201,6 +202,7 @@ def delete_fleet(store: Store, name: str) -> None:
         for host in hosts:
             _delete_host(session, host.id)
         session.delete(fleet)
+        forget_mix_in(session, name)
         bump(session, "structure")
 
 

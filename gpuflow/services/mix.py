@@ -9,11 +9,20 @@ rows; a job's spec is parsed once per process (a job's spec never changes), when
 read, so a checkpoint does not parse the jobs since the last one all at once. The mix of a
 window is kept per fleet: until the next checkpoint a read returns the same LearnedMix object,
 and the scorer keeps what it prepared for it.
+
+The mix placements score with is not that learned mix itself but `mix_in_use`: the one a
+placement transaction stored for the fleet (FleetMixRow), replaced by the learned mix once the
+two differ by `DRIFT` (total variation), as `MixLearner.refreshed` replaces a scheduler's mix.
+Every new mix costs the scorer what it prepared for the last one; the learned mix moves a
+little at every checkpoint, the one in use only when it has really moved. Stored, the mix in
+use is the same for every control worker and every cold read, without coordination beyond the
+placement lock its writer holds.
 """
 
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,18 +31,22 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from gpuflow.scheduler.mix import (
+    DRIFT,
     Kind,
     LearnedMix,
     MixLearner,
+    drift,
     half_life,
     kind_of,
+    shares_of,
     window,
     window_reads,
 )
-from gpuflow.scheduler.model import FleetSnapshot, Snapshot
+from gpuflow.scheduler.model import FleetSnapshot, Snapshot, TypicalRequest
 from gpuflow.specs import JobSpec
 from gpuflow.status import JobStatus
-from gpuflow.store.tables import JobRow
+from gpuflow.store.db import PLACEMENT
+from gpuflow.store.tables import FleetMixRow, JobRow
 
 WINDOW_HALF_LIVES = 4
 """Jobs older than this many half-lives weigh under 2**-4 each: not read."""
@@ -135,16 +148,106 @@ def fleet_gpus(fleet: FleetSnapshot) -> int:
     return sum(len(host.gpus) for host in fleet.hosts)
 
 
+_STORED: dict[tuple[str, str], tuple[str, LearnedMix]] = {}
+"""(database, fleet) -> the token of the stored mix last read and that mix."""
+_DRIFTED: dict[tuple[str, str], tuple[LearnedMix, str, bool]] = {}
+"""(database, fleet) -> the learned mix and stored token last compared, and whether they differ
+by DRIFT (compared again only when either changes)."""
+
+
+def mix_in_use(session: Session, fleet: str, fleet_gpus: int) -> LearnedMix:
+    """The mix placements on the fleet score with (see the module docstring): the stored one
+    until the learned one has drifted from it by DRIFT, then the learned one, which a placement
+    transaction stores. The same object as the last call's while neither changed."""
+    learned = fleet_mix(session, fleet, fleet_gpus)
+    database = str(session.get_bind().engine.url)
+    key = (database, fleet)
+    stored = _stored_mix(session, key)
+    if stored is not None:
+        token, mix = stored
+        if learned.source != "learned":
+            return mix  # no history (any more): the stored mix stays
+        known = _DRIFTED.get(key)
+        if known is not None and known[0] is learned and known[1] == token:
+            moved = known[2]
+        else:
+            # The stored side from its requests as stored, so every reader computes the same.
+            moved = drift(shares_of(mix.requests), _shares(learned)) >= DRIFT
+            _DRIFTED[key] = (learned, token, moved)
+        if not moved:
+            return mix
+    elif learned.source != "learned":
+        return learned  # the built-in mix: nothing to store
+    if session.info.get(PLACEMENT):
+        _store(session, key, learned)
+    return learned
+
+
+def _shares(mix: LearnedMix) -> dict[Kind, float]:
+    return mix.shares if mix.shares is not None else shares_of(mix.requests)
+
+
+def _stored_mix(session: Session, key: tuple[str, str]) -> tuple[str, LearnedMix] | None:
+    query = select(FleetMixRow.token).where(FleetMixRow.fleet == key[1])
+    token = session.exec(query).first()
+    if token is None:
+        return None
+    found = _STORED.get(key)
+    if found is not None and found[0] == token:
+        return found
+    row = session.get(FleetMixRow, key[1])
+    if row is None:  # deleted since the line above (a read session sees one snapshot)
+        return None
+    requests = tuple(
+        TypicalRequest(**{**item, "gpu_names": frozenset(item.get("gpu_names", ()))})
+        for item in row.requests
+    )
+    mix = LearnedMix(requests, row.source, row.jobs, row.observed)
+    _STORED[key] = (row.token, mix)
+    return _STORED[key]
+
+
+def _store(session: Session, key: tuple[str, str], mix: LearnedMix) -> None:
+    """Make `mix` the fleet's stored mix, in the caller's placement transaction."""
+    row = session.get(FleetMixRow, key[1])
+    if row is None:
+        row = FleetMixRow(fleet=key[1], token="", source=mix.source)
+    row.token = uuid.uuid4().hex
+    row.source, row.jobs, row.observed = mix.source, mix.jobs, mix.observed
+    row.requests = [
+        {
+            "weight": item.weight,
+            "gpus": item.gpus,
+            "gpu_fraction": item.gpu_fraction,
+            "cpus": item.cpus,
+            "memory_mib": item.memory_mib,
+            "gpu_names": sorted(item.gpu_names),
+        }
+        for item in mix.requests
+    ]
+    session.add(row)
+    session.flush()
+    # Read back by the token: a rolled-back write's token is never in the database.
+    _STORED[key] = (row.token, mix)
+
+
+def forget_mix_in(session: Session, fleet: str) -> None:
+    """The fleet is deleted: so is its stored mix."""
+    row = session.get(FleetMixRow, fleet)
+    if row is not None:
+        session.delete(row)
+
+
 def fill_workloads(session: Session, snapshot: Snapshot) -> None:
-    """Give every fleet of the snapshot the mix its recent jobs make."""
+    """Give every fleet of the snapshot the mix in use."""
     for fleet in snapshot.fleets:
-        fleet.workload = list(fleet_mix(session, fleet.name, fleet_gpus(fleet)).requests)
+        fleet.workload = list(mix_in_use(session, fleet.name, fleet_gpus(fleet)).requests)
 
 
 def mix_info(session: Session, fleet: FleetSnapshot) -> dict[str, Any]:
     """The fleet's mix as `gpuflow fleet list --json` shows it: where it comes from, how many
     jobs (decayed) went into it, and its requests by weight, heaviest first."""
-    mix = fleet_mix(session, fleet.name, fleet_gpus(fleet))
+    mix = mix_in_use(session, fleet.name, fleet_gpus(fleet))
     requests = sorted(mix.requests, key=lambda r: -r.weight)
     return {
         "source": mix.source,

@@ -18,9 +18,10 @@ How it stays correct with any number of control workers on one database:
   trusts move only when its transaction commits, and a rolled-back transaction drops the warm
   state (the next placement reads everything).
 - Jobs have no counter: each placement transaction reads the ids of every fleet's recent jobs
-  (mix.py) and keeps the fleet's `workload` list, and so the scorer's prepared mix, until a
-  checkpoint job moves it. That read is what a warm placement costs most (O(jobs) without an
-  index); a transaction that enters several submits (group commit) reads it once.
+  and the token of its stored mix (mix.py `mix_in_use`) and keeps the fleet's `workload` list,
+  and so the scorer's prepared mix, until the mix in use changes. That read is what a warm
+  placement costs most (O(jobs) without an index); a transaction that enters several submits
+  (group commit) reads it once.
 
 One warm state per engine (a Store), guarded by a lock held from the catch-up to the end of the
 transaction, so threads of one worker never see each other's uncommitted changes.
@@ -42,7 +43,7 @@ from gpuflow.scheduler.index import index_of
 from gpuflow.scheduler.mix import LearnedMix
 from gpuflow.scheduler.model import HostSnapshot, Snapshot
 from gpuflow.services.changes import Versions, read_versions
-from gpuflow.services.mix import fleet_gpus, fleet_mix
+from gpuflow.services.mix import fleet_gpus, mix_in_use
 from gpuflow.services.snapshot import (
     STATE_COLUMNS,
     Use,
@@ -251,13 +252,14 @@ class WarmCapacity:
                 self._set_uses(host_id, uses)
 
     def _refresh_mix(self, session: Session) -> None:
-        """The fleets' request mixes, read as a cold snapshot reads them. A mix moves only at
-        checkpoint jobs (scheduler/mix.py `window`); until then the read returns the same mix
-        and the fleet keeps its `workload` list, so what the scorer prepared for it is kept."""
+        """The fleets' mixes in use, read as a cold snapshot reads them (services/mix.py
+        `mix_in_use`, which stores a new one in this placement transaction when the learned mix
+        has drifted far enough). Until it changes the read returns the same mix and the fleet
+        keeps its `workload` list, so what the scorer prepared for it is kept."""
         assert self.snapshot is not None
         for fleet in self.snapshot.fleets:
             gpus, known = self._mixes.get(fleet.name) or (fleet_gpus(fleet), None)
-            mix = fleet_mix(session, fleet.name, gpus)
+            mix = mix_in_use(session, fleet.name, gpus)
             if mix is known:
                 continue
             self._mixes[fleet.name] = (gpus, mix)

@@ -19,6 +19,8 @@ from gpuflow.config import gpuflow_home as gpuflow_home  # re-exported: it lived
 from gpuflow.errors import ConnectionFailed
 
 _PLACEMENT_LOCK_KEY = 0x6770_7566  # "gpuf": the advisory lock that serializes placement
+PLACEMENT = "gpuflow_placement"
+"""Set in a session's `info` by `placement_transaction`: what it reads, no placement moves."""
 
 
 def database_url() -> str:
@@ -114,6 +116,7 @@ class Store:
                 session.execute(
                     text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PLACEMENT_LOCK_KEY}
                 )
+            session.info[PLACEMENT] = True
             yield session
             session.commit()
 

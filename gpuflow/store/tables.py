@@ -134,6 +134,23 @@ class JobEventRow(SQLModel, table=True):
     message: str
 
 
+class FleetMixRow(SQLModel, table=True):
+    """The request mix a fleet's placements score with (gpuflow/services/mix.py `mix_in_use`):
+    written by a placement transaction when the mix its recent jobs make has drifted far
+    enough from this one, so every control worker and every cold read use the same."""
+
+    __tablename__ = "fleet_mixes"
+
+    fleet: str = Field(primary_key=True)
+    token: str
+    """New with every write (a rolled-back write's token is never seen again)."""
+    source: str
+    jobs: float = 0
+    observed: int = 0
+    requests: list[dict[str, Any]] = Field(default_factory=_empty_list, sa_column=Column(JSON))
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
 class CapacityVersionRow(SQLModel, table=True):
     """One row of change counters, bumped in the same transaction as every write that changes
     what placement reads: a control worker's warm state reads this row, not the fleet, to know

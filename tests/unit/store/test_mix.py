@@ -1,21 +1,22 @@
-"""A fleet's mix learned from its jobs in the store (gpuflow/services/mix.py), on SQLite and
-PostgreSQL."""
+"""A fleet's mix learned from its jobs in the store, and the mix in use that placements store
+(gpuflow/services/mix.py), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlmodel import delete, select
 
 from gpuflow.scheduler.frag import DEFAULT_MIX
-from gpuflow.scheduler.mix import MIN_HALF_LIFE, PRIOR_JOBS
-from gpuflow.services.capacity import read_snapshot
-from gpuflow.services.fleets import apply_fleet
-from gpuflow.services.mix import fleet_mix, mix_info
+from gpuflow.scheduler.mix import DRIFT, MIN_HALF_LIFE, PRIOR_JOBS, drift, shares_of
+from gpuflow.services.capacity import read_snapshot, take_allocation
+from gpuflow.services.fleets import apply_fleet, delete_fleet
+from gpuflow.services.mix import fleet_mix, mix_in_use, mix_info
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
-from gpuflow.store.tables import JobRow
+from gpuflow.store.tables import AllocationRow, FleetMixRow, JobRow
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -110,3 +111,67 @@ def test_recent_jobs_of_the_fleet_make_its_mix(store: Store) -> None:
     heaviest = info["requests"][0]
     assert heaviest["weight"] >= info["requests"][-1]["weight"]
     assert set(heaviest) == {"weight", "gpus", "gpu_fraction", "cpus", "memory_mib", "gpu_names"}
+
+
+def _placed(store: Store, job_id: str) -> None:
+    """A placement transaction (placed or not: either reads the mix in use)."""
+    job = JobSpec.model_validate({"name": job_id, "commands": ["true"], "resources": {"gpu": 1}})
+    take_allocation(store, job_id=job_id, attempt=1, job=job)
+
+
+def test_the_mix_in_use_is_stored_by_placements_only(store: Store) -> None:
+    """Reads compute the mix in use and write nothing; a placement stores it, and another
+    worker (its own engine, a cold read) then reads that same mix; deleting the fleet deletes
+    it."""
+    _fleet(store)
+    _add(store, "a", 0.5, minute=0)
+    with store.read() as session:
+        read = mix_in_use(session, "sim", 4)
+        assert session.get(FleetMixRow, "sim") is None
+    assert read.source == "learned"
+    _placed(store, "job-one")
+    with store.read() as session:
+        row = session.get(FleetMixRow, "sim")
+    assert row is not None and row.source == "learned"
+    other = Store(store.url)
+    try:
+        with other.read() as session:
+            workload = read_snapshot(session).fleets[0].workload
+            info = mix_info(session, read_snapshot(session).fleets[0])
+        assert workload == list(read.requests)
+        assert info["jobs"] == pytest.approx(read.jobs, abs=0.01)
+    finally:
+        other.dispose()
+    with store.session() as session:  # the placed job is not in the way of the delete
+        session.exec(delete(AllocationRow))  # type: ignore[call-overload]
+        session.commit()
+    delete_fleet(store, "sim")
+    with store.read() as session:
+        assert session.get(FleetMixRow, "sim") is None
+
+
+def test_the_stored_mix_holds_until_the_learned_one_drifts(store: Store) -> None:
+    """A placement keeps the stored mix while the learned one is within DRIFT of it (even after
+    a checkpoint moved the learned one), and stores the learned one once it is not."""
+    _fleet(store)
+    for n in range(60):  # enough history that one job moves the mix by under DRIFT
+        _add(store, f"half-{n}", 0.5, minute=n - 60)
+    _placed(store, "job-first")
+    with store.read() as session:
+        token = session.exec(select(FleetMixRow.token)).one()
+        stored = mix_in_use(session, "sim", 4)
+    moved_at = None
+    for n in range(1, 80):
+        _add(store, f"whole-{n}", 2, minute=n)
+        with store.read() as session:
+            learned = fleet_mix(session, "sim", 4)
+        _placed(store, f"job-{n}")
+        with store.read() as session:
+            now = session.exec(select(FleetMixRow.token)).one()
+        if drift(shares_of(stored.requests), shares_of(learned.requests)) < DRIFT:
+            assert now == token, n
+        else:
+            assert now != token, n
+            moved_at = n
+            break
+    assert moved_at is not None and moved_at > 1

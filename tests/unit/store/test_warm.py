@@ -183,7 +183,8 @@ def _memory_checked() -> Iterator[list[int]]:
 
 def _look(store: Store) -> None:
     """Catch the store's warm state up as a placement does (same lock, same calls), writing
-    nothing: `_memory_checked` compares it with the database."""
+    nothing but what a catch-up writes (a fleet's new mix in use): `_memory_checked` compares it
+    with the database."""
     with store.placement_transaction() as session:
         state = warm_capacity(session)
         versions = state.hold(session)

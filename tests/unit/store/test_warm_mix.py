@@ -1,6 +1,6 @@
-"""The learned mix in the warm fleet state (gpuflow/services/warm.py, services/mix.py): after any
-stream of job writes it is the one a cold read gives, and between checkpoint jobs it stays the
-same list, so the scorer keeps what it prepared for it."""
+"""The mix in use in the warm fleet state (gpuflow/services/warm.py, services/mix.py): after any
+stream of job writes it is the one a cold read gives, and until the learned mix drifts from it
+it stays the same list, so the scorer keeps what it prepared for it."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from sqlalchemy import update
 
 from gpuflow.scheduler import mix as pure_mix
-from gpuflow.scheduler.mix import checkpoint_every, half_life, is_checkpoint, window_reads
-from gpuflow.services.capacity import take_allocation
+from gpuflow.scheduler.mix import DRIFT, drift, shares_of
+from gpuflow.services.capacity import read_snapshot, take_allocation
 from gpuflow.services.fleets import apply_fleet
+from gpuflow.services.mix import fleet_mix
 from gpuflow.services.warm import WarmCapacity, warm_capacity
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
@@ -94,8 +95,14 @@ EVERY_KIND: list[Op] = [  # each kind of job write, seen by both workers
 ]
 
 
+DRIFTING: list[Op] = [  # a kind new to fleet a, until the mix in use moves
+    (n % 2 == 1, ("submit", 0.25, "a", JobStatus.DONE, False), (0, 1)) for n in range(25)
+]
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @example(ops=EVERY_KIND)
+@example(ops=DRIFTING)
 @given(
     ops=st.lists(
         st.tuples(st.booleans(), OPS, st.sampled_from([(), (0,), (1,), (0, 1)])),
@@ -159,41 +166,46 @@ def _mix_of(store: Store) -> tuple[list[Any], list[Any]]:
         return snapshot.fleets[0].workload, snapshot.fleets[1].workload
 
 
-def test_the_mix_list_is_kept_until_a_checkpoint_job(sqlite_store: Store) -> None:
-    """Jobs that are not checkpoints leave each fleet's `workload` the very same list (the
-    scorer keys what it prepared by it); a checkpoint job replaces the list of its fleet."""
+def test_the_mix_list_is_kept_until_the_learned_mix_drifts(sqlite_store: Store) -> None:
+    """The learned mix moves at checkpoint jobs, the mix in use only once the learned one has
+    drifted from it by DRIFT: until then each fleet's `workload` is the very same list (the
+    scorer keys what it prepared by it), then it is the learned mix's, stored for every reader."""
     store = sqlite_store
     apply_fleet(store, _fleet_spec("a", [4, 4]))
     apply_fleet(store, _fleet_spec("b", [2]))
     _history(store)
-    life = half_life(8)
-    every = checkpoint_every(4 * int(life), life)
-    assert every > 2 and window_reads(4 * int(life), life) < HISTORY
-    plain = (f"job-plain-{n}" for n in range(10_000) if not is_checkpoint(f"job-plain-{n}", every))
     first_a, first_b = _mix_of(store)
-    for minute in range(HISTORY, HISTORY + every - 1):
+    in_use = shares_of(first_a)
+    learned_seen: set[int] = set()
+    for n in range(200):
         with store.session() as session:
-            session.add(_row(next(plain), "A100:1", minute, "a", JobStatus.DONE))
+            session.add(_row(f"job-quarter-{n}", 0.25, HISTORY + n, "a", JobStatus.DONE))
             session.commit()
+        with store.read() as session:
+            learned = fleet_mix(session, "a", 8)
+        learned_seen.add(id(learned))
         a, b = _mix_of(store)
-        assert a is first_a and b is first_b
-    checkpoint = next(f"job-cp-{n}" for n in range(10_000) if is_checkpoint(f"job-cp-{n}", every))
-    with store.session() as session:
-        session.add(_row(checkpoint, "A100:1", HISTORY + every, "a", JobStatus.DONE))
-        session.commit()
-    a, b = _mix_of(store)
-    assert a is not first_a and a != first_a
-    assert b is first_b  # the job is fleet a's only
+        assert b is first_b  # the jobs are fleet a's only
+        if drift(in_use, shares_of(learned.requests)) < DRIFT:
+            assert a is first_a
+            continue
+        assert a is not first_a and a == list(learned.requests)
+        with store.read() as session:  # a cold read, as another worker's, agrees
+            assert read_snapshot(session).fleets[0].workload == a
+        break
+    else:
+        raise AssertionError("200 jobs of a new kind never moved the mix in use")
+    assert len(learned_seen) > 2  # the learned mix moved at checkpoints in between
 
 
 def test_a_warm_state_without_mix_catch_up_fails_the_check(
     empty_database: EmptyDatabase,
 ) -> None:
-    """The hypothesis test above can fail: with the mix never refreshed, a checkpoint job leaves
-    the warm mix behind a cold read."""
+    """The hypothesis test above can fail: with the mix never refreshed, jobs that move the
+    learned mix far enough leave the warm mix behind a cold read."""
     with (
         empty_database() as url,
         mock.patch.object(WarmCapacity, "_refresh_mix", lambda self, session: None),
         pytest.raises(AssertionError),
     ):
-        _run(url, EVERY_KIND)
+        _run(url, DRIFTING)
