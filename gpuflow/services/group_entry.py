@@ -64,6 +64,9 @@ class Submitted:
     spec: JobSpec
 
 
+WRITTEN = "gpuflow_written_rows"
+"""Where a transaction keeps the job rows it wrote (see `_new_rows`)."""
+
 Decided = tuple[Submitted, datetime, Placement | list[str]]
 """A job of the group's prefix, when it entered, and its placement or why it was refused."""
 
@@ -105,6 +108,10 @@ def _new_rows(session: Session, jobs: Sequence[Submitted]) -> dict[str, JobRow]:
             )
     session.add_all(rows.values())
     session.flush()
+    # The session's identity map holds rows weakly: kept here, the rows stay in it for the rest
+    # of the transaction, so what reads a job's row after its entry (the admission metric)
+    # finds it there instead of reading the database again.
+    session.info.setdefault(WRITTEN, []).extend(rows.values())
     return rows
 
 

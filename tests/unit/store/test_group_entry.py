@@ -6,6 +6,7 @@ submit fails alone; concurrent submits share transactions."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,10 +15,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import event
 from sqlmodel import Session, select
 
 from gpuflow.control import admission
 from gpuflow.control.admission import GroupCommit, enter_all_at_submit
+from gpuflow.metrics import store as metrics
 from gpuflow.services import group_entry
 from gpuflow.services.fleets import apply_fleet
 from gpuflow.services.group_entry import Submitted
@@ -239,3 +242,35 @@ def test_a_group_that_breaks_answers_each_of_its_submits(
     found = asyncio.run(asyncio.wait_for(submit_all(), 30))
     assert [type(v) for v in found[:2]] == [RuntimeError, RuntimeError]
     assert all(isinstance(v, QueueVerdict) and v.placement for v in found[2:])
+
+
+def test_the_admission_metric_reads_nothing_for_a_group(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each job a group admits is observed in the group's transaction without a statement: its
+    row, written by the group, is still in the session (held beyond the identity map's weak
+    references). Without the hold, every observation reads the job's row again."""
+    _prepared(sqlite_store)
+    gc.collect()
+    statements: list[str] = []
+    observed: list[str] = []
+    observe = metrics.observe_admitted
+
+    def counted(session: Session, job_id: str, attempt: int, fleet: str) -> None:
+        gc.collect()  # what only the identity map's weak references hold is gone now
+        event.listen(sqlite_store.engine, "before_cursor_execute", record)
+        try:
+            observe(session, job_id, attempt, fleet)
+        finally:
+            event.remove(sqlite_store.engine, "before_cursor_execute", record)
+        observed.append(job_id)
+
+    def record(*args: Any) -> None:
+        statements.append(args[2])
+
+    monkeypatch.setattr(metrics, "observe_admitted", counted)
+    jobs = _jobs([{"gpu": "1", "nodes": 1, "queue": "default", "may_wait": True}] * 3)
+    found = enter_all_at_submit(sqlite_store, jobs)
+    assert all(isinstance(v, QueueVerdict) and v.placement for v in found)
+    assert observed == ["job-0", "job-1", "job-2"]
+    assert statements == []
