@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import bindparam
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -30,15 +31,26 @@ __all__ = ["read_snapshot", "release_allocation", "take_allocation"]
 _VERIFY_TRIES = 3
 
 
+_ALLOCATIONS = AllocationRow.__table__.c  # type: ignore[attr-defined]
+_HELD_QUERY = (
+    sa_select(_ALLOCATIONS.fleet, _ALLOCATIONS.node, _ALLOCATIONS.score, _ALLOCATIONS.scorer)
+    .where(_ALLOCATIONS.job_id == bindparam("job_id"), _ALLOCATIONS.attempt == bindparam("attempt"))
+    .order_by(_ALLOCATIONS.rank)
+)
+
+
 def held_allocation(session: Session, job_id: str, attempt: int) -> Placement | None:
     """The placement the job's attempt holds, as it was placed; None when it holds none. Read
-    as columns, not rows: every job's first step and every repeated placement asks."""
-    query = (
-        select(AllocationRow.fleet, AllocationRow.node, AllocationRow.score, AllocationRow.scorer)
-        .where(AllocationRow.job_id == job_id, AllocationRow.attempt == attempt)
-        .order_by(col(AllocationRow.rank))
-    )
-    rows = session.exec(query).all()
+    as columns by one prepared statement: every job's first step and every repeated placement
+    asks."""
+    if session.new:  # what the session holds but has not written counts, as with ORM reads
+        session.flush()
+    found = session.connection().execute(_HELD_QUERY, {"job_id": job_id, "attempt": attempt})
+    return placement_of(found.all())
+
+
+def placement_of(rows: Sequence[Sequence[Any]]) -> Placement | None:
+    """A placement from its allocation rows' (fleet, node, score, scorer), in rank order."""
     if not rows:
         return None
     fleet, _, score, scorer = rows[0]

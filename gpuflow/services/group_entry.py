@@ -35,6 +35,7 @@ from gpuflow.services.admission import (
 from gpuflow.services.capacity import allocation_rows
 from gpuflow.services.changes import bump
 from gpuflow.services.jobs import gpu_summary
+from gpuflow.services.mix import note_specs
 from gpuflow.services.queue_entries import (
     anyone_waits_in,
     decided_alone,
@@ -112,6 +113,7 @@ def _new_rows(session: Session, jobs: Sequence[Submitted]) -> dict[str, JobRow]:
     # of the transaction, so what reads a job's row after its entry (the admission metric)
     # finds it there instead of reading the database again.
     session.info.setdefault(WRITTEN, []).extend(rows.values())
+    note_specs(session, {job.job_id: job.spec for job in jobs if job.job_id in rows})
     return rows
 
 

@@ -135,6 +135,22 @@ def _read_kinds(
     return kinds
 
 
+def note_specs(session: Session, specs: Mapping[str, JobSpec]) -> None:
+    """Jobs whose rows the caller's transaction writes, with their specs as parsed: the mix
+    reads their kinds without parsing the specs back from the rows. (Job ids are never reused
+    for another spec, so a rolled-back write leaves nothing wrong behind.)"""
+    kinds = _KINDS.setdefault(str(session.get_bind().engine.url), {})
+    if sum(map(len, _KINDS.values())) + len(specs) > _MAX_KINDS:
+        return  # `_read_kinds` starts afresh soon: it parses them then
+    for job_id, spec in specs.items():
+        try:
+            kind = kind_of(spec)
+        except ValueError:  # as `_kind_of_spec` words it: the job is left out
+            kinds[job_id] = None
+        else:
+            kinds[job_id] = _SHARED.setdefault(kind, kind)
+
+
 def _kind_of_spec(spec: Mapping[str, Any]) -> tuple[Kind, int] | None:
     """What the job's first resource option asks per node; None when the spec is unreadable
     (written by another version): the job is left out."""

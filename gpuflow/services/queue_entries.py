@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from sqlalchemy import bindparam
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, select
 
 from gpuflow.scheduler import place
@@ -22,13 +24,13 @@ from gpuflow.services.admission import (
     run_pass_in,
     snapshot_in,
 )
-from gpuflow.services.capacity import held_allocation
+from gpuflow.services.capacity import held_allocation, placement_of
 from gpuflow.services.jobs import record_status_in
 from gpuflow.services.queues import queues_in
 from gpuflow.specs.job import JobSpec
 from gpuflow.specs.queue import MAX_QUOTA_GPUS, QueueSpec
 from gpuflow.status import JobStatus
-from gpuflow.store.tables import JobRow, QueueEntryRow
+from gpuflow.store.tables import AllocationRow, JobRow, QueueEntryRow
 from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
 
 __all__ = [
@@ -69,16 +71,37 @@ def _verdict_of(
     return QueueVerdict(reason=reason, detail=lines)
 
 
+_ENTRIES = QueueEntryRow.__table__.c  # type: ignore[attr-defined]
+_ALLOCATIONS = AllocationRow.__table__.c  # type: ignore[attr-defined]
+_LOOK = (
+    sa_select(
+        *(_ENTRIES.attempt, _ENTRIES.state, _ENTRIES.reason, _ENTRIES.detail),
+        *(_ALLOCATIONS.fleet, _ALLOCATIONS.node, _ALLOCATIONS.score, _ALLOCATIONS.scorer),
+    )
+    .select_from(
+        QueueEntryRow.__table__.outerjoin(  # type: ignore[attr-defined]
+            AllocationRow.__table__,  # type: ignore[attr-defined]
+            (_ALLOCATIONS.job_id == _ENTRIES.job_id) & (_ALLOCATIONS.attempt == _ENTRIES.attempt),
+        )
+    )
+    .where(_ENTRIES.job_id == bindparam("job_id"))
+    .order_by(_ALLOCATIONS.rank)
+)
+
+
 def look_in(session: Session, *, job_id: str, attempt: int) -> QueueVerdict | None:
     """What became of the job's attempt in its queue, read without the placement lock; None
-    when it has not entered it. Reads the entry's verdict columns only (not its spec)."""
-    query = select(
-        QueueEntryRow.attempt, QueueEntryRow.state, QueueEntryRow.reason, QueueEntryRow.detail
-    ).where(QueueEntryRow.job_id == job_id)
-    found = session.exec(query).first()
-    if found is None or found[0] != attempt:
+    when it has not entered it. One prepared statement: the entry's verdict columns (not its
+    spec) with the allocation an admitted entry holds."""
+    rows = session.connection().execute(_LOOK, {"job_id": job_id}).all()
+    if not rows or rows[0][0] != attempt:
         return None
-    return _verdict_of(session, job_id, attempt, found[1], found[2], found[3])
+    _, state, reason, detail = rows[0][:4]
+    if state == ADMITTED:
+        placement = placement_of([row[4:] for row in rows if row[4] is not None])
+        if placement is not None:
+            return QueueVerdict(placement=placement)
+    return _verdict_of(session, job_id, attempt, state, reason, detail)
 
 
 def set_waiting(entry: QueueEntryRow | None, inp: EnqueueInput) -> QueueEntryRow:
