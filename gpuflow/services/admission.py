@@ -291,8 +291,20 @@ def _commit(
 
 def set_admitted(entry: QueueEntryRow, now: datetime) -> None:
     """The entry as an admission leaves it (its spec is no longer needed)."""
-    entry.state, entry.admitted_at, entry.spec = ADMITTED, now, {}
-    entry.position, entry.reason, entry.detail = None, None, None
+    for name, value in admitted_values(now).items():
+        setattr(entry, name, value)
+
+
+def admitted_values(now: datetime) -> dict[str, Any]:
+    """What `set_admitted` changes, as column values."""
+    return {
+        "state": ADMITTED,
+        "admitted_at": now,
+        "spec": {},
+        "position": None,
+        "reason": None,
+        "detail": None,
+    }
 
 
 def admitted_key(attempt: int, message: str) -> str:

@@ -261,23 +261,28 @@ def commit_placement_in(
 
 def allocation_rows(job_id: str, attempt: int, placement: Placement) -> list[AllocationRow]:
     """What the job's attempt holds on each of its nodes, as rows."""
+    return [AllocationRow(**values) for values in allocation_values(job_id, attempt, placement)]
+
+
+def allocation_values(job_id: str, attempt: int, placement: Placement) -> list[dict[str, Any]]:
+    """`allocation_rows` as column values (for `store.bulk.insert_rows`)."""
     return [
-        AllocationRow(
-            job_id=job_id,
-            attempt=attempt,
-            rank=node.rank,
-            fleet=placement.fleet,
-            host_id=node.host_id,
-            gpu_indices=list(node.gpu_indices),
-            gpu_fraction=node.gpu_fraction,
-            blocks=list(node.blocks),
-            cpus=node.cpus,
-            memory_mib=node.memory_mib,
-            disk_mib=node.disk_mib,
-            node=node.model_dump(mode="json"),
-            score=placement.score,
-            scorer=placement.scorer,
-        )
+        {
+            "job_id": job_id,
+            "attempt": attempt,
+            "rank": node.rank,
+            "fleet": placement.fleet,
+            "host_id": node.host_id,
+            "gpu_indices": list(node.gpu_indices),
+            "gpu_fraction": node.gpu_fraction,
+            "blocks": list(node.blocks),
+            "cpus": node.cpus,
+            "memory_mib": node.memory_mib,
+            "disk_mib": node.disk_mib,
+            "node": node.model_dump(mode="json"),
+            "score": placement.score,
+            "scorer": placement.scorer,
+        }
         for node in placement.nodes
     ]
 

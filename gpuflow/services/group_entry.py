@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
@@ -27,12 +28,12 @@ from gpuflow.scheduler.admission import NO_CAPACITY
 from gpuflow.scheduler.model import Placement, Unschedulable
 from gpuflow.services.admission import (
     admitted_key,
+    admitted_values,
     no_fit_lines,
     refuse_in,
-    set_admitted,
     snapshot_in,
 )
-from gpuflow.services.capacity import allocation_rows
+from gpuflow.services.capacity import allocation_values
 from gpuflow.services.changes import bump
 from gpuflow.services.jobs import gpu_summary
 from gpuflow.services.mix import note_specs
@@ -41,7 +42,7 @@ from gpuflow.services.queue_entries import (
     decided_alone,
     enter_at_submit_in,
     enter_new_in,
-    set_waiting,
+    entry_values,
     submitted_key,
     victims_possible,
 )
@@ -49,7 +50,8 @@ from gpuflow.services.queues import queues_in
 from gpuflow.services.warm import warm_capacity
 from gpuflow.specs.job import JobSpec
 from gpuflow.status import JobStatus
-from gpuflow.store.tables import JobEventRow, JobRow
+from gpuflow.store.bulk import insert_rows
+from gpuflow.store.tables import AllocationRow, JobEventRow, JobRow, QueueEntryRow
 from gpuflow.workflows.models import placed_message
 from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
 
@@ -180,39 +182,45 @@ def _write(session: Session, decided: list[Decided], rows: dict[str, JobRow]) ->
     state takes the database's usage of the hosts taken."""
     now = datetime.now(UTC)
     hosts: set[str] = set()
+    events: list[dict[str, Any]] = []
+    entries: list[dict[str, Any]] = []
+    allocations: list[dict[str, Any]] = []
     for job, at, outcome in decided:
         spec, job_row = job.spec, rows[job.job_id]
         ask = EnqueueInput(
             job_id=job.job_id, attempt=1, spec=spec, submitted_at=at, may_wait=spec.may_wait
         )
-        entry = set_waiting(None, ask)
-        session.add(
-            JobEventRow(
-                job_id=job.job_id,
-                key=submitted_key(job.run_id),
-                kind=JobStatus.PENDING.value,
-                message="submitted",
-            )
+        entry = entry_values(ask, dumped=job_row.spec)
+        events.append(
+            {
+                "job_id": job.job_id,
+                "key": submitted_key(job.run_id),
+                "kind": JobStatus.PENDING.value,
+                "message": "submitted",
+            }
         )
         if isinstance(outcome, Placement):
             message = placed_message(outcome)
             job_row.status, job_row.message = JobStatus.PROVISIONING, message
             job_row.fleet, job_row.gpus = outcome.fleet, gpu_summary(outcome)
             job_row.hosts = [node.host_name for node in outcome.nodes]
-            set_admitted(entry, now)
-            session.add(
-                JobEventRow(
-                    job_id=job.job_id,
-                    key=admitted_key(1, message),
-                    kind=JobStatus.PROVISIONING.value,
-                    message=message,
-                )
+            entries.append({**entry, **admitted_values(now)})
+            events.append(
+                {
+                    "job_id": job.job_id,
+                    "key": admitted_key(1, message),
+                    "kind": JobStatus.PROVISIONING.value,
+                    "message": message,
+                }
             )
-            session.add_all(allocation_rows(job.job_id, 1, outcome))
+            allocations.extend(allocation_values(job.job_id, 1, outcome))
             hosts.update(node.host_id for node in outcome.nodes)
-            session.add(entry)
         else:
-            refuse_in(session, entry, NO_CAPACITY, outcome)
+            refuse_in(session, QueueEntryRow(**entry), NO_CAPACITY, outcome)
+    # Written as one INSERT per table (store/bulk.py): a group writes these for every job.
+    insert_rows(session, JobEventRow, events)
+    insert_rows(session, QueueEntryRow, entries)
+    insert_rows(session, AllocationRow, allocations)
     session.flush()
     if not hosts:
         return

@@ -6,6 +6,7 @@ A job that enters while nobody waits is decided at once by the pass (services/ad
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import bindparam
 from sqlalchemy import select as sa_select
@@ -107,25 +108,36 @@ def look_in(session: Session, *, job_id: str, attempt: int) -> QueueVerdict | No
 def set_waiting(entry: QueueEntryRow | None, inp: EnqueueInput) -> QueueEntryRow:
     """The entry (a new one when None) as the job's attempt enters its queue: waiting, with
     what a pass reads."""
-    spec = inp.spec
+    values = entry_values(inp)
     if entry is None:
-        entry = QueueEntryRow(
-            job_id=inp.job_id, attempt=inp.attempt, name=spec.name, queue=spec.queue, state=""
-        )
-    entry.attempt = inp.attempt
-    entry.name = spec.name
-    entry.queue = spec.queue
-    entry.state = WAITING
-    entry.priority = spec.priority
-    entry.preemptible = spec.preemptible
-    entry.may_wait = inp.may_wait
-    entry.spec = spec.model_dump(mode="json")
-    entry.fleets = list(spec.fleets)
-    entry.submitted_at = _utc(inp.submitted_at)
-    entry.admitted_at = None
-    entry.max_duration_s = None if spec.max_duration is None else float(spec.max_duration)
-    entry.position, entry.reason, entry.detail = None, None, None
+        return QueueEntryRow(**values)
+    for name, value in values.items():
+        setattr(entry, name, value)
     return entry
+
+
+def entry_values(inp: EnqueueInput, *, dumped: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`set_waiting`'s entry as column values; `dumped`: the spec as JSON, when the caller has
+    it already."""
+    spec = inp.spec
+    return {
+        "job_id": inp.job_id,
+        "attempt": inp.attempt,
+        "name": spec.name,
+        "queue": spec.queue,
+        "state": WAITING,
+        "priority": spec.priority,
+        "preemptible": spec.preemptible,
+        "may_wait": inp.may_wait,
+        "spec": spec.model_dump(mode="json") if dumped is None else dumped,
+        "fleets": list(spec.fleets),
+        "submitted_at": _utc(inp.submitted_at),
+        "admitted_at": None,
+        "max_duration_s": None if spec.max_duration is None else float(spec.max_duration),
+        "position": None,
+        "reason": None,
+        "detail": None,
+    }
 
 
 def enqueue_in(session: Session, inp: EnqueueInput, *, warm: bool = True) -> QueueVerdict:
