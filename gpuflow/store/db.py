@@ -77,7 +77,7 @@ class Store:
 
     def init(self) -> Store:
         """Create the tables; fail with one clear line when the database cannot be reached."""
-        from gpuflow.store import tables  # noqa: F401  (registers the tables)
+        from gpuflow.store import tables  # registers the tables
 
         try:
             SQLModel.metadata.create_all(self.engine)
@@ -87,6 +87,14 @@ class Store:
                     text(
                         "INSERT INTO capacity_versions (id, structure, states, allocations)"
                         " VALUES (1, 0, 0, 0) ON CONFLICT DO NOTHING"
+                    )
+                )
+                # Indexes added to existing tables (create_all makes them only with a new
+                # table): a database made before them gets them here.
+                connection.execute(
+                    text(
+                        f"CREATE INDEX IF NOT EXISTS {tables.JOBS_BY_SUBMISSION}"
+                        " ON jobs (submitted_at, id)"
                     )
                 )
         except OperationalError as exc:

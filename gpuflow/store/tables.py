@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, UniqueConstraint
+from sqlalchemy import JSON, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -100,8 +100,14 @@ class AllocationRow(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
 
 
+JOBS_BY_SUBMISSION = "ix_jobs_submitted_at_id"
+"""The jobs newest first: a fleet's learned mix reads its newest jobs in every placement
+transaction (gpuflow/services/mix.py); without it that read sorts the whole job history."""
+
+
 class JobRow(SQLModel, table=True):
     __tablename__ = "jobs"
+    __table_args__ = (Index(JOBS_BY_SUBMISSION, "submitted_at", "id"),)
 
     id: str = Field(primary_key=True)
     """The workflow id, `job-<name>-<suffix>`."""
