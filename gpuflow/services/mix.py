@@ -204,6 +204,8 @@ def _shares(mix: LearnedMix) -> dict[Kind, float]:
 
 
 def _stored_mix(session: Session, key: tuple[str, str]) -> tuple[str, LearnedMix] | None:
+    """The fleet's stored mix and its token (None when none is stored). Its token is read in
+    every transaction; the mix itself only when the token is new to this process."""
     query = select(FleetMixRow.token).where(FleetMixRow.fleet == key[1])
     token = session.exec(query).first()
     if token is None:
@@ -211,15 +213,18 @@ def _stored_mix(session: Session, key: tuple[str, str]) -> tuple[str, LearnedMix
     found = _STORED.get(key)
     if found is not None and found[0] == token:
         return found
-    row = session.get(FleetMixRow, key[1])
-    if row is None:  # deleted since the line above (a read session sees one snapshot)
+    # Columns, not the row: a row object in the session's identity map could be older.
+    table = FleetMixRow.__table__.c  # type: ignore[attr-defined]
+    columns = sa_select(table.token, table.source, table.jobs, table.observed, table.requests)
+    row = session.connection().execute(columns.where(table.fleet == key[1])).first()
+    if row is None:  # deleted between the two reads (PostgreSQL reads committed rows)
         return None
+    token, source, jobs, observed, items = row
     requests = tuple(
         TypicalRequest(**{**item, "gpu_names": frozenset(item.get("gpu_names", ()))})
-        for item in row.requests
+        for item in items
     )
-    mix = LearnedMix(requests, row.source, row.jobs, row.observed)
-    _STORED[key] = (row.token, mix)
+    _STORED[key] = (token, LearnedMix(requests, source, jobs, observed))
     return _STORED[key]
 
 
