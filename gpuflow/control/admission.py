@@ -92,16 +92,29 @@ class GroupCommit:
         self.warm = warm
         self._waiting: list[tuple[Submitted, asyncio.Future[QueueVerdict]]] = []
         self._drain: asyncio.Task[None] | None = None
+        self._entering: dict[str, asyncio.Future[QueueVerdict]] = {}
+        """Job id -> the answer its submit awaits, until it has it."""
         self.groups = 0
         """Transactions run (for tests and the benchmark)."""
+
+    def entering(self, job_id: str) -> asyncio.Future[QueueVerdict] | None:
+        """The answer a submit of this job waits for, while it waits (its workflow's first
+        step, started eagerly, may come before the group has entered it)."""
+        return self._entering.get(job_id)
 
     async def enter(self, job: Submitted) -> QueueVerdict:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[QueueVerdict] = loop.create_future()
+        self._entering[job.job_id] = future
+        future.add_done_callback(lambda done: self._forget(job.job_id, done))
         self._waiting.append((job, future))
         if self._drain is None or self._drain.done() or self._drain.get_loop() is not loop:
             self._drain = loop.create_task(self._run())
         return await future
+
+    def _forget(self, job_id: str, future: asyncio.Future[QueueVerdict]) -> None:
+        if self._entering.get(job_id) is future:
+            del self._entering[job_id]
 
     async def _run(self) -> None:
         while self._waiting:
@@ -144,6 +157,24 @@ class AdmissionActivities:
         self.warm = warm
         self._specs: SpecCache = {}
         """Parsed specs of waiting jobs, kept between passes: a pass parses only newcomers."""
+        self.entries: GroupCommit | None = None
+        """The API's group commit in this worker: a first step whose submit is still entering
+        the job waits for that answer instead of taking the placement lock beside it."""
+
+    async def _join_submit(self, inp: EnqueueInput) -> QueueVerdict | None:
+        """The verdict of the job's submit, when it is entering the job in this worker right
+        now: what it writes is what this step would (the same `submitted` record and entry).
+        None otherwise, or when that submit fails: the step enters the job itself."""
+        pending = self.entries.entering(inp.job_id) if self.entries is not None else None
+        if pending is None or inp.attempt != 1:
+            return None
+        try:
+            return await asyncio.shield(pending)
+        except (Exception, asyncio.CancelledError):
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this step itself is cancelled
+            return None
 
     @activity.defn(name="enqueue_job")
     async def enqueue_job(self, inp: EnqueueInput) -> QueueVerdict:
@@ -166,6 +197,9 @@ class AdmissionActivities:
                     )
                 return verdict
 
+        joined = await self._join_submit(inp)
+        if joined is not None:
+            return joined
         started = time.perf_counter()
         verdict = await asyncio.to_thread(write)
         if verdict.placement is not None:

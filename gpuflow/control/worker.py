@@ -78,6 +78,7 @@ class ControlWorker:
         self.activities = ControlActivities(store, ensure_agent=self._ensure_agent, temporal=client)
         # The client's API (gpuflow/workflows/api.py) is served here, beside the database.
         self.api = ApiActivities(store, client, home=home, eager_start=eager_start)
+        self.activities.admission.entries = self.api.entries
         self.worker = Worker(
             client,
             task_queue=CONTROL_TASK_QUEUE,

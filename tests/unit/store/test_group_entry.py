@@ -19,7 +19,7 @@ from sqlalchemy import event
 from sqlmodel import Session, select
 
 from gpuflow.control import admission
-from gpuflow.control.admission import GroupCommit, enter_all_at_submit
+from gpuflow.control.admission import AdmissionActivities, GroupCommit, enter_all_at_submit
 from gpuflow.metrics import store as metrics
 from gpuflow.services import group_entry
 from gpuflow.services.fleets import apply_fleet
@@ -29,7 +29,7 @@ from gpuflow.services.queues import apply_queue
 from gpuflow.specs import FleetSpec, JobSpec, QueueSpec
 from gpuflow.store.db import Store
 from gpuflow.store.tables import AllocationRow, JobEventRow, JobRow, QueueEntryRow
-from gpuflow.workflows.queue_models import QueueVerdict
+from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
 from tests.unit.store.test_warm import _look, _memory_checked
 
 FLEET = {
@@ -274,3 +274,66 @@ def test_the_admission_metric_reads_nothing_for_a_group(
     assert all(isinstance(v, QueueVerdict) and v.placement for v in found)
     assert observed == ["job-0", "job-1", "job-2"]
     assert statements == []
+
+
+def _first_step(job: Submitted) -> EnqueueInput:
+    return EnqueueInput(
+        job_id=job.job_id,
+        attempt=1,
+        spec=job.spec,
+        submitted_at=datetime.now(UTC),
+        may_wait=job.spec.may_wait,
+    )
+
+
+def test_a_first_step_joins_its_submit_in_flight(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workflow started eagerly may take its first step while its submit is still entering
+    the job: the step waits for the submit's answer instead of taking the placement lock
+    beside it (one transaction, not two)."""
+    _prepared(sqlite_store)
+    job = _jobs([{"gpu": "1", "nodes": 1, "queue": "default", "may_wait": True}])[0]
+    entries = GroupCommit(sqlite_store)
+    step = AdmissionActivities(sqlite_store)
+    step.entries = entries
+
+    def own_entry(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the step entered the job itself")
+
+    monkeypatch.setattr(admission, "enqueue_in", own_entry)
+
+    async def both() -> tuple[QueueVerdict, QueueVerdict]:
+        submit = asyncio.ensure_future(entries.enter(job))
+        await asyncio.sleep(0)  # the submit is in flight
+        first = await step.enqueue_job(_first_step(job))
+        return await submit, first
+
+    submitted, first = asyncio.run(both())
+    assert submitted.placement is not None and first == submitted
+    assert entries.groups == 1 and entries.entering(job.job_id) is None
+
+
+def test_a_first_step_enters_alone_when_its_submit_fails(
+    sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _prepared(sqlite_store)
+    job = _jobs([{"gpu": "1", "nodes": 1, "queue": "default", "may_wait": True}])[0]
+    entries = GroupCommit(sqlite_store)
+    step = AdmissionActivities(sqlite_store)
+    step.entries = entries
+
+    def broken(store: Store, group: list[Submitted], **kwargs: Any) -> list[Any]:
+        raise RuntimeError("the submit's transaction failed")
+
+    monkeypatch.setattr(admission, "enter_all_at_submit", broken)
+
+    async def both() -> QueueVerdict:
+        submit = asyncio.ensure_future(entries.enter(job))
+        await asyncio.sleep(0)
+        first = await step.enqueue_job(_first_step(job))
+        with pytest.raises(RuntimeError):
+            await submit
+        return first
+
+    assert asyncio.run(both()).placement is not None
