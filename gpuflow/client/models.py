@@ -98,7 +98,8 @@ class FleetInfo(BaseModel):
     scorer: str
     hosts: list[dict[str, Any]]
     workload: dict[str, Any] | None = None
-    """The request mix the fragmentation scorer uses (gpuflow/store/mix.py `mix_info`)."""
+    """The request mix the fragmentation scorer uses now: the mix in use (gpuflow/services/mix.py
+    `mix_info`), learned from the fleet's recent jobs, the built-in one without history."""
 
     @classmethod
     def from_record(cls, record: FleetRecord) -> FleetInfo:
