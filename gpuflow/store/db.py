@@ -94,7 +94,7 @@ class Store:
                 connection.execute(
                     text(
                         f"CREATE INDEX IF NOT EXISTS {tables.JOBS_BY_SUBMISSION}"
-                        " ON jobs (submitted_at, id)"
+                        " ON jobs (submitted_at, id, fleet, status)"
                     )
                 )
         except OperationalError as exc:
