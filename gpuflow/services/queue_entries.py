@@ -49,23 +49,19 @@ def _utc(at: datetime) -> datetime:
 
 
 def _verdict(session: Session, entry: QueueEntryRow) -> QueueVerdict:
-    return _verdict_of(
-        session, entry.job_id, entry.attempt, entry.state, entry.reason, entry.detail
-    )
+    held = None
+    if entry.state == ADMITTED:
+        held = held_allocation(session, entry.job_id, entry.attempt)
+    return _verdict_of(entry.state, entry.reason, entry.detail, held)
 
 
 def _verdict_of(
-    session: Session,
-    job_id: str,
-    attempt: int,
-    state: str,
-    reason: str | None,
-    detail: str | None,
+    state: str, reason: str | None, detail: str | None, held: Placement | None
 ) -> QueueVerdict:
-    if state == ADMITTED:
-        placement = held_allocation(session, job_id, attempt)
-        if placement is not None:
-            return QueueVerdict(placement=placement)
+    """What an entry says of its job: admitted with the placement it holds, refused with the
+    reasons, or waiting and why. `held`: what an admitted entry's attempt holds."""
+    if state == ADMITTED and held is not None:
+        return QueueVerdict(placement=held)
     lines = [line for line in (detail or "").split("\n") if line]
     if state == REFUSED:
         return QueueVerdict(refused=lines or [reason or "no capacity"])
@@ -98,11 +94,8 @@ def look_in(session: Session, *, job_id: str, attempt: int) -> QueueVerdict | No
     if not rows or rows[0][0] != attempt:
         return None
     _, state, reason, detail = rows[0][:4]
-    if state == ADMITTED:
-        placement = placement_of([row[4:] for row in rows if row[4] is not None])
-        if placement is not None:
-            return QueueVerdict(placement=placement)
-    return _verdict_of(session, job_id, attempt, state, reason, detail)
+    held = placement_of([row[4:] for row in rows if row[4] is not None])
+    return _verdict_of(state, reason, detail, held if state == ADMITTED else None)
 
 
 def set_waiting(entry: QueueEntryRow | None, inp: EnqueueInput) -> QueueEntryRow:
