@@ -20,7 +20,8 @@ from gpuflow.errors import ConnectionFailed
 
 _PLACEMENT_LOCK_KEY = 0x6770_7566  # "gpuf": the advisory lock that serializes placement
 PLACEMENT = "gpuflow_placement"
-"""Set in a session's `info` by `placement_transaction`: what it reads, no placement moves."""
+"""Set in a session's `info` by `placement_transaction`: the session holds the placement lock,
+so it may write what placements share besides allocations (a fleet's mix in use)."""
 
 
 def database_url() -> str:
@@ -77,7 +78,7 @@ class Store:
 
     def init(self) -> Store:
         """Create the tables; fail with one clear line when the database cannot be reached."""
-        from gpuflow.store import tables  # registers the tables
+        from gpuflow.store import tables  # noqa: F401  (registers the tables)
 
         try:
             SQLModel.metadata.create_all(self.engine)
@@ -90,13 +91,10 @@ class Store:
                     )
                 )
                 # Indexes added to existing tables (create_all makes them only with a new
-                # table): a database made before them gets them here.
-                connection.execute(
-                    text(
-                        f"CREATE INDEX IF NOT EXISTS {tables.JOBS_BY_SUBMISSION}"
-                        " ON jobs (submitted_at, id, fleet, status)"
-                    )
-                )
+                # table): a database made before them gets them here, as tables.py declares.
+                for table in SQLModel.metadata.sorted_tables:
+                    for index in table.indexes:
+                        index.create(connection, checkfirst=True)
         except OperationalError as exc:
             reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
             raise ConnectionFailed(
