@@ -21,6 +21,7 @@ placement lock its writer holds.
 
 from __future__ import annotations
 
+import logging
 import math
 import uuid
 from collections.abc import Mapping, Sequence
@@ -47,6 +48,8 @@ from gpuflow.specs import JobSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.db import PLACEMENT
 from gpuflow.store.tables import FleetMixRow, JobRow
+
+log = logging.getLogger(__name__)
 
 WINDOW_HALF_LIVES = 4
 """Jobs older than this many half-lives weigh under 2**-4 each: not read."""
@@ -130,8 +133,7 @@ def _read_kinds(
         query = select(JobRow.id, JobRow.spec).where(col(JobRow.id).in_(chunk))
         for job_id, spec in session.exec(query).all():
             if spec:  # an empty spec may be written later: read it again then
-                kind = _kind_of_spec(spec)
-                kinds[job_id] = kind if kind is None else _SHARED.setdefault(kind, kind)
+                kinds[job_id] = _kind_of_spec(spec)
     return kinds
 
 
@@ -143,21 +145,27 @@ def note_specs(session: Session, specs: Mapping[str, JobSpec]) -> None:
     if sum(map(len, _KINDS.values())) + len(specs) > _MAX_KINDS:
         return  # `_read_kinds` starts afresh soon: it parses them then
     for job_id, spec in specs.items():
-        try:
-            kind = kind_of(spec)
-        except ValueError:  # as `_kind_of_spec` words it: the job is left out
-            kinds[job_id] = None
-        else:
-            kinds[job_id] = _SHARED.setdefault(kind, kind)
+        kinds[job_id] = _kind_of_job(spec)
 
 
 def _kind_of_spec(spec: Mapping[str, Any]) -> tuple[Kind, int] | None:
     """What the job's first resource option asks per node; None when the spec is unreadable
     (written by another version): the job is left out."""
     try:
-        return kind_of(JobSpec.model_validate(spec))
+        job = JobSpec.model_validate(spec)
     except ValueError:
         return None
+    return _kind_of_job(job)
+
+
+def _kind_of_job(job: JobSpec) -> tuple[Kind, int] | None:
+    """`kind_of`, as one tuple shared by every job that asks the same (a full garbage
+    collection walks a few hundred, not one per job); None when it cannot be read."""
+    try:
+        kind = kind_of(job)
+    except ValueError:
+        return None
+    return _SHARED.setdefault(kind, kind)
 
 
 def fleet_gpus(fleet: FleetSnapshot) -> int:
@@ -220,10 +228,13 @@ def _stored_mix(session: Session, key: tuple[str, str]) -> tuple[str, LearnedMix
     if row is None:  # deleted between the two reads (PostgreSQL reads committed rows)
         return None
     token, source, jobs, observed, items = row
-    requests = tuple(
-        TypicalRequest(**{**item, "gpu_names": frozenset(item.get("gpu_names", ()))})
-        for item in items
-    )
+    try:
+        requests = tuple(_request_of(item) for item in items)
+    except (TypeError, ValueError, AttributeError):
+        # Written by another version in a form this one cannot read: as if none were stored,
+        # so the next placement stores the learned mix in this one's form.
+        log.warning("the stored mix of fleet %s is unreadable: learning it again", key[1])
+        return None
     _STORED[key] = (token, LearnedMix(requests, source, jobs, observed))
     return _STORED[key]
 
@@ -235,21 +246,28 @@ def _store(session: Session, key: tuple[str, str], mix: LearnedMix) -> None:
         row = FleetMixRow(fleet=key[1], token="", source=mix.source)
     row.token = uuid.uuid4().hex
     row.source, row.jobs, row.observed = mix.source, mix.jobs, mix.observed
-    row.requests = [
-        {
-            "weight": item.weight,
-            "gpus": item.gpus,
-            "gpu_fraction": item.gpu_fraction,
-            "cpus": item.cpus,
-            "memory_mib": item.memory_mib,
-            "gpu_names": sorted(item.gpu_names),
-        }
-        for item in mix.requests
-    ]
+    row.requests = [request_json(item) for item in mix.requests]
     session.add(row)
     session.flush()
     # Read back by the token: a rolled-back write's token is never in the database.
     _STORED[key] = (row.token, mix)
+
+
+def request_json(item: TypicalRequest) -> dict[str, Any]:
+    """A request of a mix as JSON (stored, and shown by `gpuflow fleet list --json`)."""
+    return {
+        "weight": item.weight,
+        "gpus": item.gpus,
+        "gpu_fraction": item.gpu_fraction,
+        "cpus": item.cpus,
+        "memory_mib": item.memory_mib,
+        "gpu_names": sorted(item.gpu_names),
+    }
+
+
+def _request_of(item: Mapping[str, Any]) -> TypicalRequest:
+    """`request_json` read back."""
+    return TypicalRequest(**{**item, "gpu_names": frozenset(item.get("gpu_names", ()))})
 
 
 def forget_mix_in(session: Session, fleet: str) -> None:
@@ -274,15 +292,5 @@ def mix_info(session: Session, fleet: FleetSnapshot) -> dict[str, Any]:
         "source": mix.source,
         "jobs": round(mix.jobs, 2),
         "half_life_jobs": half_life(fleet_gpus(fleet)),
-        "requests": [
-            {
-                "weight": round(r.weight, 4),
-                "gpus": r.gpus,
-                "gpu_fraction": r.gpu_fraction,
-                "cpus": r.cpus,
-                "memory_mib": r.memory_mib,
-                "gpu_names": sorted(r.gpu_names),
-            }
-            for r in requests
-        ],
+        "requests": [{**request_json(r), "weight": round(r.weight, 4)} for r in requests],
     }

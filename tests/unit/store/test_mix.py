@@ -13,7 +13,7 @@ from gpuflow.scheduler.frag import DEFAULT_MIX
 from gpuflow.scheduler.mix import DRIFT, MIN_HALF_LIFE, PRIOR_JOBS, drift, shares_of
 from gpuflow.services.capacity import read_snapshot, take_allocation
 from gpuflow.services.fleets import apply_fleet, delete_fleet
-from gpuflow.services.mix import fleet_mix, mix_in_use, mix_info
+from gpuflow.services.mix import fleet_mix, mix_in_use, mix_info, request_json
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
@@ -204,3 +204,21 @@ def test_the_newest_jobs_are_read_by_an_index(store: Store) -> None:
             session.execute(text("SET LOCAL enable_bitmapscan = off"))
             plan = " ".join(str(row[0]) for row in session.execute(text(f"EXPLAIN {query}")))
             assert JOBS_BY_SUBMISSION in plan and "Sort" not in plan, plan
+
+
+def test_an_unreadable_stored_mix_is_learned_again(store: Store) -> None:
+    """A stored mix this version cannot read (another version's form) does not break
+    placement: the placement stores the learned mix over it."""
+    _fleet(store)
+    _add(store, "a", 0.5, minute=0)
+    with store.session() as session:
+        session.add(
+            FleetMixRow(fleet="sim", token="old", source="learned", requests=[{"shape": "?"}])
+        )
+        session.commit()
+    _placed(store, "job-one")
+    with store.read() as session:
+        row = session.get(FleetMixRow, "sim")
+        learned = fleet_mix(session, "sim", 4)
+    assert row is not None and row.token != "old"
+    assert row.requests == [request_json(r) for r in learned.requests]
