@@ -19,9 +19,10 @@ How it stays correct with any number of control workers on one database:
   state (the next placement reads everything).
 - Jobs have no counter: each placement transaction reads the ids of every fleet's recent jobs
   and the token of its stored mix (mix.py `mix_in_use`) and keeps the fleet's `workload` list,
-  and so the scorer's prepared mix, until the mix in use changes. That read is what a warm
-  placement costs most (O(jobs) without an index); a transaction that enters several submits
-  (group commit) reads it once.
+  and so the scorer's prepared mix, until the mix in use changes. That read (the newest
+  ~5,000 job ids of the fleet, from the jobs' index by submission) is what a warm placement
+  costs most besides the scorer; a transaction that enters several submits (group commit)
+  reads it once.
 
 One warm state per engine (a Store), guarded by a lock held from the catch-up to the end of the
 transaction, so threads of one worker never see each other's uncommitted changes.
