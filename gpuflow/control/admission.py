@@ -13,11 +13,12 @@ from temporalio import activity
 from temporalio.client import Client
 
 from gpuflow.control.admission_wake import wake_admission
+from gpuflow.control.batches import Batches
 from gpuflow.control.records import record_in
 from gpuflow.metrics import store as metrics
 from gpuflow.services.admission import SpecCache, run_pass_in
 from gpuflow.services.group_entry import Submitted, enter_group_in
-from gpuflow.services.queue_entries import enqueue_in, look_in, withdraw_in
+from gpuflow.services.queue_entries import enqueue_in, look_all_in, withdraw_in
 from gpuflow.specs.job import JobSpec
 from gpuflow.store.db import Store
 from gpuflow.workflows.queue_models import (
@@ -82,20 +83,29 @@ def _enter_group(store: Store, jobs: Sequence[Submitted], warm: bool) -> list[Qu
     return verdicts
 
 
+MAX_LOOKS = 256
+"""First steps' reads answered by one read transaction at most."""
+
+
 class GroupCommit:
-    """Submits of one control worker entered in groups: those that arrive while a group's
-    transaction runs are the next group (at most MAX_GROUP, in arrival order). Alone, a submit
-    is entered at once; under load the placement lock is taken once per group, not per job."""
+    """Submits of one control worker entered in groups (batches.py: those that arrive while a
+    group's transaction runs are the next group, at most MAX_GROUP, in arrival order). Alone, a
+    submit is entered at once; under load the placement lock is taken once per group."""
 
     def __init__(self, store: Store, *, warm: bool = True) -> None:
         self.store = store
         self.warm = warm
-        self._waiting: list[tuple[Submitted, asyncio.Future[QueueVerdict]]] = []
-        self._drain: asyncio.Task[None] | None = None
+        self._batches: Batches[Submitted, QueueVerdict] = Batches(self._serve, MAX_GROUP)
         self._entering: dict[str, asyncio.Future[QueueVerdict]] = {}
         """Job id -> the answer its submit awaits, until it has it."""
-        self.groups = 0
+
+    @property
+    def groups(self) -> int:
         """Transactions run (for tests and the benchmark)."""
+        return self._batches.batches
+
+    def _serve(self, jobs: Sequence[Submitted]) -> list[QueueVerdict | Exception]:
+        return enter_all_at_submit(self.store, jobs, warm=self.warm)
 
     def entering(self, job_id: str) -> asyncio.Future[QueueVerdict] | None:
         """The answer a submit of this job waits for, while it waits (its workflow's first
@@ -103,43 +113,14 @@ class GroupCommit:
         return self._entering.get(job_id)
 
     async def enter(self, job: Submitted) -> QueueVerdict:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[QueueVerdict] = loop.create_future()
+        future = self._batches.submit(job)
         self._entering[job.job_id] = future
         future.add_done_callback(lambda done: self._forget(job.job_id, done))
-        self._waiting.append((job, future))
-        if self._drain is None or self._drain.done() or self._drain.get_loop() is not loop:
-            self._drain = loop.create_task(self._run())
         return await future
 
     def _forget(self, job_id: str, future: asyncio.Future[QueueVerdict]) -> None:
         if self._entering.get(job_id) is future:
             del self._entering[job_id]
-
-    async def _run(self) -> None:
-        while self._waiting:
-            group = self._waiting[:MAX_GROUP]
-            del self._waiting[:MAX_GROUP]
-            self.groups += 1
-            jobs = [job for job, _ in group]
-            try:
-                found = await asyncio.to_thread(
-                    enter_all_at_submit, self.store, jobs, warm=self.warm
-                )
-                for (_, future), result in zip(group, found, strict=True):
-                    if future.done():  # its caller gave up (the entry stands, as it would alone)
-                        continue
-                    if isinstance(result, Exception):
-                        future.set_exception(result)
-                    else:
-                        future.set_result(result)
-            except Exception as exc:  # each submit of the group hears of it
-                for _, future in group:
-                    if not future.done():
-                        future.set_exception(exc)
-            finally:  # no submit is left waiting on a group that ended without its answer
-                for _, future in group:
-                    future.cancel()
 
 
 class AdmissionActivities:
@@ -157,9 +138,18 @@ class AdmissionActivities:
         self.warm = warm
         self._specs: SpecCache = {}
         """Parsed specs of waiting jobs, kept between passes: a pass parses only newcomers."""
+        self._looks: Batches[tuple[str, int], QueueVerdict | None] = Batches(
+            self._look_all, MAX_LOOKS
+        )
+        """First steps' reads of what became of their entries, batched: under load, those that
+        come together share one read transaction."""
         self.entries: GroupCommit | None = None
         """The API's group commit in this worker: a first step whose submit is still entering
         the job waits for that answer instead of taking the placement lock beside it."""
+
+    def _look_all(self, asks: Sequence[tuple[str, int]]) -> list[QueueVerdict | None]:
+        with self.store.read() as session:
+            return look_all_in(session, asks)
 
     async def _join_submit(self, inp: EnqueueInput) -> QueueVerdict | None:
         """The verdict of the job's submit, when it is entering the job in this worker right
@@ -181,12 +171,6 @@ class AdmissionActivities:
         """Enter the queue, or learn what became of the entry; asks for a pass while waiting."""
 
         def write() -> QueueVerdict:
-            # Entered already (at submit, or by an earlier ask): a read says what became of it;
-            # its `submitted` record was written with the entry.
-            with self.store.read() as session:
-                known = look_in(session, job_id=inp.job_id, attempt=inp.attempt)
-            if known is not None:
-                return known
             with self.store.placement_transaction() as session:
                 if inp.before is not None:
                     record_in(session, inp.before)
@@ -200,10 +184,14 @@ class AdmissionActivities:
         joined = await self._join_submit(inp)
         if joined is not None:
             return joined
-        started = time.perf_counter()
-        verdict = await asyncio.to_thread(write)
-        if verdict.placement is not None:
-            metrics.observe_placement(time.perf_counter() - started, verdict.placement)
+        # Entered already (at submit, or by an earlier ask): a read says what became of it (its
+        # `submitted` record was written with the entry; whoever placed it observed that).
+        verdict = await self._looks.call((inp.job_id, inp.attempt))
+        if verdict is None:
+            started = time.perf_counter()
+            verdict = await asyncio.to_thread(write)
+            if verdict.placement is not None:
+                metrics.observe_placement(time.perf_counter() - started, verdict.placement)
         if verdict.placement is None and verdict.refused is None:
             await wake_admission(self.temporal, self.task_queue)
         return verdict

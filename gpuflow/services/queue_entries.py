@@ -5,6 +5,7 @@ A job that enters while nobody waits is decided at once by the pass (services/ad
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -39,6 +40,7 @@ __all__ = [
     "enqueue_in",
     "enter_at_submit_in",
     "leave_queue_in",
+    "look_all_in",
     "look_in",
     "withdraw_in",
 ]
@@ -72,7 +74,7 @@ _ENTRIES = QueueEntryRow.__table__.c  # type: ignore[attr-defined]
 _ALLOCATIONS = AllocationRow.__table__.c  # type: ignore[attr-defined]
 _LOOK = (
     sa_select(
-        *(_ENTRIES.attempt, _ENTRIES.state, _ENTRIES.reason, _ENTRIES.detail),
+        *(_ENTRIES.job_id, _ENTRIES.attempt, _ENTRIES.state, _ENTRIES.reason, _ENTRIES.detail),
         *(_ALLOCATIONS.fleet, _ALLOCATIONS.node, _ALLOCATIONS.score, _ALLOCATIONS.scorer),
     )
     .select_from(
@@ -81,20 +83,38 @@ _LOOK = (
             (_ALLOCATIONS.job_id == _ENTRIES.job_id) & (_ALLOCATIONS.attempt == _ENTRIES.attempt),
         )
     )
-    .where(_ENTRIES.job_id == bindparam("job_id"))
-    .order_by(_ALLOCATIONS.rank)
+    .where(_ENTRIES.job_id.in_(bindparam("job_ids", expanding=True)))
+    .order_by(_ENTRIES.job_id, _ALLOCATIONS.rank)
 )
 
 
 def look_in(session: Session, *, job_id: str, attempt: int) -> QueueVerdict | None:
     """What became of the job's attempt in its queue, read without the placement lock; None
-    when it has not entered it. One prepared statement: the entry's verdict columns (not its
-    spec) with the allocation an admitted entry holds."""
-    rows = session.connection().execute(_LOOK, {"job_id": job_id}).all()
-    if not rows or rows[0][0] != attempt:
+    when it has not entered it."""
+    return look_all_in(session, [(job_id, attempt)])[0]
+
+
+def look_all_in(session: Session, asks: Sequence[tuple[str, int]]) -> list[QueueVerdict | None]:
+    """`look_in` for several (job, attempt)s, in their order, in one prepared statement: the
+    entries' verdict columns (not their specs) with the allocations admitted entries hold."""
+    found: dict[str, list[Any]] = {}
+    ids = list(dict.fromkeys(job_id for job_id, _ in asks))
+    for start in range(0, len(ids), _CHUNK):
+        rows = session.connection().execute(_LOOK, {"job_ids": ids[start : start + _CHUNK]})
+        for row in rows:
+            found.setdefault(row[0], []).append(row)
+    return [_looked(found.get(job_id), attempt) for job_id, attempt in asks]
+
+
+_CHUNK = 500
+"""Job ids per statement at most (SQLite limits a statement's parameters)."""
+
+
+def _looked(rows: list[Any] | None, attempt: int) -> QueueVerdict | None:
+    if not rows or rows[0][1] != attempt:
         return None
-    _, state, reason, detail = rows[0][:4]
-    held = placement_of([row[4:] for row in rows if row[4] is not None])
+    _, _, state, reason, detail = rows[0][:5]
+    held = placement_of([row[5:] for row in rows if row[5] is not None])
     return _verdict_of(state, reason, detail, held if state == ADMITTED else None)
 
 
