@@ -114,10 +114,17 @@ def window(newest_first: Sequence[str], limit: int, half_life_jobs: float) -> li
     """The jobs a fleet's mix is learned from, oldest first: the `limit` newest of those at or
     before the newest checkpoint job (see the module docstring), among the newest
     `window_reads` jobs, newest first. The same jobs give the same window, whoever reads."""
-    every = checkpoint_every(min(len(newest_first), limit), half_life_jobs)
+    start = anchor(newest_first, min(len(newest_first), limit), half_life_jobs)
+    return list(reversed(newest_first[start : start + limit]))
+
+
+def anchor(newest_first: Sequence[str], jobs: int, half_life_jobs: float) -> int:
+    """Where a window starts in `newest_first` (at least its newest `CHECKPOINT_REACH`
+    checkpoint intervals): the newest checkpoint job, else the newest job. `jobs`: the
+    window's size (how many jobs there are, up to its limit)."""
+    every = checkpoint_every(jobs, half_life_jobs)
     reach = min(len(newest_first), CHECKPOINT_REACH * every)
-    anchor = next((i for i in range(reach) if is_checkpoint(newest_first[i], every)), 0)
-    return list(reversed(newest_first[anchor : anchor + limit]))
+    return next((i for i in range(reach) if is_checkpoint(newest_first[i], every)), 0)
 
 
 def kind_of(job: JobSpec) -> tuple[Kind, int]:
@@ -160,16 +167,25 @@ class MixLearner:
         self._next_check = 0.0
 
     def observe(self, kind: Kind, count: int = 1) -> None:
-        self._scale *= self._growth
-        if self._scale > 1e100:
-            factor = 1.0 / self._scale
-            self._counts = {k: v * factor for k, v in self._counts.items()}
-            self._total *= factor
-            self._scale = 1.0
-        self.observed += count
-        added = self._scale * count
-        self._counts[kind] = self._counts.get(kind, 0.0) + added
-        self._total += added
+        self.observe_all(((kind, count),))
+
+    def observe_all(self, jobs: Iterable[tuple[Kind, int]]) -> None:
+        """`observe` for each (kind, count), oldest first (a store re-learns a window of
+        thousands of jobs at each checkpoint: one call, not one per job)."""
+        growth, scale, total, observed = self._growth, self._scale, self._total, self.observed
+        counts = self._counts
+        for kind, count in jobs:
+            scale *= growth
+            if scale > 1e100:
+                factor = 1.0 / scale
+                counts = {k: v * factor for k, v in counts.items()}
+                total *= factor
+                scale = 1.0
+            observed += count
+            added = scale * count
+            counts[kind] = counts.get(kind, 0.0) + added
+            total += added
+        self._scale, self._total, self.observed, self._counts = scale, total, observed, counts
 
     def observe_job(self, job: JobSpec) -> None:
         kind, nodes = kind_of(job)

@@ -17,6 +17,12 @@ Every new mix costs the scorer what it prepared for the last one; the learned mi
 little at every checkpoint, the one in use only when it has really moved. Stored, the mix in
 use is the same for every control worker and every cold read, without coordination beyond the
 placement lock its writer holds.
+
+The two are compared once per checkpoint job (`checkpoint_at`, the job the window starts at):
+the stored row says at which one it was compared last (`checked`, written by a placement
+transaction), so a transaction whose fleet has no new checkpoint job reads a few hundred job
+ids, not the window's thousands and the re-learning of them. A change to older jobs of the
+window alone (a pending job refused, a job deleted) is noticed at the next checkpoint.
 """
 
 from __future__ import annotations
@@ -27,15 +33,18 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import or_
+from sqlalchemy import bindparam, func, or_
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from gpuflow.scheduler.mix import (
+    CHECKPOINT_REACH,
     DRIFT,
     Kind,
     LearnedMix,
     MixLearner,
+    anchor,
+    checkpoint_every,
     drift,
     half_life,
     kind_of,
@@ -71,26 +80,8 @@ def fleet_mix(session: Session, fleet: str, fleet_gpus: int) -> LearnedMix:
     """The mix the fleet's recent jobs make (the built-in mix when there are none); the same
     object as the last read's while the jobs it was learned from are the same."""
     life = half_life(fleet_gpus)
-    limit = min(MAX_JOBS, math.ceil(WINDOW_HALF_LIVES * life))
-    table = JobRow.__table__.c  # type: ignore[attr-defined]
-    query = (
-        sa_select(table.id)
-        .where(
-            or_(
-                table.fleet == fleet,
-                table.fleet.is_(None) & (table.status == JobStatus.PENDING.value),
-            )
-        )
-        .order_by(table.submitted_at.desc(), table.id.desc())
-        .limit(window_reads(limit, life))
-    )
-    # This runs for every placement: the driver's rows as they come (SQLAlchemy's row
-    # processing of thousands of ids cost more than the query).
-    result = session.connection().execute(query)
-    try:
-        newest = [row[0] for row in result.cursor.fetchall()]
-    finally:
-        result.close()
+    limit = _limit(life)
+    newest = _newest_ids(session, fleet, window_reads(limit, life))
     database = str(session.get_bind().engine.url)
     kinds = _read_kinds(session, database, newest)
     ids = window(newest, limit, life)  # oldest first
@@ -99,13 +90,10 @@ def fleet_mix(session: Session, fleet: str, fleet_gpus: int) -> LearnedMix:
     if found is not None and found[0] == ids:
         return found[1]
     learner = MixLearner(life)
-    complete = True
-    for job_id in ids:
-        kind = kinds.get(job_id, _UNREAD)
-        if kind is _UNREAD:
-            complete = False  # its spec is not written yet: learn again next time
-        elif kind is not None:
-            learner.observe(*kind)
+    asked = [kinds.get(job_id, _UNREAD) for job_id in ids]
+    # a job whose spec is not written yet: learn again next time
+    complete = not any(kind is _UNREAD for kind in asked)
+    learner.observe_all(kind for kind in asked if kind is not None and kind is not _UNREAD)
     mix = learner.mix()
     if complete:
         _MIXES[key] = (ids, mix)
@@ -113,6 +101,55 @@ def fleet_mix(session: Session, fleet: str, fleet_gpus: int) -> LearnedMix:
 
 
 _UNREAD: Any = object()
+
+
+def _jobs_of(fleet: str) -> Any:
+    """The fleet's jobs: placed on it, or pending without a fleet."""
+    table = JobRow.__table__.c  # type: ignore[attr-defined]
+    return or_(
+        table.fleet == fleet, table.fleet.is_(None) & (table.status == JobStatus.PENDING.value)
+    )
+
+
+def _newest_ids(session: Session, fleet: str, count: int) -> list[str]:
+    """The ids of the fleet's `count` newest jobs, newest first."""
+    table = JobRow.__table__.c  # type: ignore[attr-defined]
+    query = (
+        sa_select(table.id)
+        .where(_jobs_of(fleet))
+        .order_by(table.submitted_at.desc(), table.id.desc())
+        .limit(count)
+    )
+    # The driver's rows as they come (SQLAlchemy's row processing of thousands of ids cost
+    # more than the query).
+    result = session.connection().execute(query)
+    try:
+        return [row[0] for row in result.cursor.fetchall()]
+    finally:
+        result.close()
+
+
+def checkpoint_at(session: Session, fleet: str, fleet_gpus: int) -> str:
+    """The job the fleet's window starts at (scheduler/mix.py `anchor`; "" for no jobs): the
+    learned mix is the same while it is. Read from the newest few hundred ids (and, for a fleet
+    with fewer jobs than a window holds, their number), not the window's thousands."""
+    life = half_life(fleet_gpus)
+    limit = _limit(life)
+    most = CHECKPOINT_REACH * checkpoint_every(limit, life)  # what a full window looks over
+    newest = _newest_ids(session, fleet, most)
+    if not newest:
+        return ""
+    jobs = len(newest)
+    if jobs == most:
+        table = JobRow.__table__.c  # type: ignore[attr-defined]
+        some = sa_select(table.id).where(_jobs_of(fleet)).limit(limit).subquery()
+        jobs = session.connection().execute(sa_select(func.count()).select_from(some)).scalar_one()
+    return newest[anchor(newest, min(jobs, limit), life)]
+
+
+def _limit(life: float) -> int:
+    """The most jobs a window holds."""
+    return min(MAX_JOBS, math.ceil(WINDOW_HALF_LIVES * life))
 
 
 def _read_kinds(
@@ -182,28 +219,35 @@ by DRIFT (compared again only when either changes)."""
 def mix_in_use(session: Session, fleet: str, fleet_gpus: int) -> LearnedMix:
     """The mix placements on the fleet score with (see the module docstring): the stored one
     until the learned one has drifted from it by DRIFT, then the learned one, which a placement
-    transaction stores. The same object as the last call's while neither changed."""
-    learned = fleet_mix(session, fleet, fleet_gpus)
+    transaction stores. They are compared when the fleet's checkpoint job (`checkpoint_at`) is
+    not the one they were last compared at; a placement transaction stores that it compared.
+    The same object as the last call's while neither changed."""
     database = str(session.get_bind().engine.url)
     key = (database, fleet)
+    at = checkpoint_at(session, fleet, fleet_gpus)
     stored = _stored_mix(session, key)
+    if stored is not None and stored[2] == at:
+        return stored[1]  # compared at this checkpoint already
+    learned = fleet_mix(session, fleet, fleet_gpus)
     if stored is not None:
-        token, mix = stored
-        if learned.source != "learned":
-            return mix  # no history (any more): the stored mix stays
-        known = _DRIFTED.get(key)
-        if known is not None and known[0] is learned and known[1] == token:
-            moved = known[2]
-        else:
-            # The stored side from its requests as stored, so every reader computes the same.
-            moved = drift(shares_of(mix.requests), _shares(learned)) >= DRIFT
-            _DRIFTED[key] = (learned, token, moved)
+        token, mix, _ = stored
+        moved = False
+        if learned.source == "learned":  # else no history (any more): the stored mix stays
+            known = _DRIFTED.get(key)
+            if known is not None and known[0] is learned and known[1] == token:
+                moved = known[2]
+            else:
+                # The stored side from its requests as stored, so every reader computes the same.
+                moved = drift(shares_of(mix.requests), _shares(learned)) >= DRIFT
+                _DRIFTED[key] = (learned, token, moved)
         if not moved:
+            if session.info.get(PLACEMENT):
+                _checked(session, key, token, at)
             return mix
     elif learned.source != "learned":
         return learned  # the built-in mix: nothing to store
     if session.info.get(PLACEMENT):
-        _store(session, key, learned)
+        _store(session, key, learned, at)
     return learned
 
 
@@ -211,18 +255,21 @@ def _shares(mix: LearnedMix) -> dict[Kind, float]:
     return mix.shares if mix.shares is not None else shares_of(mix.requests)
 
 
-def _stored_mix(session: Session, key: tuple[str, str]) -> tuple[str, LearnedMix] | None:
-    """The fleet's stored mix and its token (None when none is stored). Its token is read in
-    every transaction; the mix itself only when the token is new to this process."""
-    query = select(FleetMixRow.token).where(FleetMixRow.fleet == key[1])
-    token = session.exec(query).first()
-    if token is None:
+def _stored_mix(
+    session: Session, key: tuple[str, str]
+) -> tuple[str, LearnedMix, str | None] | None:
+    """The fleet's stored mix, its token, and the checkpoint job it was last compared at (None
+    when none is stored). Its token is read in every transaction; the mix itself only when the
+    token is new to this process."""
+    table = FleetMixRow.__table__.c  # type: ignore[attr-defined]
+    row = session.connection().execute(_TOKEN, {"fleet": key[1]}).first()
+    if row is None:
         return None
+    token, checked = row
     found = _STORED.get(key)
     if found is not None and found[0] == token:
-        return found
+        return (*found, checked)
     # Columns, not the row: a row object in the session's identity map could be older.
-    table = FleetMixRow.__table__.c  # type: ignore[attr-defined]
     columns = sa_select(table.token, table.source, table.jobs, table.observed, table.requests)
     row = session.connection().execute(columns.where(table.fleet == key[1])).first()
     if row is None:  # deleted between the two reads (PostgreSQL reads committed rows)
@@ -236,17 +283,33 @@ def _stored_mix(session: Session, key: tuple[str, str]) -> tuple[str, LearnedMix
         log.warning("the stored mix of fleet %s is unreadable: learning it again", key[1])
         return None
     _STORED[key] = (token, LearnedMix(requests, source, jobs, observed))
-    return _STORED[key]
+    return (*_STORED[key], checked)
 
 
-def _store(session: Session, key: tuple[str, str], mix: LearnedMix) -> None:
-    """Make `mix` the fleet's stored mix, in the caller's placement transaction."""
+_MIX_COLUMNS = FleetMixRow.__table__.c  # type: ignore[attr-defined]
+_TOKEN = sa_select(_MIX_COLUMNS.token, _MIX_COLUMNS.checked).where(
+    _MIX_COLUMNS.fleet == bindparam("fleet")
+)
+
+
+def _checked(session: Session, key: tuple[str, str], token: str, at: str) -> None:
+    """The stored mix (this token) was compared at checkpoint job `at`, in the caller's
+    placement transaction."""
+    table = FleetMixRow.__table__  # type: ignore[attr-defined]
+    update = table.update().where(table.c.fleet == key[1], table.c.token == token)
+    session.connection().execute(update.values(checked=at))
+
+
+def _store(session: Session, key: tuple[str, str], mix: LearnedMix, at: str) -> None:
+    """Make `mix` the fleet's stored mix, compared at checkpoint job `at`, in the caller's
+    placement transaction."""
     row = session.get(FleetMixRow, key[1])
     if row is None:
         row = FleetMixRow(fleet=key[1], token="", source=mix.source)
     row.token = uuid.uuid4().hex
     row.source, row.jobs, row.observed = mix.source, mix.jobs, mix.observed
     row.requests = [request_json(item) for item in mix.requests]
+    row.checked = at
     session.add(row)
     session.flush()
     # Read back by the token: a rolled-back write's token is never in the database.

@@ -17,11 +17,11 @@ How it stays correct with any number of control workers on one database:
 - This worker's own allocations are applied to memory as they are written; the counters it
   trusts move only when its transaction commits, and a rolled-back transaction drops the warm
   state (the next placement reads everything).
-- Jobs have no counter: each placement transaction reads the ids of every fleet's recent jobs
-  and the token of its stored mix (mix.py `mix_in_use`) and keeps the fleet's `workload` list,
-  and so the scorer's prepared mix, until the mix in use changes. That read (the newest
-  ~5,000 job ids of the fleet, from the jobs' index by submission) is what a warm placement
-  costs most besides the scorer; a transaction that enters several submits (group commit)
+- Jobs have no counter: each placement transaction reads the job its fleet's window starts
+  at and the token of the stored mix (mix.py `mix_in_use`: the newest few hundred job ids,
+  from the jobs' index by submission; the whole window, ~5,000 ids, and its re-learning only
+  at a new checkpoint job) and keeps the fleet's `workload` list, and so the scorer's prepared
+  mix, until the mix in use changes. A transaction that enters several submits (group commit)
   reads it once.
 
 One warm state per engine (a Store), guarded by a lock held from the catch-up to the end of the

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, text
-from sqlalchemy.engine import Engine
+from sqlalchemy import Table, event, inspect, text
+from sqlalchemy.engine import Connection, Engine, Inspector
 from sqlalchemy.exc import OperationalError
 from sqlmodel import Session, SQLModel, create_engine
 
@@ -46,6 +46,24 @@ def redact(url: str) -> str:
     scheme, _, creds = head.partition("://")
     user = creds.split(":", 1)[0]
     return f"{scheme}://{user}:***@{tail}" if ":" in creds else url
+
+
+def _add_columns(connection: Connection, inspector: Inspector, table: Table) -> None:
+    """Columns added to an existing table since a database was made (create_all adds them only
+    with a new table): each is added, empty. Only columns that may be empty are ever added to
+    a table after its first release."""
+    have = {column["name"] for column in inspector.get_columns(table.name)}
+    for column in table.columns:
+        if column.name in have:
+            continue
+        if not column.nullable:
+            raise RuntimeError(f"column {table.name}.{column.name} cannot be added: not nullable")
+        kind = column.type.compile(dialect=connection.dialect)
+        # SQLite: init's transaction holds the write lock (BEGIN IMMEDIATE) from the look to the
+        # add; PostgreSQL: another process may add it between the two.
+        exists = "IF NOT EXISTS " if connection.dialect.name == "postgresql" else ""
+        add = f'ALTER TABLE "{table.name}" ADD COLUMN {exists}"{column.name}" {kind}'
+        connection.execute(text(add))
 
 
 class Store:
@@ -92,7 +110,9 @@ class Store:
                 )
                 # Indexes added to existing tables (create_all makes them only with a new
                 # table): a database made before them gets them here, as tables.py declares.
+                inspector = inspect(connection)
                 for table in SQLModel.metadata.sorted_tables:
+                    _add_columns(connection, inspector, table)
                     for index in table.indexes:
                         index.create(connection, checkfirst=True)
         except OperationalError as exc:

@@ -1,0 +1,112 @@
+"""The mix in use is compared with the learned mix only at a new checkpoint job
+(gpuflow/services/mix.py `checkpoint_at`): between checkpoints a placement reads a few hundred
+job ids, not the window; every reader still agrees; a database made before the `checked` column
+gets it from `init`. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import inspect, text
+
+from gpuflow.scheduler.mix import DRIFT, checkpoint_every, drift, half_life, shares_of
+from gpuflow.services import mix
+from gpuflow.services.capacity import read_snapshot
+from gpuflow.services.fleets import apply_fleet
+from gpuflow.specs import FleetSpec, JobSpec
+from gpuflow.status import JobStatus
+from gpuflow.store.db import Store
+from gpuflow.store.tables import FleetMixRow, JobRow
+from tests.unit.store.test_mix import START, _add, _fleet
+
+GPUS = 128
+
+
+def _big_fleet(store: Store) -> None:
+    """16 hosts of 8 GPUs (a half-life of 128 jobs)."""
+    hosts = [
+        {"name": f"h{k}", "cpus": 64, "gpus": [{"name": "T4", "memory": "16GB", "count": 8}]}
+        for k in range(GPUS // 8)
+    ]
+    spec = {"type": "fleet", "name": "sim", "kind": "sim", "hosts": hosts}
+    apply_fleet(store, FleetSpec.model_validate(spec))
+
+
+def _history(store: Store, count: int) -> None:
+    spec = JobSpec.model_validate(
+        {"name": "old", "commands": ["true"], "resources": {"gpu": 1, "cpu": 2}}
+    ).model_dump(mode="json")
+    with store.session() as session:
+        for n in range(count):
+            at = START - timedelta(minutes=count - n)
+            job_id = f"old-{n:04d}"
+            row = JobRow(id=job_id, name=job_id, status=JobStatus.DONE, spec=spec, fleet="sim")
+            row.submitted_at = at
+            session.add(row)
+        session.commit()
+
+
+def test_the_window_is_read_at_new_checkpoints_only(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    life = half_life(GPUS)
+    assert checkpoint_every(min(mix.MAX_JOBS, math.ceil(4 * life)), life) > 1
+    _big_fleet(store)
+    reads: list[str] = []
+    learn = mix.fleet_mix
+
+    def counted(session: Any, fleet: str, gpus: int) -> Any:
+        reads.append(fleet)
+        return learn(session, fleet, gpus)
+
+    _history(store, 420)  # enough that a checkpoint comes every 2 jobs or so
+    monkeypatch.setattr(mix, "fleet_mix", counted)
+    other = Store(store.url)  # another worker's cold reads
+    checkpoints: list[str] = []
+    try:
+        for n in range(40):
+            _add(store, f"job-{n:03d}", 0.5 if n < 20 else 2, minute=n)
+            with store.placement_transaction() as session:
+                in_use = mix.mix_in_use(session, "sim", GPUS)
+                at = mix.checkpoint_at(session, "sim", GPUS)
+            if not checkpoints or checkpoints[-1] != at:
+                checkpoints.append(at)
+            assert len(reads) == len(checkpoints), n  # read once per new checkpoint job
+            with other.read() as session:
+                assert read_snapshot(session).fleets[0].workload == list(in_use.requests)
+            with store.read() as session:
+                learned = learn(session, "sim", GPUS)
+            with store.read() as session:
+                row = session.get(FleetMixRow, "sim")
+            assert row is not None and row.checked == at
+            # at its checkpoint the mix in use is within DRIFT of the learned mix
+            assert drift(shares_of(in_use.requests), shares_of(learned.requests)) < DRIFT
+    finally:
+        other.dispose()
+    assert 1 < len(checkpoints) < 40
+
+
+def test_a_database_before_the_checked_column_gets_it(store: Store) -> None:
+    """`init` adds the column to an existing table; the stored mix (never compared, as far as
+    the column knows) is compared at the next placement, which records where."""
+    _fleet(store)
+    _add(store, "a", 0.5, minute=0)
+    with store.placement_transaction() as session:
+        mix.mix_in_use(session, "sim", 4)
+    with store.engine.begin() as connection:
+        connection.execute(text("ALTER TABLE fleet_mixes DROP COLUMN checked"))
+    assert "checked" not in {c["name"] for c in inspect(store.engine).get_columns("fleet_mixes")}
+    store.init()
+    assert "checked" in {c["name"] for c in inspect(store.engine).get_columns("fleet_mixes")}
+    with store.read() as session:
+        row = session.get(FleetMixRow, "sim")
+        assert row is not None and row.checked is None and row.source == "learned"
+    with store.placement_transaction() as session:
+        mix.mix_in_use(session, "sim", 4)
+        at = mix.checkpoint_at(session, "sim", 4)
+    with store.read() as session:
+        row = session.get(FleetMixRow, "sim")
+        assert row is not None and row.checked == at == "a"
