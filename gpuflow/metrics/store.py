@@ -25,7 +25,7 @@ from sqlmodel import Session, col, select
 from gpuflow.metrics._registry import REGISTRY
 from gpuflow.scheduler.model import Unschedulable
 from gpuflow.status import HostState, JobStatus
-from gpuflow.store.db import Store
+from gpuflow.store.db import SUBMITTED, Store
 from gpuflow.store.tables import AllocationRow, GpuRow, HostRow, JobRow, QueueEntryRow
 from gpuflow.workflows.models import JobStatusInput
 
@@ -70,10 +70,13 @@ def observe_admitted(session: Session, job_id: str, attempt: int, fleet: str) ->
     `session`'s transaction: `observe_wait` without a record."""
     if attempt != 1:
         return
-    job = session.get(JobRow, job_id)
-    if job is None:
-        return
-    waited = max(0.0, _utcnow() - _aware(job.submitted_at))
+    submitted = session.info.get(SUBMITTED, {}).get(job_id)
+    if submitted is None:
+        job = session.get(JobRow, job_id)
+        if job is None:
+            return
+        submitted = job.submitted_at
+    waited = max(0.0, _utcnow() - _aware(submitted))
     JOB_WAIT_SECONDS.labels(fleet).observe(waited)
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import bindparam
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
@@ -51,6 +52,7 @@ from gpuflow.services.warm import warm_capacity
 from gpuflow.specs.job import JobSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.bulk import insert_rows
+from gpuflow.store.db import SUBMITTED
 from gpuflow.store.tables import AllocationRow, JobEventRow, JobRow, QueueEntryRow
 from gpuflow.workflows.models import placed_message
 from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
@@ -66,9 +68,6 @@ class Submitted:
     run_id: str
     spec: JobSpec
 
-
-WRITTEN = "gpuflow_written_rows"
-"""Where a transaction keeps the job rows it wrote (see `_new_rows`)."""
 
 Decided = tuple[Submitted, datetime, Placement | list[str]]
 """A job of the group's prefix, when it entered, and its placement or why it was refused."""
@@ -91,36 +90,36 @@ def enter_group_in(
     return verdicts
 
 
-def _new_rows(session: Session, jobs: Sequence[Submitted]) -> dict[str, JobRow]:
+def _new_rows(session: Session, jobs: Sequence[Submitted]) -> dict[str, dict[str, Any]]:
     """The rows of the group's jobs not entered before, written (pending, `submitted`) before
-    anything is placed, so the fleets' mix counts them as a submit alone counts its own job."""
+    anything is placed, so the fleets' mix counts them as a submit alone counts its own job: one
+    INSERT (store/bulk.py). Returns their values by job id."""
     ids = [job.job_id for job in jobs]
     known = sa_select(JobRow.id).where(col(JobRow.id).in_(ids))  # type: ignore[call-overload]
     entered = {row[0] for row in session.connection().execute(known)}
-    rows: dict[str, JobRow] = {}
+    rows: dict[str, dict[str, Any]] = {}
     for job in jobs:
         if job.job_id not in entered and job.job_id not in rows:
             spec = job.spec
-            rows[job.job_id] = JobRow(
-                id=job.job_id,
-                name=spec.name,
-                status=JobStatus.PENDING,
-                spec=spec.model_dump(mode="json"),
-                attempt=1,
-                message="submitted",
-            )
-    session.add_all(rows.values())
-    session.flush()
-    # The session's identity map holds rows weakly: kept here, the rows stay in it for the rest
-    # of the transaction, so what reads a job's row after its entry (the admission metric)
-    # finds it there instead of reading the database again.
-    session.info.setdefault(WRITTEN, []).extend(rows.values())
+            rows[job.job_id] = {
+                "id": job.job_id,
+                "name": spec.name,
+                "status": JobStatus.PENDING.value,
+                "spec": spec.model_dump(mode="json"),
+                "attempt": 1,
+                "message": "submitted",
+                "submitted_at": datetime.now(UTC),
+            }
+    insert_rows(session, JobRow, list(rows.values()))
+    # The admission metric reads a placed job's submission time from here, not from its row.
+    submitted = {job_id: row["submitted_at"] for job_id, row in rows.items()}
+    session.info.setdefault(SUBMITTED, {}).update(submitted)
     note_specs(session, {job.job_id: job.spec for job in jobs if job.job_id in rows})
     return rows
 
 
 def _decided_at_once(
-    session: Session, jobs: Sequence[Submitted], rows: dict[str, JobRow], warm: bool
+    session: Session, jobs: Sequence[Submitted], rows: dict[str, dict[str, Any]], warm: bool
 ) -> list[QueueVerdict]:
     """The verdicts of the group's longest prefix that is decided at once (see the module
     docstring), its rows written."""
@@ -175,7 +174,13 @@ def _victims_possible(session: Session, spec: JobSpec, decided: list[Decided]) -
     return victims_possible(session, spec.queue, spec.priority)
 
 
-def _write(session: Session, decided: list[Decided], rows: dict[str, JobRow]) -> None:
+_JOBS = JobRow.__table__  # type: ignore[attr-defined]
+_PLACED = _JOBS.update().where(_JOBS.c.id == bindparam("job_id"))
+"""The jobs a group placed, on their placements (one statement for all of them: each row's
+status, message, fleet, gpus and hosts)."""
+
+
+def _write(session: Session, decided: list[Decided], rows: dict[str, dict[str, Any]]) -> None:
     """The rows `enter_at_submit_in` writes for a job it decides alone: the job's `submitted`
     record and its entry; for one admitted, the job on its placement (provisioning), its
     `admitted` record and its allocation; for one refused, the entry says why. Then the warm
@@ -185,12 +190,13 @@ def _write(session: Session, decided: list[Decided], rows: dict[str, JobRow]) ->
     events: list[dict[str, Any]] = []
     entries: list[dict[str, Any]] = []
     allocations: list[dict[str, Any]] = []
+    placed: list[dict[str, Any]] = []
     for job, at, outcome in decided:
         spec, job_row = job.spec, rows[job.job_id]
         ask = EnqueueInput(
             job_id=job.job_id, attempt=1, spec=spec, submitted_at=at, may_wait=spec.may_wait
         )
-        entry = entry_values(ask, dumped=job_row.spec)
+        entry = entry_values(ask, dumped=job_row["spec"])
         events.append(
             {
                 "job_id": job.job_id,
@@ -201,9 +207,16 @@ def _write(session: Session, decided: list[Decided], rows: dict[str, JobRow]) ->
         )
         if isinstance(outcome, Placement):
             message = placed_message(outcome)
-            job_row.status, job_row.message = JobStatus.PROVISIONING, message
-            job_row.fleet, job_row.gpus = outcome.fleet, gpu_summary(outcome)
-            job_row.hosts = [node.host_name for node in outcome.nodes]
+            placed.append(
+                {
+                    "job_id": job.job_id,
+                    "status": JobStatus.PROVISIONING.value,
+                    "message": message,
+                    "fleet": outcome.fleet,
+                    "gpus": gpu_summary(outcome),
+                    "hosts": [node.host_name for node in outcome.nodes],
+                }
+            )
             entries.append({**entry, **admitted_values(now)})
             events.append(
                 {
@@ -221,6 +234,8 @@ def _write(session: Session, decided: list[Decided], rows: dict[str, JobRow]) ->
     insert_rows(session, JobEventRow, events)
     insert_rows(session, QueueEntryRow, entries)
     insert_rows(session, AllocationRow, allocations)
+    if placed:
+        session.connection().execute(_PLACED, placed)
     session.flush()
     if not hosts:
         return

@@ -22,6 +22,10 @@ _PLACEMENT_LOCK_KEY = 0x6770_7566  # "gpuf": the advisory lock that serializes p
 PLACEMENT = "gpuflow_placement"
 """Set in a session's `info` by `placement_transaction`: the session holds the placement lock,
 so it may write what placements share besides allocations (a fleet's mix in use)."""
+SUBMITTED = "gpuflow_submitted_at"
+"""In a session's `info`: job id -> when it was submitted, for the job rows the transaction
+inserted itself without the ORM (services/group_entry.py): what reads a job's submission time
+later in the transaction finds it there instead of reading the row."""
 
 
 def database_url() -> str:

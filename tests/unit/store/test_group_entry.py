@@ -247,9 +247,9 @@ def test_a_group_that_breaks_answers_each_of_its_submits(
 def test_the_admission_metric_reads_nothing_for_a_group(
     sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each job a group admits is observed in the group's transaction without a statement: its
-    row, written by the group, is still in the session (held beyond the identity map's weak
-    references). Without the hold, every observation reads the job's row again."""
+    """Each job a group admits is observed in the group's transaction without a statement: the
+    group inserted its row without the ORM and left its submission time in the session's info.
+    Without it, every observation reads the job's row again."""
     _prepared(sqlite_store)
     gc.collect()
     statements: list[str] = []
