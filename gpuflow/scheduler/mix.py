@@ -64,6 +64,10 @@ CHECKPOINT_REACH = 8
 """How many checkpoint intervals back a window looks for its checkpoint (past that, e**-8 of
 the time, the newest job anchors it)."""
 
+COMPARE_SPACING = 2
+"""Checkpoints from one comparison of a stored mix in use with the learned mix to the next:
+every DRIFT / 4 of the effective history, as `MixLearner.refreshed` compares."""
+
 Kind = tuple[int, float | None, float, int, frozenset[str]]
 """(whole GPUs, share of one GPU or None, CPUs, MiB, accepted GPU models)."""
 
@@ -118,11 +122,14 @@ def window(newest_first: Sequence[str], limit: int, half_life_jobs: float) -> li
     return list(reversed(newest_first[start : start + limit]))
 
 
-def anchor(newest_first: Sequence[str], jobs: int, half_life_jobs: float) -> int:
+def anchor(
+    newest_first: Sequence[str], jobs: int, half_life_jobs: float, *, spacing: int = 1
+) -> int:
     """Where a window starts in `newest_first` (at least its newest `CHECKPOINT_REACH`
     checkpoint intervals): the newest checkpoint job, else the newest job. `jobs`: the
-    window's size (how many jobs there are, up to its limit)."""
-    every = checkpoint_every(jobs, half_life_jobs)
+    window's size (how many jobs there are, up to its limit). `spacing`: checkpoints this many
+    times as far apart (`COMPARE_SPACING`)."""
+    every = checkpoint_every(jobs, half_life_jobs) * spacing
     reach = min(len(newest_first), CHECKPOINT_REACH * every)
     return next((i for i in range(reach) if is_checkpoint(newest_first[i], every)), 0)
 

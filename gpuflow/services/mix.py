@@ -18,10 +18,11 @@ little at every checkpoint, the one in use only when it has really moved. Stored
 use is the same for every control worker and every cold read, without coordination beyond the
 placement lock its writer holds.
 
-The two are compared once per checkpoint job (`checkpoint_at`, the job the window starts at):
-the stored row says at which one it was compared last (`checked`, written by a placement
-transaction), so a transaction whose fleet has no new checkpoint job reads a few hundred job
-ids, not the window's thousands and the re-learning of them. A change to older jobs of the
+The two are compared at every other checkpoint job (`checkpoint_at`; every DRIFT / 4 of the
+effective history, as the pure function's `MixLearner.refreshed`): the stored row says at
+which job they were compared last (`checked`, written by a placement transaction), so a
+transaction reads several hundred job ids, and the window's thousands and their re-learning
+only when a comparison is due. A change to older jobs of the
 window alone (a pending job refused, a job deleted) is noticed at the next checkpoint.
 """
 
@@ -39,6 +40,7 @@ from sqlmodel import Session, col, select
 
 from gpuflow.scheduler.mix import (
     CHECKPOINT_REACH,
+    COMPARE_SPACING,
     DRIFT,
     Kind,
     LearnedMix,
@@ -130,12 +132,13 @@ def _newest_ids(session: Session, fleet: str, count: int) -> list[str]:
 
 
 def checkpoint_at(session: Session, fleet: str, fleet_gpus: int) -> str:
-    """The job the fleet's window starts at (scheduler/mix.py `anchor`; "" for no jobs): the
-    learned mix is the same while it is. Read from the newest few hundred ids (and, for a fleet
-    with fewer jobs than a window holds, their number), not the window's thousands."""
+    """The job at which the fleet's stored mix is compared with the learned one: the newest
+    checkpoint job `COMPARE_SPACING` checkpoints apart (scheduler/mix.py `anchor`), "" for no
+    jobs. Read from the newest several hundred ids (and, for a fleet with fewer jobs than a
+    window holds, their number), not the window's thousands."""
     life = half_life(fleet_gpus)
     limit = _limit(life)
-    most = CHECKPOINT_REACH * checkpoint_every(limit, life)  # what a full window looks over
+    most = CHECKPOINT_REACH * checkpoint_every(limit, life) * COMPARE_SPACING
     newest = _newest_ids(session, fleet, most)
     if not newest:
         return ""
@@ -144,7 +147,7 @@ def checkpoint_at(session: Session, fleet: str, fleet_gpus: int) -> str:
         table = JobRow.__table__.c  # type: ignore[attr-defined]
         some = sa_select(table.id).where(_jobs_of(fleet)).limit(limit).subquery()
         jobs = session.connection().execute(sa_select(func.count()).select_from(some)).scalar_one()
-    return newest[anchor(newest, min(jobs, limit), life)]
+    return newest[anchor(newest, min(jobs, limit), life, spacing=COMPARE_SPACING)]
 
 
 def _limit(life: float) -> int:

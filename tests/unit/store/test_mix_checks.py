@@ -1,5 +1,5 @@
-"""The mix in use is compared with the learned mix only at a new checkpoint job
-(gpuflow/services/mix.py `checkpoint_at`): between checkpoints a placement reads a few hundred
+"""The mix in use is compared with the learned mix only at a new comparison checkpoint job
+(gpuflow/services/mix.py `checkpoint_at`): between them a placement reads several hundred
 job ids, not the window; every reader still agrees; a database made before the `checked` column
 gets it from `init`. On SQLite and PostgreSQL."""
 
@@ -55,12 +55,12 @@ def test_the_window_is_read_at_new_checkpoints_only(
     life = half_life(GPUS)
     assert checkpoint_every(min(mix.MAX_JOBS, math.ceil(4 * life)), life) > 1
     _big_fleet(store)
-    reads: list[str] = []
+    reads: list[Any] = []  # the learned mix of each comparison
     learn = mix.fleet_mix
 
     def counted(session: Any, fleet: str, gpus: int) -> Any:
-        reads.append(fleet)
-        return learn(session, fleet, gpus)
+        reads.append(learn(session, fleet, gpus))
+        return reads[-1]
 
     _history(store, 420)  # enough that a checkpoint comes every 2 jobs or so
     monkeypatch.setattr(mix, "fleet_mix", counted)
@@ -78,12 +78,11 @@ def test_the_window_is_read_at_new_checkpoints_only(
             with other.read() as session:
                 assert read_snapshot(session).fleets[0].workload == list(in_use.requests)
             with store.read() as session:
-                learned = learn(session, "sim", GPUS)
-            with store.read() as session:
                 row = session.get(FleetMixRow, "sim")
             assert row is not None and row.checked == at
-            # at its checkpoint the mix in use is within DRIFT of the learned mix
-            assert drift(shares_of(in_use.requests), shares_of(learned.requests)) < DRIFT
+            # when compared, the mix in use is within DRIFT of the learned mix
+            learned = reads[-1].requests
+            assert drift(shares_of(in_use.requests), shares_of(learned)) < DRIFT
     finally:
         other.dispose()
     assert 1 < len(checkpoints) < 40
