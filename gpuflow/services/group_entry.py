@@ -6,7 +6,7 @@ alone decides at once (a new job, nothing waiting, a queue without quota limit o
 option that fits, or none and the job may not wait and nothing could be preempted for it) is
 decided on the warm snapshot as the scheduler's pure function decides a stream of jobs: each
 placement applied to the snapshot in memory before the next job is placed, and all of them
-written with one flush, one read of the hosts they took, and one count of the change. The rest
+written with one flush and one count of the change. The rest
 of the group goes through `enter_at_submit_in`, one job after the other, as a submit alone
 does. The fleets' mix is the one read at the group's start. `tests/unit/store/
 test_group_entry.py` checks that a group leaves the rows and verdicts that the same jobs
@@ -48,6 +48,7 @@ from gpuflow.services.queue_entries import (
     victims_possible,
 )
 from gpuflow.services.queues import queues_in
+from gpuflow.services.snapshot import use_of_values
 from gpuflow.services.warm import warm_capacity
 from gpuflow.specs.job import JobSpec
 from gpuflow.status import JobStatus
@@ -184,7 +185,7 @@ def _write(session: Session, decided: list[Decided], rows: dict[str, dict[str, A
     """The rows `enter_at_submit_in` writes for a job it decides alone: the job's `submitted`
     record and its entry; for one admitted, the job on its placement (provisioning), its
     `admitted` record and its allocation; for one refused, the entry says why. Then the warm
-    state takes the database's usage of the hosts taken."""
+    state takes the allocations written, with the ids the database gave them."""
     now = datetime.now(UTC)
     hosts: set[str] = set()
     events: list[dict[str, Any]] = []
@@ -233,7 +234,7 @@ def _write(session: Session, decided: list[Decided], rows: dict[str, dict[str, A
     # Written as one INSERT per table (store/bulk.py): a group writes these for every job.
     insert_rows(session, JobEventRow, events)
     insert_rows(session, QueueEntryRow, entries)
-    insert_rows(session, AllocationRow, allocations)
+    ids = insert_rows(session, AllocationRow, allocations, returning="id")
     if placed:
         session.connection().execute(_PLACED, placed)
     session.flush()
@@ -243,5 +244,6 @@ def _write(session: Session, decided: list[Decided], rows: dict[str, dict[str, A
     versions = state.hold(session)
     if versions is not None:
         state.track(versions)
-    state.took(session, sorted(hosts))
+    for values, row_id in zip(allocations, ids, strict=True):
+        state.taken(values["host_id"], use_of_values(row_id, values))
     state.counted(bump(session, "allocations"))

@@ -4,6 +4,7 @@ GPU and allocation) and the pieces the warm state (warm.py) re-reads when a coun
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -94,6 +95,20 @@ def read_uses(session: Session, host_ids: list[str] | None) -> dict[str, list[Us
     for host_id, row_id, indices, fraction, blocks, cpus, memory, disk in rows:
         uses[host_id].append((row_id, _ints(indices), fraction, _ints(blocks), cpus, memory, disk))
     return uses
+
+
+def use_of_values(row_id: int, values: Mapping[str, Any]) -> Use:
+    """An allocation just written from these column values with this id, as `read_uses` would
+    read it back."""
+    return (
+        row_id,
+        tuple(values["gpu_indices"]),
+        values["gpu_fraction"],
+        tuple(values["blocks"]),
+        values["cpus"],
+        values["memory_mib"],
+        values["disk_mib"],
+    )
 
 
 def use_of(row: AllocationRow) -> Use:

@@ -84,9 +84,12 @@ class WarmCapacity:
     def hold(self, session: Session) -> Versions | None:
         """Take the warm state for the caller's transaction (after it holds the placement
         lock) until the transaction ends. Returns the database's counters (None: no row)."""
+        held = session.info.get(_HELD) is self
+        if held:
+            # caught up in this transaction, with its own changes counted since: the database's
+            # counters, read once
+            return self._pending if self._pending is not None else read_versions(session)
         versions = read_versions(session)  # the first statement: takes the database's lock
-        if session.info.get(_HELD) is self:
-            return versions
         self.lock.acquire()
         session.info[_HELD] = self
         session.info.pop(_COMMITTED, None)
@@ -159,12 +162,6 @@ class WarmCapacity:
         found = read_uses(session, host_ids)
         for host_id in host_ids:
             self._set_uses(host_id, found.get(host_id, []))
-
-    def took(self, session: Session, host_ids: list[str]) -> None:
-        """This transaction wrote allocations on these hosts (flushed): memory takes their
-        usage from the database, when memory follows this transaction."""
-        if self._pending is not None:
-            self.resync(session, host_ids)
 
     def taken(self, host_id: str, use: Use) -> None:
         """An allocation this transaction wrote."""

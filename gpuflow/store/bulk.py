@@ -37,12 +37,19 @@ def _defaults(model: type[SQLModel]) -> dict[str, tuple[Any, Callable[[], Any] |
     return found
 
 
-def insert_rows(session: Session, model: type[SQLModel], rows: Sequence[Mapping[str, Any]]) -> None:
+def insert_rows(
+    session: Session,
+    model: type[SQLModel],
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    returning: str | None = None,
+) -> list[Any]:
     """Insert `rows` (column -> value; columns left out take the model's defaults, factories
     called once per row) into the model's table, in the caller's transaction. The session's
-    pending objects are flushed first, so the order of writes is the caller's."""
+    pending objects are flushed first, so the order of writes is the caller's. `returning`: a
+    column whose values the database gave the rows (an id), returned in the rows' order."""
     if not rows:
-        return
+        return []
     defaults = _defaults(model)
     values = []
     for row in rows:
@@ -54,4 +61,8 @@ def insert_rows(session: Session, model: type[SQLModel], rows: Sequence[Mapping[
     if session.new or session.dirty:
         session.flush()
     table = model.__table__  # type: ignore[attr-defined]
-    session.connection().execute(insert(table), values)
+    if returning is None:
+        session.connection().execute(insert(table), values)
+        return []
+    statement = insert(table).returning(table.c[returning], sort_by_parameter_order=True)
+    return list(session.connection().execute(statement, values).scalars())

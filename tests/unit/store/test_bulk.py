@@ -45,3 +45,20 @@ def test_nothing_to_write_writes_nothing(sqlite_store: Store) -> None:
         session.commit()
     with sqlite_store.read() as session:
         assert session.exec(select(JobEventRow)).all() == []
+
+
+def test_returning_gives_each_row_its_id_in_order(store: Store) -> None:
+    """The ids the database gave the rows, in the order of the rows (not of the ids: rows of
+    another transaction may be numbered between them on PostgreSQL)."""
+    rows = [
+        {"job_id": f"r-{n}", "attempt": 1, "rank": n, "fleet": "f", "host_id": f"h{n % 3}"}
+        for n in (5, 1, 4, 2)
+    ]
+    with store.session() as session:
+        ids = insert_rows(session, AllocationRow, rows, returning="id")
+        session.commit()
+    with store.read() as session:
+        found = {a.job_id: a.id for a in session.exec(select(AllocationRow))}
+    assert ids == [found[row["job_id"]] for row in rows] and len(set(ids)) == 4
+    with store.session() as session:
+        assert insert_rows(session, AllocationRow, [], returning="id") == []
