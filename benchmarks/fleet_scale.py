@@ -28,6 +28,8 @@ server of `--postgresql URL`, dropped at the end):
   workflow's verdict (a submit waits for the group it is in).
 - `cold`: `--cold` more arrivals through the cold path (`warm=False`: the whole fleet read in
   each placement transaction, as before #10), on the final state.
+- The process takes a control worker's garbage collector settings (gpuflow/control/
+  collector.py), as `gpuflow up` and `python -m gpuflow.control.main` do.
 - `two_workers`: two processes, each a control worker with its own engine, place the same
   arrivals at once (alternate arrivals each, with their releases) on a fresh database of the
   first kind in `--db` that is PostgreSQL (else SQLite); `over_allocations` counts GPUs (and
@@ -75,6 +77,7 @@ from placement import (  # noqa: E402
 )
 
 from gpuflow.client.api import IN_FLIGHT, LANES  # noqa: E402
+from gpuflow.control import collector  # noqa: E402
 from gpuflow.control.activities import ControlActivities  # noqa: E402
 from gpuflow.control.admission import (  # noqa: E402
     AdmissionActivities,
@@ -222,6 +225,7 @@ def _worker(
     start: Any,
     out: Any,
 ) -> None:
+    collector.settle()  # as a control worker's process does
     store = Store(url)
     start.wait()
     mine = range(k, len(sequence), 2)
@@ -325,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     pods = load_pods(trace_dir / "openb_pod_list_default.csv")
     sequence = arrivals(pods, capacity, args.seed)
     releases = grouped_releases(release_plan(sequence, args.seed), args.in_flight)
+    collector.settle()  # the collector's settings of a control worker's process
     pure, taken = pure_run(nodes, sequence[: args.arrivals], releases, capacity)
     taken = min(taken, args.arrivals or taken)
     sequence, args.after = sequence[:taken], sequence[taken:] or sequence

@@ -21,6 +21,7 @@ from pathlib import Path
 from gpuflow.agent.main import agent_state_dir, make_agent_worker
 from gpuflow.agent.samplers import NvmlGpuSampler
 from gpuflow.config import TemporalConfig, connect_temporal, private_dir
+from gpuflow.control import collector
 from gpuflow.control.fleets import host_facts
 from gpuflow.control.worker import ControlWorker
 from gpuflow.errors import ConnectionFailed, GpuflowError
@@ -155,6 +156,7 @@ async def control_plane(
 
 async def serve(*, home: Path | None = None, ready_file: Path | None = None) -> None:
     """Run the whole embedded stack until SIGTERM/SIGINT."""
+    collector.settle()
     home = home or gpuflow_home()
     config = TemporalConfig.from_env()
     # One endpoint for the whole stack, started before connecting so that the Temporal

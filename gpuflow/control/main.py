@@ -16,6 +16,7 @@ import signal
 import sys
 
 from gpuflow.config import TemporalConfig, connect_temporal
+from gpuflow.control import collector
 from gpuflow.control.worker import ControlWorker
 from gpuflow.errors import GpuflowError
 from gpuflow.metrics import metrics_address, serve_metrics
@@ -25,6 +26,7 @@ log = logging.getLogger("gpuflow.control")
 
 
 async def run_control() -> None:
+    collector.settle()
     config = TemporalConfig.from_env()
     serve_metrics(metrics_address())  # before connecting: the client's runtime reports into it
     client = await connect_temporal(config)
