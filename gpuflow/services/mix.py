@@ -22,8 +22,8 @@ The two are compared at every other checkpoint job (`checkpoint_at`; every DRIFT
 effective history, as the pure function's `MixLearner.refreshed`): the stored row says at
 which job they were compared last (`checked`, written by a placement transaction), so a
 transaction reads several hundred job ids, and the window's thousands and their re-learning
-only when a comparison is due. A change to older jobs of the
-window alone (a pending job refused, a job deleted) is noticed at the next checkpoint.
+only when a comparison is due. A change to older jobs of the window alone (a pending job
+refused, a job deleted) is noticed at the next comparison.
 """
 
 from __future__ import annotations
