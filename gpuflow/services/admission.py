@@ -312,6 +312,18 @@ def admitted_key(attempt: int, message: str) -> str:
     return f"{attempt}:admitted:{message[:80]}"
 
 
+def admitted_job(placement: Placement) -> dict[str, Any]:
+    """What an admission on this placement writes on its job's row (and says in its record):
+    provisioning, where, on which hosts and GPUs."""
+    return {
+        "status": JobStatus.PROVISIONING,
+        "message": placed_message(placement),
+        "fleet": placement.fleet,
+        "hosts": [node.host_name for node in placement.nodes],
+        "gpus": gpu_summary(placement),
+    }
+
+
 def admit_placement_in(
     session: Session, entry: QueueEntryRow, placement: Placement, now: datetime
 ) -> None:
@@ -319,20 +331,16 @@ def admit_placement_in(
     commit_placement_in(session, job_id=entry.job_id, attempt=entry.attempt, placement=placement)
     set_admitted(entry, now)
     session.add(entry)
-    message = placed_message(placement)
+    job = admitted_job(placement)
     record_status_in(
         session,
         job_id=entry.job_id,
         name=entry.name,
         spec=None,
-        status=JobStatus.PROVISIONING,
-        event_key=admitted_key(entry.attempt, message),
+        event_key=admitted_key(entry.attempt, job["message"]),
         attempt=entry.attempt,
-        message=message,
-        fleet=placement.fleet,
-        hosts=[n.host_name for n in placement.nodes],
-        gpus=gpu_summary(placement),
         at=now,
+        **job,
     )
 
 

@@ -28,6 +28,7 @@ from gpuflow.scheduler import apply_placement, place
 from gpuflow.scheduler.admission import NO_CAPACITY
 from gpuflow.scheduler.model import Placement, Unschedulable
 from gpuflow.services.admission import (
+    admitted_job,
     admitted_key,
     admitted_values,
     no_fit_lines,
@@ -36,7 +37,6 @@ from gpuflow.services.admission import (
 )
 from gpuflow.services.capacity import allocation_values
 from gpuflow.services.changes import bump
-from gpuflow.services.jobs import gpu_summary
 from gpuflow.services.mix import note_specs
 from gpuflow.services.queue_entries import (
     anyone_waits_in,
@@ -55,7 +55,6 @@ from gpuflow.status import JobStatus
 from gpuflow.store.bulk import insert_rows
 from gpuflow.store.db import SUBMITTED
 from gpuflow.store.tables import AllocationRow, JobEventRow, JobRow, QueueEntryRow
-from gpuflow.workflows.models import placed_message
 from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
 
 __all__ = ["Submitted", "enter_group_in"]
@@ -207,24 +206,15 @@ def _write(session: Session, decided: list[Decided], rows: dict[str, dict[str, A
             }
         )
         if isinstance(outcome, Placement):
-            message = placed_message(outcome)
-            placed.append(
-                {
-                    "job_id": job.job_id,
-                    "status": JobStatus.PROVISIONING.value,
-                    "message": message,
-                    "fleet": outcome.fleet,
-                    "gpus": gpu_summary(outcome),
-                    "hosts": [node.host_name for node in outcome.nodes],
-                }
-            )
+            admitted = admitted_job(outcome)
+            placed.append({**admitted, "job_id": job.job_id, "status": admitted["status"].value})
             entries.append({**entry, **admitted_values(now)})
             events.append(
                 {
                     "job_id": job.job_id,
-                    "key": admitted_key(1, message),
-                    "kind": JobStatus.PROVISIONING.value,
-                    "message": message,
+                    "key": admitted_key(1, admitted["message"]),
+                    "kind": admitted["status"].value,
+                    "message": admitted["message"],
                 }
             )
             allocations.extend(allocation_values(job.job_id, 1, outcome))
