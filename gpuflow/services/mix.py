@@ -57,6 +57,7 @@ from gpuflow.scheduler.mix import (
 from gpuflow.scheduler.model import FleetSnapshot, Snapshot, TypicalRequest
 from gpuflow.specs import JobSpec
 from gpuflow.status import JobStatus
+from gpuflow.store.bulk import IDS_PER_STATEMENT
 from gpuflow.store.db import PLACEMENT
 from gpuflow.store.tables import FleetMixRow, JobRow
 
@@ -72,8 +73,6 @@ _KINDS: dict[str, dict[str, tuple[Kind, int] | None]] = {}
 tuple per distinct ask: a full garbage collection walks a few hundred, not one per job)."""
 _SHARED: dict[tuple[Kind, int], tuple[Kind, int]] = {}
 _MAX_KINDS = 50_000
-_CHUNK = 500
-"""Ids per IN (...) query (SQLite limits a statement's parameters)."""
 _MIXES: dict[tuple[str, str, float], tuple[list[str], LearnedMix]] = {}
 """(database, fleet, half-life) -> the window last learned from and its mix."""
 
@@ -168,8 +167,8 @@ def _read_kinds(
         _SHARED.clear()
         kinds = _KINDS.setdefault(database, {})
         unknown = list(job_ids)
-    for start in range(0, len(unknown), _CHUNK):
-        chunk = unknown[start : start + _CHUNK]
+    for start in range(0, len(unknown), IDS_PER_STATEMENT):
+        chunk = unknown[start : start + IDS_PER_STATEMENT]
         query = select(JobRow.id, JobRow.spec).where(col(JobRow.id).in_(chunk))
         for job_id, spec in session.exec(query).all():
             if spec:  # an empty spec may be written later: read it again then

@@ -32,6 +32,7 @@ from gpuflow.services.queues import queues_in
 from gpuflow.specs.job import JobSpec
 from gpuflow.specs.queue import MAX_QUOTA_GPUS, QueueSpec
 from gpuflow.status import JobStatus
+from gpuflow.store.bulk import IDS_PER_STATEMENT
 from gpuflow.store.tables import AllocationRow, JobRow, QueueEntryRow
 from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
 
@@ -99,15 +100,13 @@ def look_all_in(session: Session, asks: Sequence[tuple[str, int]]) -> list[Queue
     entries' verdict columns (not their specs) with the allocations admitted entries hold."""
     found: dict[str, list[Any]] = {}
     ids = list(dict.fromkeys(job_id for job_id, _ in asks))
-    for start in range(0, len(ids), _CHUNK):
-        rows = session.connection().execute(_LOOK, {"job_ids": ids[start : start + _CHUNK]})
+    for start in range(0, len(ids), IDS_PER_STATEMENT):
+        rows = session.connection().execute(
+            _LOOK, {"job_ids": ids[start : start + IDS_PER_STATEMENT]}
+        )
         for row in rows:
             found.setdefault(row[0], []).append(row)
     return [_looked(found.get(job_id), attempt) for job_id, attempt in asks]
-
-
-_CHUNK = 500
-"""Job ids per statement at most (SQLite limits a statement's parameters)."""
 
 
 def _looked(rows: list[Any] | None, attempt: int) -> QueueVerdict | None:

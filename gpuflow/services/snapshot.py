@@ -114,15 +114,10 @@ def use_of_values(row_id: int, values: Mapping[str, Any]) -> Use:
 def use_of(row: AllocationRow) -> Use:
     """An allocation row just written, as `read_uses` would read it back."""
     assert row.id is not None, "flush the row first"
-    return (
-        row.id,
-        tuple(row.gpu_indices),
-        row.gpu_fraction,
-        tuple(row.blocks),
-        row.cpus,
-        row.memory_mib,
-        row.disk_mib,
-    )
+    return use_of_values(row.id, {name: getattr(row, name) for name in _USE_FIELDS})
+
+
+_USE_FIELDS = ("gpu_indices", "gpu_fraction", "blocks", "cpus", "memory_mib", "disk_mib")
 
 
 def set_usage(host: HostSnapshot, uses: list[Use]) -> None:

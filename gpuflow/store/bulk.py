@@ -11,7 +11,10 @@ from pydantic_core import PydanticUndefined
 from sqlalchemy import insert
 from sqlmodel import Session, SQLModel
 
-__all__ = ["insert_rows"]
+__all__ = ["IDS_PER_STATEMENT", "insert_rows"]
+
+IDS_PER_STATEMENT = 500
+"""Ids in one `IN (...)` at most (SQLite limits a statement's parameters)."""
 
 _DEFAULTS: dict[type[SQLModel], dict[str, tuple[Any, Callable[[], Any] | None]]] = {}
 

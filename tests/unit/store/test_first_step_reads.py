@@ -13,6 +13,7 @@ import pytest
 from gpuflow.control import admission
 from gpuflow.control.admission import AdmissionActivities, GroupCommit
 from gpuflow.metrics._registry import REGISTRY
+from gpuflow.services import queue_entries
 from gpuflow.services.queue_entries import look_all_in, look_in
 from gpuflow.store.db import Store
 from gpuflow.workflows.queue_models import QueueVerdict
@@ -61,7 +62,7 @@ def test_first_steps_read_their_verdicts_together(
     assert len(waiting) == 4 and len(woken) == 4  # a step whose entry waits asks for a pass
 
 
-def test_look_all_answers_each_ask_in_order(store: Store) -> None:
+def test_look_all_answers_each_ask_in_order(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """Admitted (with the placement held), refused, waiting, another attempt, and unknown, in
     the order asked, on both databases; `look_in` is the same read for one job."""
     _prepared(store)
@@ -82,3 +83,6 @@ def test_look_all_answers_each_ask_in_order(store: Store) -> None:
         alone = [look_in(session, job_id=job_id, attempt=n) for job_id, n in asks]
     assert found == [waiting, None, None, refused, admitted, admitted]
     assert alone == found
+    monkeypatch.setattr(queue_entries, "IDS_PER_STATEMENT", 2)  # the ids read in chunks
+    with store.read() as session:
+        assert look_all_in(session, asks) == found
