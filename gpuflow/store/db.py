@@ -11,12 +11,12 @@ from typing import Any
 
 from sqlalchemy import Table, event, inspect, text
 from sqlalchemy.engine import Connection, Engine, Inspector
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
 from sqlmodel import Session, SQLModel, create_engine
 
 from gpuflow.config import ensure_home, private_dir
 from gpuflow.config import gpuflow_home as gpuflow_home  # re-exported: it lived here
-from gpuflow.errors import ConnectionFailed
+from gpuflow.errors import ConnectionFailed, GpuflowError
 
 _PLACEMENT_LOCK_KEY = 0x6770_7566  # "gpuf": the advisory lock that serializes placement
 PLACEMENT = "gpuflow_placement"
@@ -70,6 +70,11 @@ def _add_columns(connection: Connection, inspector: Inspector, table: Table) -> 
         connection.execute(text(add))
 
 
+def _reason(exc: DBAPIError) -> str:
+    """The driver's first line of what went wrong."""
+    return str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+
+
 class Store:
     """One engine and its sessions: `session` for writes, `read` for reads, and
     `placement_transaction`, which serializes placement passes."""
@@ -99,7 +104,8 @@ class Store:
                 _sqlite_transactions(self.read_engine, "BEGIN DEFERRED")
 
     def init(self) -> Store:
-        """Create the tables; fail with one clear line when the database cannot be reached."""
+        """Create the tables (and what older databases lack); fail with one clear line when
+        the database cannot be reached or refuses it."""
         from gpuflow.store import tables  # noqa: F401  (registers the tables)
 
         try:
@@ -120,10 +126,14 @@ class Store:
                     for index in table.indexes:
                         index.create(connection, checkfirst=True)
         except OperationalError as exc:
-            reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
             raise ConnectionFailed(
-                f"cannot reach the database {redact(self.url)}: {reason} "
+                f"cannot reach the database {redact(self.url)}: {_reason(exc)} "
                 "(check GPUFLOW_DATABASE_URL)"
+            ) from None
+        except ProgrammingError as exc:  # refused: no right to create or alter the tables
+            raise GpuflowError(
+                f"cannot set up gpuflow's tables in {redact(self.url)}: {_reason(exc)} (connect "
+                "as a role that may create and alter tables in the database, e.g. its owner)"
             ) from None
         return self
 
