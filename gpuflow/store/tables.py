@@ -158,8 +158,9 @@ class FleetMixRow(SQLModel, table=True):
     requests: list[dict[str, Any]] = Field(default_factory=_empty_list, sa_column=Column(JSON))
     updated_at: datetime = Field(default_factory=utcnow)
     checked: str | None = None
-    """The checkpoint job at which this mix was last compared with the learned one (None:
-    never): until the fleet's newest checkpoint job is another, nobody compares again."""
+    """The job at which this mix was last compared with the learned one (None: never); until
+    the fleet's comparison checkpoint (gpuflow/services/mix.py `checkpoint_at`) is another job,
+    nobody compares again."""
 
 
 class CapacityVersionRow(SQLModel, table=True):
