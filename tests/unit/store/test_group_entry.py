@@ -290,8 +290,8 @@ def test_a_first_step_joins_its_submit_in_flight(
     sqlite_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A workflow started eagerly may take its first step while its submit is still entering
-    the job: the step waits for the submit's answer instead of taking the placement lock
-    beside it (one transaction, not two)."""
+    the job: the step waits for the submit's answer instead of reading it or taking the
+    placement lock beside it (one transaction, not two)."""
     _prepared(sqlite_store)
     job = _jobs([{"gpu": "1", "nodes": 1, "queue": "default", "may_wait": True}])[0]
     entries = GroupCommit(sqlite_store)
@@ -301,7 +301,11 @@ def test_a_first_step_joins_its_submit_in_flight(
     def own_entry(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("the step entered the job itself")
 
+    def own_read(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the step read its verdict instead of waiting for its submit's")
+
     monkeypatch.setattr(admission, "enqueue_in", own_entry)
+    step._looks.serve = own_read  # the step's batched read of its verdict
 
     async def both() -> tuple[QueueVerdict, QueueVerdict]:
         submit = asyncio.ensure_future(entries.enter(job))
