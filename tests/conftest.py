@@ -6,6 +6,7 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,18 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         yield db
         db.dispose()
         return
+    with pg_database() as name:
+        db = Store(f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}").init()
+        try:
+            yield db
+        finally:
+            db.dispose()
+
+
+@contextmanager
+def pg_database(prefix: str = "gpuflow") -> Iterator[str]:
+    """The name of a fresh PostgreSQL database on the test server, dropped afterwards (the test
+    is skipped without a server, and fails without one in CI)."""
     reason = _pg_available()
     if reason is not None:
         if os.environ.get("CI"):
@@ -51,15 +64,12 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         pytest.skip(reason)
     import psycopg
 
-    name = f"gpuflow_{uuid.uuid4().hex[:12]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
-    base = PG_ADMIN_URL.rsplit("/", 1)[0]
-    db = Store(f"{base}/{name}").init()
     try:
-        yield db
+        yield name
     finally:
-        db.dispose()
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

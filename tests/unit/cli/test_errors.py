@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -122,37 +121,28 @@ def test_unreachable_database_is_one_line() -> None:
 def test_a_database_that_refuses_the_tables_is_one_line() -> None:
     """A PostgreSQL role without the right to create gpuflow's tables (or to add a column an
     older database lacks) gets one line that says what to change, not a traceback."""
-    import uuid
-
     import psycopg
 
     from gpuflow.errors import GpuflowError
     from gpuflow.store.db import Store
-    from tests.conftest import PG_ADMIN_URL, _pg_available
+    from tests.conftest import PG_ADMIN_URL, pg_database
 
-    reason = _pg_available()
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    name = f"gpuflow_ro_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(f'CREATE ROLE "{name}" LOGIN')
-        admin.execute(f'CREATE DATABASE "{name}"')  # owned by the admin, not by the role
-    scheme, rest = PG_ADMIN_URL.split("://", 1)
-    server = rest.split("@", 1)[-1].rsplit("/", 1)[0]
-    store = Store(f"{scheme}://{name}@{server}/{name}")
-    try:
-        with pytest.raises(GpuflowError) as raised:
-            store.init()
-        message = str(raised.value)
-        assert message.startswith(f"cannot set up gpuflow's tables in postgresql+psycopg://{name}@")
-        assert "permission denied" in message and "may create and alter tables" in message
-    finally:
-        store.dispose()
+    with pg_database("gpuflow_ro") as name:  # owned by the admin, not by the role below
         with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            admin.execute(f'DROP ROLE IF EXISTS "{name}"')
+            admin.execute(f'CREATE ROLE "{name}" LOGIN')
+        scheme, rest = PG_ADMIN_URL.split("://", 1)
+        server = rest.split("@", 1)[-1].rsplit("/", 1)[0]
+        store = Store(f"{scheme}://{name}@{server}/{name}")
+        try:
+            with pytest.raises(GpuflowError) as raised:
+                store.init()
+        finally:
+            store.dispose()
+            with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+                admin.execute(f'DROP ROLE IF EXISTS "{name}"')
+    message = str(raised.value)
+    assert message.startswith(f"cannot set up gpuflow's tables in postgresql+psycopg://{name}@")
+    assert "permission denied" in message and "may create and alter tables" in message
 
 
 def test_bad_fleet_file(tmp_path: Path) -> None:
