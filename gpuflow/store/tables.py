@@ -190,6 +190,14 @@ class QueueRow(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow)
 
 
+PREEMPTIBLE_ENTRIES = "ix_queue_entries_preemptible"
+"""A queue's entries by whether they may be preempted and their priority: a job that does not
+fit and may not wait asks whether a running job of its queue could be preempted for it
+(`victims_possible`); with only the queue and state indexes that question walks every job
+admitted in the queue (several milliseconds at a few thousand running jobs), with this index it
+reads none when nothing is preemptible."""
+
+
 class QueueEntryRow(SQLModel, table=True):
     """A job's place in its queue, from the moment it asks for capacity until it releases it:
     `waiting` until an admission pass admits it (`admitted`, its allocation taken in the same
@@ -197,6 +205,7 @@ class QueueEntryRow(SQLModel, table=True):
     so a pass never parses running jobs' specs."""
 
     __tablename__ = "queue_entries"
+    __table_args__ = (Index(PREEMPTIBLE_ENTRIES, "queue", "preemptible", "priority", "state"),)
 
     job_id: str = Field(primary_key=True)
     attempt: int
