@@ -37,6 +37,7 @@ import math
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 
 from gpuflow.scheduler.frag import DEFAULT_MIX
 from gpuflow.scheduler.model import TypicalRequest
@@ -103,6 +104,23 @@ def checkpoint_every(jobs: int, half_life_jobs: float) -> int:
     `CHECKPOINT_DRIFT` share of its effective history, at least 1 (a young fleet's mix follows
     every job)."""
     return max(1, int(CHECKPOINT_DRIFT * effective_jobs(jobs, half_life_jobs)))
+
+
+@cache
+def saturation(limit: int, half_life_jobs: float) -> int:
+    """The fewest jobs at which `checkpoint_every` reaches its value for a full window of
+    `limit`: it never decreases with more jobs, so a window of at least this many jobs has the
+    full window's checkpoints, and whoever counts a fleet's jobs to place them need not count
+    past it (1 for a fleet whose every job is a checkpoint)."""
+    final = checkpoint_every(limit, half_life_jobs)
+    low, high = 1, max(1, limit)
+    while low < high:
+        middle = (low + high) // 2
+        if checkpoint_every(middle, half_life_jobs) >= final:
+            high = middle
+        else:
+            low = middle + 1
+    return low
 
 
 def window_reads(limit: int, half_life_jobs: float) -> int:

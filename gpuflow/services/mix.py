@@ -50,6 +50,7 @@ from gpuflow.scheduler.mix import (
     drift,
     half_life,
     kind_of,
+    saturation,
     shares_of,
     window,
     window_reads,
@@ -141,12 +142,15 @@ def checkpoint_at(session: Session, fleet: str, fleet_gpus: int) -> str:
     newest = _newest_ids(session, fleet, most)
     if not newest:
         return ""
+    # Past `saturation` jobs the count no longer moves the anchor: counted up to there only,
+    # and not at all when the ids read already reach it (a small fleet's every job counts).
+    enough = saturation(limit, life)
     jobs = len(newest)
-    if jobs == most:
+    if jobs == most and jobs < enough:
         table = JobRow.__table__.c  # type: ignore[attr-defined]
-        some = sa_select(table.id).where(_jobs_of(fleet)).limit(limit).subquery()
+        some = sa_select(table.id).where(_jobs_of(fleet)).limit(enough).subquery()
         jobs = session.connection().execute(sa_select(func.count()).select_from(some)).scalar_one()
-    return newest[anchor(newest, min(jobs, limit), life, spacing=COMPARE_SPACING)]
+    return newest[anchor(newest, min(jobs, enough), life, spacing=COMPARE_SPACING)]
 
 
 def _limit(life: float) -> int:

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import zlib
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gpuflow.scheduler.mix import (
     CHECKPOINT_DRIFT,
     CHECKPOINT_REACH,
     checkpoint_every,
     effective_jobs,
     is_checkpoint,
+    saturation,
     window,
     window_reads,
 )
@@ -80,3 +84,17 @@ def test_without_a_checkpoint_in_reach_the_newest_job_anchors() -> None:
     plain = [job for job in _ids(20 * limit) if not is_checkpoint(job, every)]
     newest_first = plain[: window_reads(limit, life)][::-1]
     assert window(newest_first, limit, life) == newest_first[:limit][::-1]
+
+
+@given(st.integers(1, 6000), st.integers(1, 20_000), st.integers(0, 7000))
+def test_past_saturation_the_count_of_jobs_changes_no_checkpoint(
+    limit: int, gpus: int, jobs: int
+) -> None:
+    """A count of jobs capped at `saturation` gives the checkpoints a count capped at the
+    window's limit gives, and no smaller cap would (so a reader may stop counting there)."""
+    life = float(max(64, gpus))
+    enough = saturation(limit, life)
+    assert 1 <= enough <= limit
+    assert checkpoint_every(min(jobs, enough), life) == checkpoint_every(min(jobs, limit), life)
+    if enough > 1:
+        assert checkpoint_every(enough - 1, life) < checkpoint_every(limit, life)

@@ -10,9 +10,19 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import inspect, text
+from sqlalchemy import event, inspect, text
+from sqlmodel import col, select
 
-from gpuflow.scheduler.mix import DRIFT, checkpoint_every, drift, half_life, shares_of
+from gpuflow.scheduler.mix import (
+    CHECKPOINT_REACH,
+    COMPARE_SPACING,
+    DRIFT,
+    anchor,
+    checkpoint_every,
+    drift,
+    half_life,
+    shares_of,
+)
 from gpuflow.services import mix
 from gpuflow.services.capacity import read_snapshot
 from gpuflow.services.fleets import apply_fleet
@@ -109,3 +119,41 @@ def test_a_database_before_the_checked_column_gets_it(store: Store) -> None:
     with store.read() as session:
         row = session.get(FleetMixRow, "sim")
         assert row is not None and row.checked == at == "a"
+
+
+@pytest.mark.parametrize(("gpus", "history"), [(4, 40), (GPUS, 300), (GPUS, 700)])
+def test_the_checkpoint_counts_jobs_only_while_the_count_can_move_it(
+    store: Store, gpus: int, history: int
+) -> None:
+    """`checkpoint_at` is the anchor of the newest ids with the fleet's whole count of jobs
+    (up to the window's limit), as a reader that counts everything finds it; a fleet whose every
+    job is a checkpoint (4 GPUs) reads only the newest ids, without a count."""
+    if gpus == GPUS:
+        _big_fleet(store)
+    else:
+        _fleet(store)
+    _history(store, history)
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        with store.placement_transaction() as session:
+            at = mix.checkpoint_at(session, "sim", gpus)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", seen)
+    life = half_life(gpus)
+    limit = min(mix.MAX_JOBS, math.ceil(mix.WINDOW_HALF_LIVES * life))
+    with store.read() as session:
+        everything = list(
+            session.exec(
+                select(JobRow.id).order_by(col(JobRow.submitted_at).desc(), col(JobRow.id).desc())
+            )
+        )
+    most = CHECKPOINT_REACH * checkpoint_every(limit, life) * COMPARE_SPACING
+    newest = everything[:most]
+    assert at == newest[anchor(newest, min(len(everything), limit), life, spacing=COMPARE_SPACING)]
+    counted = any("count(" in statement.lower() for statement in statements)
+    assert counted == (checkpoint_every(limit, life) > 1 and len(everything) >= most)
