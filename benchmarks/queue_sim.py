@@ -94,7 +94,7 @@ class Simulation:
         self.kept_now = 0.0
         self.gap_seconds = self.kept_seconds = 0.0
         self.both_span = 0
-        self.reservation: Reservation | None = None
+        self.reservations: list[Reservation] = []
         self.limited: dict[str, JobSpec] = {}
         self.queues = [QueueSpec(name=q, gpus=self.fleet_gpus // 2, cohort="openb") for q in QUEUES]
 
@@ -201,9 +201,9 @@ class Simulation:
             waiting=waiting,
             snapshot=self.snapshot,
             now=now,
-            reserved=self.reservation,
+            reserved=self.reservations,
         )
-        self.reservation = decision.reservation
+        self.reservations = decision.reservations
         for admitted in decision.admitted:
             for victim in admitted.victims:
                 self.preemptions += 1
