@@ -16,8 +16,6 @@ server of `--postgresql URL`, dropped at the end):
   same pods, so small and large as the trace mixes them (GPU shares, 1, 2, 4 and 8 GPUs), with
   `retry: {on_events: [no-capacity], duration: 1h}`, are submitted the same way until W wait
   (while none waits, one that fits is admitted at its submit and runs).
-  `--priorities 0,50,100`: each waiting job's priority drawn at random from these (by
-  default all 0), so blocked jobs of a higher priority hold reservations behind the first.
 - Passes: `--passes` cycles of `release_job` (the control worker's activity, with the job's
   `done` record) of a running job drawn at random, then one timed `admission_pass` carrying
   the reservation from pass to pass as the loop does; then the queue is topped up to W again
@@ -35,7 +33,6 @@ server of `--postgresql URL`, dropped at the end):
 
     python benchmarks/admission_scale.py --json out.json
     python benchmarks/admission_scale.py --db sqlite --waiting 10,100 --hosts 300 --passes 10
-    python benchmarks/admission_scale.py --db sqlite --priorities 0,50,100
 """
 
 from __future__ import annotations
@@ -70,7 +67,6 @@ from placement import Pod, arrivals, job_of, load_nodes, load_pods  # noqa: E402
 
 import gpuflow.control.admission as control_admission  # noqa: E402
 import gpuflow.scheduler.admission as scheduler_admission  # noqa: E402
-import gpuflow.scheduler.holds as scheduler_holds  # noqa: E402
 import gpuflow.services.admission as service_admission  # noqa: E402
 from gpuflow.control.activities import ControlActivities  # noqa: E402
 from gpuflow.control.admission import AdmissionActivities, enter_at_submit  # noqa: E402
@@ -87,7 +83,7 @@ STAGES: dict[str, list[tuple[Any, str]]] = {
     "placements": [(service_admission, "_running_jobs")],
     "snapshot": [(service_admission, "_snapshot")],
     "decide": [(service_admission, "admit")],
-    "reservation": [(scheduler_admission, "earliest_start"), (scheduler_holds, "earliest_start")],
+    "reservation": [(scheduler_admission, "earliest_start")],
     "commit": [
         (service_admission, "_commit"),
         (service_admission, "_hold"),
@@ -135,11 +131,8 @@ class Stages:
 class Bench:
     """One database: the fleet, its running jobs and its queue, driven as the product is."""
 
-    def __init__(
-        self, store: Store, pods: list[Pod], capacity: int, seed: int, priorities: list[int]
-    ) -> None:
+    def __init__(self, store: Store, pods: list[Pod], capacity: int, seed: int) -> None:
         self.store, self.pods, self.capacity = store, pods, capacity
-        self.priorities = priorities
         self.rng = random.Random(seed)
         self.control = ControlActivities(store)
         self.admission = AdmissionActivities(store)
@@ -157,10 +150,7 @@ class Bench:
     def submit(self, pod: Pod, *, may_wait: bool) -> None:
         job = job_of(pod)
         if may_wait:
-            fields = {**job.model_dump(mode="json"), "retry": WAITING_RETRY}
-            if len(self.priorities) > 1:
-                fields["priority"] = self.rng.choice(self.priorities)
-            job = JobSpec.model_validate(fields)
+            job = JobSpec.model_validate({**job.model_dump(mode="json"), "retry": WAITING_RETRY})
         job_id = f"job-{self.submitted}"
         self.submitted += 1
         self.asks[job_id] = (pod.gpu_milli_total, job)
@@ -236,7 +226,7 @@ def one_database(url: str, args: Any, stages: Stages) -> dict[str, Any]:
     store = Store(url).init()
     try:
         apply_fleet(store, args.spec)
-        bench = Bench(store, args.pods, args.capacity, args.seed, args.priorities)
+        bench = Bench(store, args.pods, args.capacity, args.seed)
         begun = time.perf_counter()
         bench.fill(args.sequence, args.fill * 100)
         result: dict[str, Any] = {
@@ -277,12 +267,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fill", type=float, default=0.95, help="share of GPUs held first")
     parser.add_argument("--hosts", type=int, default=None, help="the first N openb nodes")
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument(
-        "--priorities",
-        type=lambda text: [int(p) for p in text.split(",")],
-        default=[0],
-        help="waiting jobs' priorities, drawn at random (seeded) from these (default 0 only)",
-    )
     parser.add_argument("--trace-dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)

@@ -94,7 +94,7 @@ class Simulation:
         self.kept_now = 0.0
         self.gap_seconds = self.kept_seconds = 0.0
         self.both_span = 0
-        self.reservations: list[Reservation] = []
+        self.reservation: Reservation | None = None
         self.limited: dict[str, JobSpec] = {}
         self.queues = [QueueSpec(name=q, gpus=self.fleet_gpus // 2, cohort="openb") for q in QUEUES]
 
@@ -201,9 +201,9 @@ class Simulation:
             waiting=waiting,
             snapshot=self.snapshot,
             now=now,
-            reserved=self.reservations,
+            reserved=self.reservation,
         )
-        self.reservations = decision.reservations
+        self.reservation = decision.reservation
         for admitted in decision.admitted:
             for victim in admitted.victims:
                 self.preemptions += 1

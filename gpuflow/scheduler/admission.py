@@ -6,15 +6,12 @@ it reads the queues, the jobs and a snapshot of the fleets, and changes only tha
 Order: the queue with the lowest dominant share goes next (recomputed after every admission),
 within a queue higher priority first, then earlier submission, then name. Fit is decided by
 `place` only. A job that does not fit does not block the ones behind it (best effort), except
-that jobs blocked for capacity hold reservations (reservation.py, holds.py), as Slurm's backfill
-plans a start for each blocked job: the highest-priority one first, then, up to
-`MAX_RESERVATIONS`, the next ones that do not fit, each on hosts the reservations before it do
-not hold. A job may only take room that no reservation binding it needs (the first binds every
-job, the others the jobs of their own queue), so no later or lower job delays them. A job
-that stays within its queue's nominal quota is not held back by a reservation for a job of
-another queue that would borrow (`Holds.outranks`). A job that does not fit may preempt
-`preemptible` running jobs: lower-priority ones of its own queue, or, when it stays within its
-queue's nominal quota, jobs of queues of its cohort that are borrowing.
+that the highest-priority job blocked for capacity holds a reservation (reservation.py): the
+jobs after it may only take room its reservation does not need. A job that stays within its
+queue's nominal quota is not held back by a reservation for a job of another queue that would
+borrow (`_outranks`). A job that does not fit may preempt `preemptible` running jobs:
+lower-priority ones of its own queue, or, when it stays within its queue's nominal quota, jobs
+of queues of its cohort that are borrowing.
 
 A job like one that failed since the pass last changed anything (same queue, priority, requests
 and limits: `_likeness`) fails the same way and is not tried again, so a pass over a long queue
@@ -34,13 +31,12 @@ from gpuflow.scheduler.admission_jobs import (
     Running,
     Waiting,
 )
-from gpuflow.scheduler.holds import MAX_RESERVATIONS, Holds
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.place import place
 from gpuflow.scheduler.prefix import releasing, shortest
-from gpuflow.scheduler.quota import Quotas, gpu_count
+from gpuflow.scheduler.quota import Demand, Quotas, gpu_count
 from gpuflow.scheduler.request import resolve
-from gpuflow.scheduler.reservation import Reservation, hidden
+from gpuflow.scheduler.reservation import Reservation, Room, earliest_start, hidden
 from gpuflow.scheduler.scorers import orders_by_name
 from gpuflow.scheduler.usage import apply_placement, release_placement
 from gpuflow.specs.queue import QueueSpec
@@ -50,7 +46,6 @@ QUOTA = "quota"
 RESERVED_FOR = "reserved_for:"
 
 __all__ = [
-    "MAX_RESERVATIONS",
     "NO_CAPACITY",
     "QUOTA",
     "RESERVED_FOR",
@@ -72,19 +67,13 @@ def admit(
     waiting: Sequence[Waiting],
     snapshot: Snapshot,
     now: float,
-    reserved: Reservation | Sequence[Reservation] | None = None,
+    reserved: Reservation | None = None,
 ) -> Decision:
     """One pass. `snapshot` must hold the running jobs' placements; it is changed.
-    `reserved`: the reservations the pass before returned; while their jobs wait they hold
-    from the start of this pass, in that order (jobs ahead of them in this pass's order respect
-    them too), on the same hosts when they can still serve."""
-    if reserved is None:
-        before: tuple[Reservation, ...] = ()
-    elif isinstance(reserved, Reservation):
-        before = (reserved,)
-    else:
-        before = tuple(reserved)
-    return _Pass(queues, running, snapshot, now, before).run(waiting)
+    `reserved`: the reservation the pass before returned; while its job waits it holds from
+    the start of this pass (jobs ahead of it in this pass's order respect it too) on the same
+    hosts when they can still serve."""
+    return _Pass(queues, running, snapshot, now, reserved).run(waiting)
 
 
 def _first_fit(job: Waiting, snapshot: Snapshot) -> Placement | None:
@@ -112,10 +101,9 @@ class _Pass:
         running: Sequence[Running],
         snapshot: Snapshot,
         now: float,
-        before: tuple[Reservation, ...],
+        before: Reservation | None,
     ) -> None:
-        self.before = {reservation.job: reservation for reservation in before}
-        self.before_order = [reservation.job for reservation in before]
+        self.before = before
         self.quotas = Quotas(queues)
         self.snapshot, self.now = snapshot, now
         self.live = {job.name: job for job in running}
@@ -126,11 +114,12 @@ class _Pass:
         self.decision = Decision()
         self.reasons: dict[str, str] = {}
         self.positions: dict[str, int] = {}
-        self.holds = Holds(self.quotas, snapshot, now, self.live)
+        self.reserved: Waiting | None = None
+        self.reserved_demand: Demand = {}
+        """What the reserved job will count against its queue's quota."""
+        self.room: Room | None = None
         self.failed: dict[tuple[object, ...], str] = {}
         """`_likeness` of jobs that failed since the pass last changed -> why."""
-        self.lowest: dict[str, int] = {}
-        """Per queue, the lowest priority waiting."""
 
     def run(self, waiting: Sequence[Waiting]) -> Decision:
         pending: dict[str, list[Waiting]] = {}
@@ -138,16 +127,14 @@ class _Pass:
             self.quotas.queue(job.queue)
             pending.setdefault(job.queue, []).append(job)
         tried: dict[str, list[Waiting]] = {name: [] for name in pending}
-        by_name = {job.name: job for job in waiting}
-        self.lowest = {queue: jobs[-1].priority for queue, jobs in pending.items()}
-        for name in self.before_order:  # they hold from the start, in the order they held
-            if name in by_name:
-                self._reserve(by_name[name])
+        holder = next((job for job in waiting if self.before and job.name == self.before.job), None)
+        if holder is not None:  # it holds from the start: jobs ahead of it may not take its room
+            self._reserve(holder)
         while any(pending.values()):
             queue = min((q for q in pending if pending[q]), key=lambda q: (self.quotas.share(q), q))
             job = pending[queue].pop(0)
             self.positions.setdefault(job.name, len(self.positions))
-            held_room = self.holds.of(job) is not None
+            held_room = self.reserved is job
             if self._try(job):
                 self.reasons.pop(job.name, None)
                 # capacity came back, or the room it held is open to the others: look again
@@ -162,7 +149,6 @@ class _Pass:
         self.decision.waiting = [
             Held(job, self.reasons[job.name], position) for position, job in enumerate(held)
         ]
-        self.decision.reservations = self.holds.reservations()
         return self.decision
 
     def _try(self, job: Waiting) -> bool:
@@ -185,15 +171,16 @@ class _Pass:
         self.reasons[job.name] = reason
         if reason == NO_CAPACITY and job.may_wait:
             self._reserve(job)
-        if like is not None and self.holds.of(job) is None:
+        if like is not None and self.reserved is not job:
             self.failed[like] = reason
         return False
 
     def _likeness(self, job: Waiting) -> tuple[object, ...] | None:
         """What a try of the job depends on besides the pass's state; None for a job whose name
-        counts too: it holds a reservation (now or from the pass before), or the `random`
+        counts too: it holds the reservation (now or from the pass before), or the `random`
         scorer, which orders hosts by the job's name, may place it."""
-        if job.name in self.before or self.holds.of(job) is not None:
+        holders = {r.job for r in (self.before, self.decision.reservation) if r is not None}
+        if job.name in holders:
             return None
         fleets = self.snapshot.fleets
         if any(orders_by_name(o.scorer, f) for o in (job.job, *job.options) for f in fleets):
@@ -203,25 +190,64 @@ class _Pass:
         asks = (resolve(first).key, first.scorer, tuple(first.fleets), first.max_duration)
         return (job.queue, job.priority, job.may_wait, asks, options)
 
+    def _allowed(self, job: Waiting, placement: Placement) -> bool:
+        """The placement does not delay the reservation (it ends before the reserved start, or
+        leaves the reserved job its room), or there is none, or it is the job's own, or the job
+        outranks it."""
+        reservation, holder = self.decision.reservation, self.reserved
+        if reservation is None or holder is None or job.name == reservation.job:
+            return True
+        if self._outranks(job, self.quotas.demand(job.queue, placement)):
+            return True
+        if not reservation.hosts & {node.host_id for node in placement.nodes}:
+            return True
+        if self._ends_before_reserved_start(job):
+            return True
+        return self.room is not None and self.room.leaves_room(placement)
+
+    def _ends_before_reserved_start(self, job: Waiting) -> bool:
+        reservation, duration = self.decision.reservation, job.job.max_duration
+        return (
+            reservation is not None
+            and reservation.starts_at is not None
+            and duration is not None
+            and self.now + duration <= reservation.starts_at
+        )
+
+    def _outranks(self, job: Waiting, demand: Demand) -> bool:
+        """Whether the reservation may not hold this job back. In the reserved job's queue: a
+        higher priority. In another queue, priorities do not count (they order jobs within a
+        queue), quotas do: a job that stays within its queue's nominal quota goes before a
+        reserved job that would borrow, as Kueue admits workloads within nominal quota before
+        borrowing ones. Only idle quota is lent, and quota its owner's waiting jobs can use is
+        not idle; a reservation must not keep it from them."""
+        holder = self.reserved
+        if holder is None:
+            return True
+        if job.queue == holder.queue:
+            return job.priority > holder.priority
+        return self.quotas.borrows(holder.queue, self.reserved_demand) and not (
+            self.quotas.borrows(job.queue, demand)
+        )
+
     def _place(self, job: Waiting) -> tuple[Placement | None, str]:
-        """Every job goes outside the hosts reserved for the jobs it must respect when it can:
-        on them (when none of those would be delayed: holds.py) only when nothing else fits,
-        so the reservations drain."""
+        """Every job but the holder goes outside the reserved hosts when it can: those that
+        may use them (`_allowed`) only when nothing else fits, so the reservation drains."""
         found = _first_fit(job, self.snapshot)
         if not isinstance(found, Placement):
             return None, NO_CAPACITY
-        binding = self.holds.binding(job)
-        reserved = frozenset().union(*(hold.reservation.hosts for hold in binding))
-        if not reserved & {node.host_id for node in found.nodes}:
+        reservation = self.decision.reservation
+        if reservation is None or job.name == reservation.job:
             return found, ""
-        with hidden(self.snapshot, reserved):
+        if not reservation.hosts & {node.host_id for node in found.nodes}:
+            return found, ""
+        with hidden(self.snapshot, reservation.hosts):
             elsewhere = _first_fit(job, self.snapshot)
         if isinstance(elsewhere, Placement):
             return elsewhere, ""
-        blocking = self.holds.blocking(job, found)
-        if blocking is None:
+        if self._allowed(job, found):
             return found, ""
-        return None, RESERVED_FOR + blocking.job.name
+        return None, RESERVED_FOR + reservation.job
 
     def _take(self, job: Waiting, placement: Placement, victims: tuple[str, ...]) -> None:
         self.failed.clear()
@@ -239,15 +265,28 @@ class _Pass:
         )
         if job.preemptible:
             self.preemptible[job.name] = admitted
-        backfill = self.holds.taken(job, placement)
+        backfill = self.decision.reservation is not None and self.reserved is not job
+        if backfill and self.room is not None and not self._ends_before_reserved_start(job):
+            self.room.take(placement)
         self.decision.admitted.append(Admitted(job, placement, victims, backfill))
         self.decision.preemptions.extend(Preemption(name, job.name) for name in victims)
+        if self.reserved is job:
+            self.reserved, self.decision.reservation, self.room = None, None, None
 
     def _reserve(self, job: Waiting) -> None:
-        before = self.before.get(job.name)
-        keep = before.hosts if before is not None else frozenset()
-        if self.holds.reserve(job, keep, lowest=self.lowest[job.queue]):
-            self.failed.clear()
+        if self.reserved is not None and job.priority <= self.reserved.priority:
+            return
+        before = self.before
+        keep = before.hosts if before and before.job == job.name else frozenset()
+        live = list(self.live.values())
+        found = earliest_start(job.job, self.snapshot, live, self.now, keep=keep)
+        if found is None:
+            return
+        reservation = Reservation(job.name, found.starts_at, found.hosts, found.waits_for)
+        self.failed.clear()
+        self.reserved, self.decision.reservation = job, reservation
+        self.reserved_demand = self.quotas.demand(job.queue, found.placement)
+        self.room = Room(job.job, reservation, self.snapshot, self.live)
 
     def _candidates(self, job: Waiting) -> list[Running]:
         cohort = set(self.quotas.cohort(job.queue)) - {job.queue}
@@ -263,9 +302,7 @@ class _Pass:
 
         def fits() -> Placement | None:
             found = place(job.job, self.snapshot)
-            if isinstance(found, Placement) and self.holds.blocking(job, found) is None:
-                return found
-            return None
+            return found if isinstance(found, Placement) and self._allowed(job, found) else None
 
         # the fewest preferred victims that make room (releasing more never takes room away)
         with releasing(self.snapshot, candidates) as released:
@@ -277,7 +314,7 @@ class _Pass:
         for victim in out:
             self._release(victim)
         found = place(job.job, self.snapshot)
-        if isinstance(found, Placement) and self.holds.blocking(job, found) is None:
+        if isinstance(found, Placement) and self._allowed(job, found):
             apply_placement(self.snapshot, found)
             for victim in reversed(candidates[:high]):  # the most protected go back first
                 try:
@@ -289,7 +326,8 @@ class _Pass:
             if self._quota_after(job, found, out, candidates):
                 for victim in out:
                     del self.live[victim.name], self.preemptible[victim.name]
-                    self.holds.give_back(victim.name, victim.placement)
+                    if self.room is not None:
+                        self.room.give_back(victim.name, victim.placement)
                 return found, tuple(victim.name for victim in out)
         for victim in out:
             self._restore(victim)

@@ -74,11 +74,4 @@ class Decision:
     """In the order they were decided (a victim is released just before its preemptor)."""
     preemptions: list[Preemption] = field(default_factory=list)
     waiting: list[Held] = field(default_factory=list)
-    reservations: list[Reservation] = field(default_factory=list)
-    """The blocked jobs' reservations, first the highest-ranked (admission.py); the next pass
-    is handed them."""
-
-    @property
-    def reservation(self) -> Reservation | None:
-        """The first reservation: the highest-ranked job blocked for capacity."""
-        return self.reservations[0] if self.reservations else None
+    reservation: Reservation | None = None

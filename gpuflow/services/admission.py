@@ -108,11 +108,11 @@ def run_pass_in(
         del specs[key]  # admitted, refused or gone: not parsed again
     _parse_specs(session, waiting_rows, specs)
     waiting = [_waiting(entry, specs) for entry in waiting_rows]
-    held_before = [
-        Reservation(held.job, held.starts_at, frozenset(held.hosts))
-        for held in ([reservation, *reservation.then] if reservation is not None else [])
-        if held.job in by_id
-    ]
+    held_before = None
+    if reservation is not None and reservation.job in by_id:
+        held_before = Reservation(
+            reservation.job, reservation.starts_at, frozenset(reservation.hosts)
+        )
     decision = admit(
         queues=queues,
         running=running,
@@ -126,12 +126,12 @@ def run_pass_in(
     _commit(session, decision, by_id, attempts, now, outcome)
     _hold(session, decision.waiting, by_id, worded, snapshot, outcome)
     _resync(session, state, decision, running)
-    held = [
-        ReservationState(job=r.job, starts_at=r.starts_at, hosts=sorted(r.hosts))
-        for r in decision.reservations
-    ]
-    if held:
-        outcome.reservation = held[0].model_copy(update={"then": held[1:]})
+    if decision.reservation is not None:
+        outcome.reservation = ReservationState(
+            job=decision.reservation.job,
+            starts_at=decision.reservation.starts_at,
+            hosts=sorted(decision.reservation.hosts),
+        )
     return outcome
 
 

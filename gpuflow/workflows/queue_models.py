@@ -56,15 +56,11 @@ class WithdrawInput(BaseModel):
 
 
 class ReservationState(BaseModel):
-    """The reservations a pass hands the next (scheduler.reservation.Reservation): the first,
-    and in `then` the others in their order (a field of the first, so the admission loop, which
-    carries one value from pass to pass, carries them all)."""
+    """The reservation a pass hands the next (scheduler.reservation.Reservation)."""
 
     job: str
     starts_at: float | None = None
     hosts: list[str] = Field(default_factory=list)
-    then: list[ReservationState] = Field(default_factory=list)
-    """The reservations after this one, in order (their own `then` empty)."""
 
 
 class PassInput(BaseModel):

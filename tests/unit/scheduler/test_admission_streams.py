@@ -139,29 +139,13 @@ def _check_reservation(
     usage_at: dict[str, dict[str, float]],
     now: float,
 ) -> None:
-    """The jobs admitted beside each reserved job leave it its room on its hosts (it fits there
+    """The jobs admitted beside the reserved job leave it its room on its hosts (it fits there
     once the jobs it waits for are gone) and do not delay its start, unless one of them ranks
     above it: a higher priority of its queue, or a job of another queue that stayed within its
-    nominal quota while the reserved job would borrow. Reservations never share a host."""
-    hosts = [r.hosts for r in decision.reservations]
-    assert sum(map(len, hosts)) == len(frozenset().union(*hosts)), "two reservations share a host"
-    for k, reservation in enumerate(decision.reservations):
-        _check_one(queues, reservation, decision, snapshot, live, usage_at, now, first=k == 0)
-
-
-def _check_one(
-    queues: list[QueueSpec],
-    reservation: Reservation,
-    decision: Decision,
-    snapshot: Snapshot,
-    live: dict[str, Running],
-    usage_at: dict[str, dict[str, float]],
-    now: float,
-    *,
-    first: bool,
-) -> None:
-    """One reservation (`_check_reservation`); those after the first bind only the jobs of
-    their own queue."""
+    nominal quota while the reserved job would borrow."""
+    reservation = decision.reservation
+    if reservation is None:
+        return
     holder = next(h.job for h in decision.waiting if h.job.name == reservation.job)
     nominal = {q.name: q.quota["*"] for q in queues}
     request = resolve(holder.job)
@@ -169,8 +153,6 @@ def _check_one(
 
     def outranks(admitted: Admitted) -> bool:
         job, usage = admitted.job, usage_at[admitted.job.name]
-        if not first and job.queue != holder.queue:
-            return True
         if job.queue == holder.queue:
             return job.priority > holder.priority
         within = usage[job.queue] + gpu_count(admitted.placement) <= nominal[job.queue] + 1e-9
@@ -214,7 +196,7 @@ def test_streams_keep_order_quota_reservation_and_preemption_rules(
     pending: list[Waiting] = []
     count = 0
     seen: set[str] = set()
-    reserved: list[Reservation] = []
+    reserved: Reservation | None = None
     for step, (jobs, ending) in enumerate(steps):
         now = step * 300.0
         for job in sorted(live.values(), key=lambda r: (r.started_at, r.name))[:ending]:
@@ -231,7 +213,7 @@ def test_streams_keep_order_quota_reservation_and_preemption_rules(
             now=now,
             reserved=reserved,
         )
-        reserved = decision.reservations
+        reserved = decision.reservation
         live = _check(queues, live, decision, snapshot, now)
         pending = [held.job for held in decision.waiting]
         assert [h.position for h in decision.waiting] == list(range(len(pending)))
@@ -243,8 +225,6 @@ def _kinds(decision: Decision) -> set[str]:
     kinds = {"preemption"} if decision.preemptions else set()
     if decision.reservation is not None:
         kinds.add("reservation")
-    if len(decision.reservations) > 1:
-        kinds.add("reservations")
     if any(a.backfill for a in decision.admitted):
         kinds.add("backfill")
     if any(h.reason == QUOTA for h in decision.waiting):
