@@ -30,6 +30,10 @@ server of `--postgresql URL`, dropped at the end):
   each placement transaction, as before #10), on the final state.
 - The process takes a control worker's garbage collector settings (gpuflow/control/
   collector.py), as `gpuflow up` and `python -m gpuflow.control.main` do.
+- `--analyze-every S` (PostgreSQL): the single run with ANALYZE every S seconds from another
+  connection, as autovacuum keeps the planner's statistics on a server in use; a fresh database
+  has none for its first minute, and the planner then reads and sorts the whole jobs table for
+  the fleets' newest jobs (benchmarks/README.md, "Seventh pass").
 - `two_workers`: two processes, each a control worker with its own engine, place the same
   arrivals at once (alternate arrivals each, with their releases) on a fresh database of the
   first kind in `--db` that is PostgreSQL (else SQLite); `over_allocations` counts GPUs (and
@@ -38,18 +42,22 @@ server of `--postgresql URL`, dropped at the end):
     python benchmarks/fleet_scale.py --json out.json
     python benchmarks/fleet_scale.py --in-flight 1 --json one-at-a-time.json
     python benchmarks/fleet_scale.py --db sqlite --hosts 300 --no-two-workers
+    python benchmarks/fleet_scale.py --db postgresql --no-two-workers --analyze-every 5
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import statistics
 import sys
+import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -276,6 +284,33 @@ def two_workers(
     }
 
 
+@contextlib.contextmanager
+def analyzed(url: str, every_s: float | None) -> Iterator[None]:
+    """With `every_s` on PostgreSQL: ANALYZE the database every `every_s` seconds from a
+    connection of its own while the block runs, as autovacuum does on a server that has run for
+    a while (its first pass comes after a minute, so a fresh database's planner knows nothing
+    of the tables during a run of seconds)."""
+    if every_s is None or url.startswith("sqlite"):
+        yield
+        return
+    import psycopg
+
+    stop = threading.Event()
+
+    def loop() -> None:
+        with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as c:
+            while not stop.wait(every_s):
+                c.execute("ANALYZE")
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def one_database(
     url: str, spec: FleetSpec, sequence: list[Pod], releases: dict[int, int], args: Any
 ) -> dict[str, Any]:
@@ -284,7 +319,8 @@ def one_database(
     try:
         apply_fleet(store, spec)
         run = product_run(store, sequence, releases, capacity, tag="one", in_flight=args.in_flight)
-        result = asyncio.run(run)
+        with analyzed(url, args.analyze_every):
+            result = asyncio.run(run)
         result["over_allocations"] = over_allocations(store)
         if args.cold:
             tail = args.after[: args.cold]  # arrivals past the run's
@@ -314,6 +350,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cold", type=int, default=20, help="cold-path placements at the end")
     parser.add_argument("--no-two-workers", dest="two_workers", action="store_false")
+    parser.add_argument(
+        "--analyze-every",
+        type=float,
+        default=None,
+        metavar="S",
+        help="PostgreSQL: ANALYZE every S seconds during the single run (a server in use)",
+    )
     parser.add_argument("--trace-dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)
