@@ -123,6 +123,12 @@ def saturation(limit: int, half_life_jobs: float) -> int:
     return low
 
 
+def checkpoint_reads(limit: int, half_life_jobs: float) -> int:
+    """How many of the newest jobs the comparison checkpoint is looked for among (`anchor`
+    with `COMPARE_SPACING`): `CHECKPOINT_REACH` of its intervals."""
+    return CHECKPOINT_REACH * checkpoint_every(limit, half_life_jobs) * COMPARE_SPACING
+
+
 def window_reads(limit: int, half_life_jobs: float) -> int:
     """How many of the newest jobs `window` needs to see."""
     return limit + CHECKPOINT_REACH * checkpoint_every(limit, half_life_jobs)

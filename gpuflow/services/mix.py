@@ -39,14 +39,13 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from gpuflow.scheduler.mix import (
-    CHECKPOINT_REACH,
     COMPARE_SPACING,
     DRIFT,
     Kind,
     LearnedMix,
     MixLearner,
     anchor,
-    checkpoint_every,
+    checkpoint_reads,
     drift,
     half_life,
     kind_of,
@@ -138,7 +137,7 @@ def checkpoint_at(session: Session, fleet: str, fleet_gpus: int) -> str:
     window holds, their number), not the window's thousands."""
     life = half_life(fleet_gpus)
     limit = _limit(life)
-    most = CHECKPOINT_REACH * checkpoint_every(limit, life) * COMPARE_SPACING
+    most = checkpoint_reads(limit, life)
     newest = _newest_ids(session, fleet, most)
     if not newest:
         return ""

@@ -5,7 +5,6 @@ gets it from `init`. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
 from typing import Any
 
@@ -14,11 +13,11 @@ from sqlalchemy import event, inspect, text
 from sqlmodel import col, select
 
 from gpuflow.scheduler.mix import (
-    CHECKPOINT_REACH,
     COMPARE_SPACING,
     DRIFT,
     anchor,
     checkpoint_every,
+    checkpoint_reads,
     drift,
     half_life,
     shares_of,
@@ -63,7 +62,7 @@ def test_the_window_is_read_at_new_checkpoints_only(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     life = half_life(GPUS)
-    assert checkpoint_every(min(mix.MAX_JOBS, math.ceil(4 * life)), life) > 1
+    assert checkpoint_every(mix._limit(life), life) > 1
     _big_fleet(store)
     reads: list[Any] = []  # the learned mix of each comparison
     learn = mix.fleet_mix
@@ -145,14 +144,14 @@ def test_the_checkpoint_counts_jobs_only_while_the_count_can_move_it(
     finally:
         event.remove(store.engine, "before_cursor_execute", seen)
     life = half_life(gpus)
-    limit = min(mix.MAX_JOBS, math.ceil(mix.WINDOW_HALF_LIVES * life))
+    limit = mix._limit(life)
     with store.read() as session:
         everything = list(
             session.exec(
                 select(JobRow.id).order_by(col(JobRow.submitted_at).desc(), col(JobRow.id).desc())
             )
         )
-    most = CHECKPOINT_REACH * checkpoint_every(limit, life) * COMPARE_SPACING
+    most = checkpoint_reads(limit, life)
     newest = everything[:most]
     assert at == newest[anchor(newest, min(len(everything), limit), life, spacing=COMPARE_SPACING)]
     counted = any("count(" in statement.lower() for statement in statements)
