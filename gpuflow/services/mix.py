@@ -77,12 +77,21 @@ _MIXES: dict[tuple[str, str, float], tuple[list[str], LearnedMix]] = {}
 """(database, fleet, half-life) -> the window last learned from and its mix."""
 
 
-def fleet_mix(session: Session, fleet: str, fleet_gpus: int) -> LearnedMix:
+def fleet_mix(
+    session: Session, fleet: str, fleet_gpus: int, saturated: set[str] | None = None
+) -> LearnedMix:
     """The mix the fleet's recent jobs make (the built-in mix when there are none); the same
-    object as the last read's while the jobs it was learned from are the same."""
+    object as the last read's while the jobs it was learned from are the same. `saturated`:
+    see `checkpoint_at`; the window's ids say again whether the fleet is."""
     life = half_life(fleet_gpus)
     limit = _limit(life)
     newest = _newest_ids(session, fleet, window_reads(limit, life))
+    if saturated is not None:
+        # the window reads at least `saturation` ids (it is at most the window's limit)
+        if len(newest) >= saturation(limit, life):
+            saturated.add(fleet)
+        else:
+            saturated.discard(fleet)
     database = str(session.get_bind().engine.url)
     kinds = _read_kinds(session, database, newest)
     ids = window(newest, limit, life)  # oldest first
@@ -130,11 +139,18 @@ def _newest_ids(session: Session, fleet: str, count: int) -> list[str]:
         result.close()
 
 
-def checkpoint_at(session: Session, fleet: str, fleet_gpus: int) -> str:
+def checkpoint_at(
+    session: Session, fleet: str, fleet_gpus: int, saturated: set[str] | None = None
+) -> str:
     """The job at which the fleet's stored mix is compared with the learned one: the newest
     checkpoint job `COMPARE_SPACING` checkpoints apart (scheduler/mix.py `anchor`), "" for no
     jobs. Read from the newest several hundred ids (and, for a fleet with fewer jobs than a
-    window holds, their number), not the window's thousands."""
+    window holds, their number), not the window's thousands.
+
+    `saturated`: fleets the caller (a control worker's warm state) has seen with at least
+    `saturation` jobs, which are not counted again: a fleet's jobs only grow but for deletions,
+    and the next comparison's window read (`fleet_mix`) says again whether it has that many,
+    so a reader that missed deletions errs one comparison, as for any change to older jobs."""
     life = half_life(fleet_gpus)
     limit = _limit(life)
     most = checkpoint_reads(limit, life)
@@ -146,9 +162,15 @@ def checkpoint_at(session: Session, fleet: str, fleet_gpus: int) -> str:
     enough = saturation(limit, life)
     jobs = len(newest)
     if jobs == most and jobs < enough:
-        table = JobRow.__table__.c  # type: ignore[attr-defined]
-        some = sa_select(table.id).where(_jobs_of(fleet)).limit(enough).subquery()
-        jobs = session.connection().execute(sa_select(func.count()).select_from(some)).scalar_one()
+        if saturated is not None and fleet in saturated:
+            jobs = enough
+        else:
+            table = JobRow.__table__.c  # type: ignore[attr-defined]
+            some = sa_select(table.id).where(_jobs_of(fleet)).limit(enough).subquery()
+            counted = sa_select(func.count()).select_from(some)
+            jobs = session.connection().execute(counted).scalar_one()
+            if saturated is not None and jobs >= enough:
+                saturated.add(fleet)
     return newest[anchor(newest, min(jobs, enough), life, spacing=COMPARE_SPACING)]
 
 
@@ -221,19 +243,22 @@ _DRIFTED: dict[tuple[str, str], tuple[LearnedMix, str, bool]] = {}
 by DRIFT (compared again only when either changes)."""
 
 
-def mix_in_use(session: Session, fleet: str, fleet_gpus: int) -> LearnedMix:
+def mix_in_use(
+    session: Session, fleet: str, fleet_gpus: int, saturated: set[str] | None = None
+) -> LearnedMix:
     """The mix placements on the fleet score with (see the module docstring): the stored one
     until the learned one has drifted from it by DRIFT, then the learned one, which a placement
     transaction stores. They are compared when the fleet's checkpoint job (`checkpoint_at`) is
     not the one they were last compared at; a placement transaction stores that it compared.
-    The same object as the last call's while neither changed."""
+    The same object as the last call's while neither changed. `saturated`: see
+    `checkpoint_at`."""
     database = str(session.get_bind().engine.url)
     key = (database, fleet)
-    at = checkpoint_at(session, fleet, fleet_gpus)
+    at = checkpoint_at(session, fleet, fleet_gpus, saturated)
     stored = _stored_mix(session, key)
     if stored is not None and stored[2] == at:
         return stored[1]  # compared at this checkpoint already
-    learned = fleet_mix(session, fleet, fleet_gpus)
+    learned = fleet_mix(session, fleet, fleet_gpus, saturated)
     if stored is not None:
         token, mix, _ = stored
         moved = False

@@ -22,7 +22,8 @@ How it stays correct with any number of control workers on one database:
   from the jobs' index by submission; the whole window, ~5,000 ids, and its re-learning only
   at a new checkpoint job) and keeps the fleet's `workload` list, and so the scorer's prepared
   mix, until the mix in use changes. A transaction that enters several submits (group commit)
-  reads it once.
+  reads it once. A fleet once seen with enough jobs that their number no longer moves its
+  checkpoints is not counted again (until a comparison's window read finds it has fewer).
 
 One warm state per engine (a Store), guarded by a lock held from the catch-up to the end of the
 transaction, so threads of one worker never see each other's uncommitted changes.
@@ -80,6 +81,9 @@ class WarmCapacity:
         detail that `_refresh_details` has not copied yet): the only ones it looks at."""
         self._mixes: dict[str, tuple[int, LearnedMix | None]] = {}
         """Per fleet: its GPUs, and the mix its `workload` was last taken from."""
+        self._saturated: set[str] = set()
+        """Fleets with jobs enough that their count no longer moves the mix's checkpoints
+        (mix.py `checkpoint_at`): not counted in every placement transaction."""
 
     def hold(self, session: Session) -> Versions | None:
         """Take the warm state for the caller's transaction (after it holds the placement
@@ -110,7 +114,7 @@ class WarmCapacity:
     def forget(self) -> None:
         self.snapshot, self.versions, self._pending = None, None, None
         self.hosts, self.uses, self.states = {}, {}, {}
-        self._unusual, self._mixes = set(), {}
+        self._unusual, self._mixes, self._saturated = set(), {}, set()
 
     def current(self, session: Session) -> Snapshot | None:
         """The snapshot, when this transaction caught up already: it holds the placement lock,
@@ -210,6 +214,7 @@ class WarmCapacity:
             if state != HostState.READY or detail is not None
         }
         self._mixes = {fleet.name: (fleet_gpus(fleet), None) for fleet in snapshot.fleets}
+        self._saturated = set()  # a fleet's size decides how many jobs saturate it
         index_of(snapshot)  # built now, while the lock is held, not in the first `place`
 
     def _read_states(self, session: Session) -> None:
@@ -257,7 +262,7 @@ class WarmCapacity:
         assert self.snapshot is not None
         for fleet in self.snapshot.fleets:
             gpus, known = self._mixes.get(fleet.name) or (fleet_gpus(fleet), None)
-            mix = mix_in_use(session, fleet.name, gpus)
+            mix = mix_in_use(session, fleet.name, gpus, self._saturated)
             if mix is known:
                 continue
             self._mixes[fleet.name] = (gpus, mix)

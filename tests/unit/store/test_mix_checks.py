@@ -20,6 +20,7 @@ from gpuflow.scheduler.mix import (
     checkpoint_reads,
     drift,
     half_life,
+    saturation,
     shares_of,
 )
 from gpuflow.services import mix
@@ -67,8 +68,8 @@ def test_the_window_is_read_at_new_checkpoints_only(
     reads: list[Any] = []  # the learned mix of each comparison
     learn = mix.fleet_mix
 
-    def counted(session: Any, fleet: str, gpus: int) -> Any:
-        reads.append(learn(session, fleet, gpus))
+    def counted(session: Any, fleet: str, gpus: int, *rest: Any) -> Any:
+        reads.append(learn(session, fleet, gpus, *rest))
         return reads[-1]
 
     _history(store, 420)  # enough that a checkpoint comes every 2 jobs or so
@@ -156,3 +157,42 @@ def test_the_checkpoint_counts_jobs_only_while_the_count_can_move_it(
     assert at == newest[anchor(newest, min(len(everything), limit), life, spacing=COMPARE_SPACING)]
     counted = any("count(" in statement.lower() for statement in statements)
     assert counted == (checkpoint_every(limit, life) > 1 and len(everything) >= most)
+
+
+def test_a_fleet_seen_with_jobs_enough_is_counted_again_only_once_a_window_read_finds_fewer(
+    store: Store,
+) -> None:
+    """A warm state's `saturated` fleets skip the count; the next window read (a comparison's)
+    finds deletions and the count comes back, with the checkpoint a cold reader finds."""
+    _big_fleet(store)
+    life = half_life(GPUS)
+    enough = saturation(mix._limit(life), life)
+    _history(store, enough + 40)
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement.lower())
+
+    def checkpoint(saturated: set[str] | None) -> tuple[str, bool]:
+        statements.clear()
+        event.listen(store.engine, "before_cursor_execute", seen)
+        try:
+            with store.placement_transaction() as session:
+                at = mix.checkpoint_at(session, "sim", GPUS, saturated)
+        finally:
+            event.remove(store.engine, "before_cursor_execute", seen)
+        return at, any("count(" in statement for statement in statements)
+
+    saturated: set[str] = set()
+    cold, _ = checkpoint(None)
+    assert checkpoint(saturated) == (cold, True) and saturated == {"sim"}
+    assert checkpoint(saturated) == (cold, False)  # not counted again
+    with store.session() as session:  # the oldest jobs deleted: fewer than `enough` left
+        for row in session.exec(select(JobRow).order_by(col(JobRow.submitted_at)).limit(80)):
+            session.delete(row)
+        session.commit()
+    with store.placement_transaction() as session:
+        mix.fleet_mix(session, "sim", GPUS, saturated)
+    assert saturated == set()
+    cold, _ = checkpoint(None)
+    assert checkpoint(saturated) == (cold, True) and saturated == set()
