@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, func, or_
+from sqlalchemy import bindparam, func
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -55,8 +55,8 @@ from gpuflow.scheduler.mix import (
     window_reads,
 )
 from gpuflow.scheduler.model import FleetSnapshot, Snapshot, TypicalRequest
+from gpuflow.services.newest_jobs import jobs_of, newest_few, newest_ids
 from gpuflow.specs import JobSpec
-from gpuflow.status import JobStatus
 from gpuflow.store.bulk import IDS_PER_STATEMENT
 from gpuflow.store.db import PLACEMENT
 from gpuflow.store.tables import FleetMixRow, JobRow
@@ -85,7 +85,7 @@ def fleet_mix(
     see `checkpoint_at`; the window's ids say again whether the fleet is."""
     life = half_life(fleet_gpus)
     limit = _limit(life)
-    newest = _newest_ids(session, fleet, window_reads(limit, life))
+    newest = newest_ids(session, fleet, window_reads(limit, life))
     if saturated is not None:
         # the window reads at least `saturation` ids (it is at most the window's limit)
         if len(newest) >= saturation(limit, life):
@@ -113,32 +113,6 @@ def fleet_mix(
 _UNREAD: Any = object()
 
 
-def _jobs_of(fleet: str) -> Any:
-    """The fleet's jobs: placed on it, or pending without a fleet."""
-    table = JobRow.__table__.c  # type: ignore[attr-defined]
-    return or_(
-        table.fleet == fleet, table.fleet.is_(None) & (table.status == JobStatus.PENDING.value)
-    )
-
-
-def _newest_ids(session: Session, fleet: str, count: int) -> list[str]:
-    """The ids of the fleet's `count` newest jobs, newest first."""
-    table = JobRow.__table__.c  # type: ignore[attr-defined]
-    query = (
-        sa_select(table.id)
-        .where(_jobs_of(fleet))
-        .order_by(table.submitted_at.desc(), table.id.desc())
-        .limit(count)
-    )
-    # The driver's rows as they come (SQLAlchemy's row processing of thousands of ids cost
-    # more than the query).
-    result = session.connection().execute(query)
-    try:
-        return [row[0] for row in result.cursor.fetchall()]
-    finally:
-        result.close()
-
-
 def checkpoint_at(
     session: Session, fleet: str, fleet_gpus: int, saturated: set[str] | None = None
 ) -> str:
@@ -154,7 +128,7 @@ def checkpoint_at(
     life = half_life(fleet_gpus)
     limit = _limit(life)
     most = checkpoint_reads(limit, life)
-    newest = _newest_ids(session, fleet, most)
+    newest = newest_few(session, fleet, most)
     if not newest:
         return ""
     # Past `saturation` jobs the count no longer moves the anchor: counted up to there only,
@@ -166,7 +140,7 @@ def checkpoint_at(
             jobs = enough
         else:
             table = JobRow.__table__.c  # type: ignore[attr-defined]
-            some = sa_select(table.id).where(_jobs_of(fleet)).limit(enough).subquery()
+            some = sa_select(table.id).where(jobs_of(fleet)).limit(enough).subquery()
             counted = sa_select(func.count()).select_from(some)
             jobs = session.connection().execute(counted).scalar_one()
             if saturated is not None and jobs >= enough:
