@@ -1,11 +1,12 @@
 """The product's placement path at fleet scale (issue #10), as a job submitted through the API
 is placed since queues (#11): the submit's placement transaction (`enter_at_submit` in
 gpuflow/control/admission.py: the job's first record and its queue entry, admitted there when
-nobody waits), the workflow's first step (`enqueue_job`, which reads what became of the entry),
-the admission loop's pass (`admission_pass`) for a job that waits, and `release_job` for the
-releases, on a sim fleet of openb's 1,213 GPU nodes in a fresh database. Only Temporal is left
-out: each call is timed as the activity runs it. The job rows it writes feed the fleet's
-learned request mix, as in the product.
+nobody waits), the workflow's first step (`enqueue_job`, which takes the verdict its submit got
+in the same control worker, or reads what became of the entry), the admission loop's pass
+(`admission_pass`) for a job that waits, and `release_job` for the releases, on a sim fleet of
+openb's 1,213 GPU nodes in a fresh database. Only Temporal is left out: each call is timed as
+the activity runs it. The job rows it writes feed the fleet's learned request mix, as in the
+product.
 
 Protocol, per database (`--db sqlite,postgresql`; PostgreSQL gets a database of its own on the
 server of `--postgresql URL`, dropped at the end):
@@ -24,7 +25,7 @@ server of `--postgresql URL`, dropped at the end):
   an in-memory snapshot, the mix learned as benchmarks/placement.py learns it) on the same
   arrivals and releases.
 - `placements_per_s`: placements over the time spent placing (groups of submits, each with its
-  workflow's read of the verdict, and passes); p50/p99 are per submit, from its call to its
+  workflow's first step, and passes); p50/p99 are per submit, from its call to its
   workflow's verdict (a submit waits for the group it is in).
 - `cold`: `--cold` more arrivals through the cold path (`warm=False`: the whole fleet read in
   each placement transaction, as before #10), on the final state.
@@ -121,13 +122,16 @@ async def product_run(
     `in_flight` submits at once (releases fall between groups: `grouped_releases`). Per arrival:
     the submit's entry into the queue through the API's group commit (`GroupCommit`: one
     placement transaction for the submits that arrive together, which admits a job at once when
-    nobody waits), then the workflow's first step (`enqueue_job`, which reads what became of the
-    entry). A job that waits is decided by the admission loop's next pass (`admission_pass`), run
+    nobody waits), then the workflow's first step (`enqueue_job`, which takes the verdict of a
+    submit that decided the job in this worker and reads what became of any other entry; with
+    several control workers a step may run on another worker than its submit and read there).
+    A job that waits is decided by the admission loop's next pass (`admission_pass`), run
     here when the loop would be woken: after a group and after each release. Only Temporal is
     left out."""
     control = ControlActivities(store, warm=warm)
     admission = AdmissionActivities(store, warm=warm)
     entries = GroupCommit(store, warm=warm)
+    admission.entries = entries  # as a control worker wires its API's submits to its steps
     state = AdmissionState()
     busy: list[float] = []  # placement work: each group of submits, each pass
     latencies: list[float] = []  # each submit, from its call to its workflow's verdict

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -85,12 +86,21 @@ def _enter_group(store: Store, jobs: Sequence[Submitted], warm: bool) -> list[Qu
 
 MAX_LOOKS = 256
 """First steps' reads answered by one read transaction at most."""
+MAX_DECIDED = 1024
+"""Decided submits whose first step has not come yet, kept at most (the oldest go first: a
+first step that runs on another control worker reads its verdict there)."""
 
 
 class GroupCommit:
     """Submits of one control worker entered in groups (batches.py: those that arrive while a
     group's transaction runs are the next group, at most MAX_GROUP, in arrival order). Alone, a
-    submit is entered at once; under load the placement lock is taken once per group."""
+    submit is entered at once; under load the placement lock is taken once per group.
+
+    A submit decided as it entered (admitted, or refused) keeps its verdict here until its
+    workflow's first step in this worker takes it (`decided`): what a read of the entry would
+    say then, since an admitted entry changes only by its own workflow's steps and a refused one
+    never, so the step needs no read transaction. A verdict to wait is not kept: a pass may
+    have admitted the job since."""
 
     def __init__(self, store: Store, *, warm: bool = True) -> None:
         self.store = store
@@ -98,6 +108,9 @@ class GroupCommit:
         self._batches: Batches[Submitted, QueueVerdict] = Batches(self._serve, MAX_GROUP)
         self._entering: dict[str, asyncio.Future[QueueVerdict]] = {}
         """Job id -> the answer its submit awaits, until it has it."""
+        self._decided: OrderedDict[str, QueueVerdict] = OrderedDict()
+        """Job id -> its submit's verdict, admitted or refused, until its first step takes it
+        (at most MAX_DECIDED: a first step that never comes here must not hold memory)."""
 
     @property
     def groups(self) -> int:
@@ -118,9 +131,22 @@ class GroupCommit:
         future.add_done_callback(lambda done: self._forget(job.job_id, done))
         return await future
 
+    def decided(self, job_id: str) -> QueueVerdict | None:
+        """The verdict of the job's submit in this worker, admitted or refused, once: for its
+        workflow's first step (see the class docstring)."""
+        return self._decided.pop(job_id, None)
+
     def _forget(self, job_id: str, future: asyncio.Future[QueueVerdict]) -> None:
-        if self._entering.get(job_id) is future:
-            del self._entering[job_id]
+        if self._entering.get(job_id) is not future:
+            return
+        del self._entering[job_id]
+        if future.cancelled() or future.exception() is not None:
+            return
+        verdict = future.result()
+        if verdict.placement is not None or verdict.refused is not None:
+            self._decided[job_id] = verdict
+            while len(self._decided) > MAX_DECIDED:
+                self._decided.popitem(last=False)
 
 
 class AdmissionActivities:
@@ -153,18 +179,23 @@ class AdmissionActivities:
 
     async def _join_submit(self, inp: EnqueueInput) -> QueueVerdict | None:
         """The verdict of the job's submit, when it is entering the job in this worker right
-        now: what it writes is what this step would (the same `submitted` record and entry).
-        None otherwise, or when that submit fails: the step enters the job itself."""
-        pending = self.entries.entering(inp.job_id) if self.entries is not None else None
-        if pending is None or inp.attempt != 1:
+        now (what it writes is what this step would: the same `submitted` record and entry), or
+        entered it already and decided it (`GroupCommit.decided`). None otherwise, or when that
+        submit fails: the step reads what became of the entry, or enters the job itself."""
+        if self.entries is None or inp.attempt != 1:
             return None
+        pending = self.entries.entering(inp.job_id)
+        if pending is None:
+            return self.entries.decided(inp.job_id)
         try:
-            return await asyncio.shield(pending)
+            verdict = await asyncio.shield(pending)
         except (Exception, asyncio.CancelledError):
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise  # this step itself is cancelled
             return None
+        self.entries.decided(inp.job_id)  # this step has it: not kept for another
+        return verdict
 
     @activity.defn(name="enqueue_job")
     async def enqueue_job(self, inp: EnqueueInput) -> QueueVerdict:

@@ -316,6 +316,7 @@ def test_a_first_step_joins_its_submit_in_flight(
     submitted, first = asyncio.run(both())
     assert submitted.placement is not None and first == submitted
     assert entries.groups == 1 and entries.entering(job.job_id) is None
+    assert entries.decided(job.job_id) is None  # the step took it: not kept for another
 
 
 def test_a_first_step_enters_alone_when_its_submit_fails(
