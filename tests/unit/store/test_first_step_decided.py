@@ -15,6 +15,7 @@ from gpuflow.control import admission
 from gpuflow.control.admission import AdmissionActivities, GroupCommit
 from gpuflow.store.db import Store
 from gpuflow.workflows.queue_models import QueueVerdict
+from tests.unit.store.test_first_step_reads import submits_then_steps
 from tests.unit.store.test_group_entry import _first_step, _jobs, _prepared
 
 ONE_GPU = {"gpu": "1", "nodes": 1, "queue": "default"}
@@ -48,12 +49,7 @@ def test_first_steps_take_decided_verdicts_and_read_the_others(
 
     monkeypatch.setattr(admission, "wake_admission", wake)
 
-    async def submits_then_steps() -> tuple[list[QueueVerdict], list[QueueVerdict]]:
-        submitted = await asyncio.gather(*(entries.enter(job) for job in jobs))
-        steps = await asyncio.gather(*(step.enqueue_job(_first_step(job)) for job in jobs))
-        return submitted, steps
-
-    submitted, steps = asyncio.run(submits_then_steps())
+    submitted, steps = submits_then_steps(entries, step, jobs)
     assert steps == submitted
     assert submitted[0].refused and sum(v.placement is not None for v in submitted) == 8
     waited = [job.job_id for job, v in zip(jobs, submitted, strict=True) if v.placement is None]

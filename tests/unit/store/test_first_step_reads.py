@@ -14,6 +14,7 @@ from gpuflow.control import admission
 from gpuflow.control.admission import AdmissionActivities, GroupCommit
 from gpuflow.metrics._registry import REGISTRY
 from gpuflow.services import queue_entries
+from gpuflow.services.group_entry import Submitted
 from gpuflow.services.queue_entries import look_all_in, look_in
 from gpuflow.store.db import Store
 from gpuflow.workflows.queue_models import QueueVerdict
@@ -25,6 +26,19 @@ ONE_GPU = {"gpu": "1", "nodes": 1, "queue": "default"}
 def _placed_observations() -> float:
     found = REGISTRY.get_sample_value("gpuflow_placement_seconds_count", {"outcome": "placed"})
     return found or 0.0
+
+
+def submits_then_steps(
+    entries: GroupCommit, step: AdmissionActivities, jobs: list[Submitted]
+) -> tuple[list[QueueVerdict], list[QueueVerdict]]:
+    """The jobs' submits at once, then their first steps at once: the verdicts of both."""
+
+    async def both() -> tuple[list[QueueVerdict], list[QueueVerdict]]:
+        submitted = await asyncio.gather(*(entries.enter(job) for job in jobs))
+        steps = await asyncio.gather(*(step.enqueue_job(_first_step(job)) for job in jobs))
+        return submitted, steps
+
+    return asyncio.run(both())
 
 
 def test_first_steps_read_their_verdicts_together(
@@ -47,12 +61,7 @@ def test_first_steps_read_their_verdicts_together(
     monkeypatch.setattr(admission, "wake_admission", wake)
     before = _placed_observations()
 
-    async def submits_then_steps() -> tuple[list[QueueVerdict], list[QueueVerdict]]:
-        submitted = await asyncio.gather(*(entries.enter(job) for job in jobs))
-        steps = await asyncio.gather(*(step.enqueue_job(_first_step(job)) for job in jobs))
-        return submitted, steps
-
-    submitted, steps = asyncio.run(submits_then_steps())
+    submitted, steps = submits_then_steps(entries, step, jobs)
     assert steps == submitted
     placed = sum(v.placement is not None for v in steps)
     assert placed == 8  # 8 GPUs: the others wait for the loop's pass (someone waits already)
