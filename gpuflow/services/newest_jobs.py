@@ -29,9 +29,13 @@ __all__ = ["jobs_of", "newest_few", "newest_ids"]
 _TABLE = JobRow.__table__.c  # type: ignore[attr-defined]
 _PENDING = JobStatus.PENDING.value
 
-MAX_SPREAD = 16.0
+MAX_SPREAD = 4.0
 """Rows per id wanted past which `newest_few` leaves a fleet to `newest_ids`: its share of the
-newest jobs is too small for reading everyone's."""
+newest jobs (under a quarter) is too small for reading everyone's."""
+RETRY = 0.97
+"""What a fleet left to `newest_ids` has its spread multiplied by at each read: from where a
+share of 1% puts it, `newest_few` is tried again after some hundred reads, and a fleet just
+past the bound after a few dozen."""
 _SPREAD: dict[tuple[str, str], float] = {}
 """(database, fleet) -> rows of the index `newest_few` reads per id it wants: 1 while the
 newest jobs are all the fleet's (one fleet), more as other fleets' come between them."""
@@ -65,7 +69,7 @@ def newest_few(session: Session, fleet: str, count: int) -> list[str]:
     key = (str(session.get_bind().engine.url), fleet)
     spread = _SPREAD.get(key, 1.0)
     if spread > MAX_SPREAD:
-        _SPREAD[key] = spread * 0.9  # try again after a while: the share may have grown
+        _SPREAD[key] = spread * RETRY  # tried again after a while: the share may have grown
         return newest_ids(session, fleet, count)
     reach = math.ceil(count * spread)
     query = (
