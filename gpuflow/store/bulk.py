@@ -1,17 +1,22 @@
-"""Rows written many at a time without the ORM's unit of work: one INSERT with every row
-(SQLAlchemy's insertmanyvalues) instead of an object per row and a flush that walks them, for
-the writes a group of submits makes per job (gpuflow/services/group_entry.py)."""
+"""Rows written many at a time without the ORM's unit of work, for the writes a group of
+submits makes per job (gpuflow/services/group_entry.py): instead of an object per row and a
+flush that walks them, one statement per table. On PostgreSQL that statement takes each column
+as one array (`INSERT ... SELECT * FROM unnest(...)`, `UPDATE ... FROM unnest(...)`), so the
+server plans and runs it once for all the rows; psycopg's executemany would run it once per
+row, and SQLAlchemy's insertmanyvalues sends a new text for every number of rows. SQLite gets
+SQLAlchemy's executemany and insertmanyvalues."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic_core import PydanticUndefined
-from sqlalchemy import insert
+from sqlalchemy import Table, UniqueConstraint, bindparam, insert
+from sqlalchemy.engine import Connection
 from sqlmodel import Session, SQLModel
 
-__all__ = ["IDS_PER_STATEMENT", "insert_rows"]
+__all__ = ["IDS_PER_STATEMENT", "insert_rows", "update_rows"]
 
 IDS_PER_STATEMENT = 500
 """Ids in one `IN (...)` at most (SQLite limits a statement's parameters)."""
@@ -64,8 +69,121 @@ def insert_rows(
     if session.new or session.dirty:
         session.flush()
     table = model.__table__  # type: ignore[attr-defined]
+    connection = session.connection()
+    key = _unique_key(table, values[0]) if returning is not None else ()
+    if _arrays_fit(connection, values) and (returning is None or key):
+        return _insert_arrays(connection, table, values, returning, key)
     if returning is None:
         session.connection().execute(insert(table), values)
         return []
     statement = insert(table).returning(table.c[returning], sort_by_parameter_order=True)
     return list(session.connection().execute(statement, values).scalars())
+
+
+def update_rows(
+    session: Session, model: type[SQLModel], key: str, rows: Sequence[Mapping[str, Any]]
+) -> None:
+    """Set the columns each row names on the row of the model's table whose `key` column has
+    the row's `key` value, in the caller's transaction (every row names the same columns)."""
+    if not rows:
+        return
+    table = model.__table__  # type: ignore[attr-defined]
+    connection = session.connection()
+    if _arrays_fit(connection, rows):
+        columns = [name for name in rows[0] if name != key]
+        arrays = _arrays(connection, table, [key, *columns], rows)
+        source = ", ".join(f"%b::{kind}[]" for _, kind in arrays)
+        names = ", ".join(f'"{name}"' for name in [key, *columns])
+        assigned = ", ".join(f'"{name}" = u."{name}"' for name in columns)
+        connection.exec_driver_sql(
+            f'UPDATE "{table.name}" SET {assigned} FROM unnest({source}) AS u({names}) '
+            f'WHERE "{table.name}"."{key}" = u."{key}"',
+            tuple(values for values, _ in arrays),
+        )
+        return
+    named = {name: f"_{name}" for name in rows[0]}
+    statement = table.update().where(table.c[key] == bindparam(named[key]))
+    statement = statement.values({name: bindparam(named[name]) for name in rows[0] if name != key})
+    connection.execute(statement, [{named[n]: v for n, v in row.items()} for row in rows])
+
+
+def _arrays_fit(connection: Connection, rows: Sequence[Mapping[str, Any]]) -> bool:
+    """PostgreSQL, and every row names the same columns (one array per column)."""
+    if connection.dialect.name != "postgresql":
+        return False
+    names = rows[0].keys()
+    return all(row.keys() == names for row in rows)
+
+
+def _arrays(
+    connection: Connection, table: Table, names: Sequence[str], rows: Sequence[Mapping[str, Any]]
+) -> list[tuple[list[Any], str]]:
+    """Per column: its rows' values as the driver takes them (the column type's own bind
+    processing: JSON, UTC timestamps; plain values made one Python type, since an array holds
+    one: 0 in a float column is 0.0), and the server's name of its type."""
+    dialect = connection.dialect
+    arrays = []
+    for name in names:
+        kind = table.c[name].type
+        process = kind._cached_bind_processor(dialect)
+        values = [row[name] for row in rows]
+        if process is not None:
+            values = [process(value) for value in values]
+        else:
+            plain = _PLAIN.get(_python_type(kind) or object)
+            if plain is not None:
+                values = [None if value is None else plain(value) for value in values]
+        arrays.append((values, kind.compile(dialect=dialect)))
+    return arrays
+
+
+_PLAIN: dict[type, Callable[[Any], Any]] = {str: str, int: int, float: float, bool: bool}
+
+
+def _python_type(kind: Any) -> type | None:
+    try:
+        found: type = kind.python_type
+    except NotImplementedError:
+        return None
+    return found
+
+
+def _insert_arrays(
+    connection: Connection,
+    table: Table,
+    values: Sequence[Mapping[str, Any]],
+    returning: str | None,
+    key: tuple[str, ...],
+) -> list[Any]:
+    """`insert_rows` on PostgreSQL: one `INSERT ... SELECT * FROM unnest(...)`. The rows the
+    database numbered are matched back to the caller's by a unique key they carry, since the
+    order of RETURNING is not promised."""
+    names = list(values[0])
+    arrays = _arrays(connection, table, names, values)
+    source = ", ".join(f"%b::{kind}[]" for _, kind in arrays)
+    columns = ", ".join(f'"{name}"' for name in names)
+    statement = f'INSERT INTO "{table.name}" ({columns}) SELECT * FROM unnest({source})'
+    parameters = tuple(column for column, _ in arrays)
+    if returning is None:
+        connection.exec_driver_sql(statement, parameters)
+        return []
+    back = ", ".join(f'"{name}"' for name in (returning, *key))
+    found = connection.exec_driver_sql(f"{statement} RETURNING {back}", parameters).all()
+    given = {tuple(row[1:]): row[0] for row in found}
+    return [given[tuple(value[name] for name in key)] for value in values]
+
+
+def _unique_key(table: Table, names: Iterable[str]) -> tuple[str, ...]:
+    """Columns the rows carry that tell them apart: the primary key's or a unique constraint's
+    (none: the rows carry no such key)."""
+    names = set(names)
+    candidates = [tuple(c.name for c in table.primary_key.columns)]
+    candidates += [
+        tuple(c.name for c in constraint.columns)
+        for constraint in table.constraints
+        if isinstance(constraint, UniqueConstraint)
+    ]
+    for candidate in candidates:
+        if candidate and all(name in names for name in candidate):
+            return candidate
+    return ()
