@@ -58,6 +58,7 @@ __all__ = [
     "admit_placement_in",
     "no_fit_lines",
     "refuse_in",
+    "refused_values",
     "run_pass_in",
     "snapshot_in",
 ]
@@ -394,9 +395,13 @@ def _say_waiting(session: Session, job_id: str, reasons: list[str]) -> None:
 
 def refuse_in(session: Session, entry: QueueEntryRow, reason: str, reasons: list[str]) -> None:
     """The entry's job may not wait and nothing admits it: refused, saying why."""
-    _set(entry, reason=reason, detail="\n".join(reasons))
-    entry.state, entry.spec = REFUSED, {}
+    _set(entry, **refused_values(reason, reasons))
     session.add(entry)
+
+
+def refused_values(reason: str, reasons: list[str]) -> dict[str, Any]:
+    """What a refusal writes on its job's queue entry."""
+    return {"state": REFUSED, "spec": {}, "reason": reason, "detail": "\n".join(reasons)}
 
 
 def _reasons(item: Held, snapshot: Snapshot) -> list[str]:

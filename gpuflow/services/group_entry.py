@@ -31,7 +31,7 @@ from gpuflow.services.admission import (
     admitted_key,
     admitted_values,
     no_fit_lines,
-    refuse_in,
+    refused_values,
     snapshot_in,
 )
 from gpuflow.services.capacity import allocation_values
@@ -127,6 +127,7 @@ def _decided_at_once(
     queues = {queue.name: queue for queue in queues_in(session)}
     snapshot = None
     decided: list[Decided] = []
+    victims: dict[tuple[str, int], bool] = {}
     for job in jobs:
         if job.job_id not in rows or not decided_alone(queues.get(job.spec.queue)):
             break
@@ -143,7 +144,7 @@ def _decided_at_once(
         if isinstance(found, Placement):
             apply_placement(snapshot, found)
             decided.append((job, at, found))
-        elif job.spec.may_wait or _victims_possible(session, job.spec, decided):
+        elif job.spec.may_wait or _victims_possible(session, job.spec, decided, victims):
             break  # it waits, or a full pass decides: as a submit alone does
         else:
             decided.append((job, at, no_fit_lines(tries)))
@@ -159,9 +160,13 @@ def _decided_at_once(
     ]
 
 
-def _victims_possible(session: Session, spec: JobSpec, decided: list[Decided]) -> bool:
+def _victims_possible(
+    session: Session, spec: JobSpec, decided: list[Decided], asked: dict[tuple[str, int], bool]
+) -> bool:
     """Whether a running job of the job's queue, or one admitted earlier in the group, could
-    be preempted for it."""
+    be preempted for it. What the database says of the running jobs is asked once per queue
+    and priority in a group (`asked`): the transaction holds the placement lock, so nothing
+    else admits a job meanwhile, and the group's own admissions are looked at here."""
     if any(
         isinstance(outcome, Placement)
         and job.spec.queue == spec.queue
@@ -170,7 +175,11 @@ def _victims_possible(session: Session, spec: JobSpec, decided: list[Decided]) -
         for job, _, outcome in decided
     ):
         return True
-    return victims_possible(session, spec.queue, spec.priority)
+    key = (spec.queue, spec.priority)
+    found = asked.get(key)
+    if found is None:
+        found = asked[key] = victims_possible(session, spec.queue, spec.priority)
+    return found
 
 
 def _write(session: Session, decided: list[Decided], rows: dict[str, dict[str, Any]]) -> None:
@@ -182,6 +191,7 @@ def _write(session: Session, decided: list[Decided], rows: dict[str, dict[str, A
     hosts: set[str] = set()
     events: list[dict[str, Any]] = []
     entries: list[dict[str, Any]] = []
+    refused: list[dict[str, Any]] = []
     allocations: list[dict[str, Any]] = []
     placed: list[dict[str, Any]] = []
     for job, at, outcome in decided:
@@ -213,11 +223,12 @@ def _write(session: Session, decided: list[Decided], rows: dict[str, dict[str, A
             allocations.extend(allocation_values(job.job_id, 1, outcome))
             hosts.update(node.host_id for node in outcome.nodes)
         else:
-            refuse_in(session, QueueEntryRow(**entry), NO_CAPACITY, outcome)
+            refused.append({**entry, **refused_values(NO_CAPACITY, outcome)})
     # Written as one statement per table (store/bulk.py): a group writes these for every job;
     # the jobs it placed, on their placements (status, message, fleet, gpus and hosts).
     insert_rows(session, JobEventRow, events)
     insert_rows(session, QueueEntryRow, entries)
+    insert_rows(session, QueueEntryRow, refused)
     ids = insert_rows(session, AllocationRow, allocations, returning="id")
     update_rows(session, JobRow, "id", placed)
     session.flush()

@@ -342,3 +342,32 @@ def test_a_first_step_enters_alone_when_its_submit_fails(
         return first
 
     assert asyncio.run(both()).placement is not None
+
+
+def test_a_group_asks_once_per_queue_and_priority_whether_it_could_preempt(
+    store: Store,
+) -> None:
+    """Jobs that fit nowhere and may not wait are refused unless a running job could be
+    preempted for them: the database is asked once per queue and priority in a group (nothing
+    else admits a job while the group holds the placement lock), and the group's own
+    admissions are looked at besides."""
+    _prepared(store)
+    asks = [
+        {"gpu": gpu, "nodes": 1, "queue": "default", "may_wait": False, "priority": priority}
+        for gpu, priority in [("A100:8", 10), ("A100:1", 0), ("A100:8", 10), ("A100:8", 5)]
+    ]
+    asks.append({**asks[0], "gpu": "H100:4"})
+    asked: list[str] = []
+
+    def record(*args: Any) -> None:
+        if "preemptible" in args[2] and args[2].lstrip().upper().startswith("SELECT"):
+            asked.append(args[2])
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        found = enter_all_at_submit(store, _jobs(asks))
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    refused = [isinstance(v, QueueVerdict) and v.refused is not None for v in found]
+    assert refused == [True, False, True, True, True]
+    assert len(asked) == 2  # priority 10 (three jobs), priority 5
