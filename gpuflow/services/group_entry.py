@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import bindparam
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
@@ -51,7 +52,7 @@ from gpuflow.services.snapshot import use_of_values
 from gpuflow.services.warm import warm_capacity
 from gpuflow.specs.job import JobSpec
 from gpuflow.status import JobStatus
-from gpuflow.store.bulk import insert_rows, update_rows
+from gpuflow.store.bulk import insert_rows
 from gpuflow.store.db import SUBMITTED
 from gpuflow.store.tables import AllocationRow, JobEventRow, JobRow, QueueEntryRow
 from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
@@ -182,6 +183,12 @@ def _victims_possible(
     return found
 
 
+_JOBS = JobRow.__table__  # type: ignore[attr-defined]
+_PLACED = _JOBS.update().where(_JOBS.c.id == bindparam("job_id"))
+"""The jobs a group placed, on their placements (one statement for all of them: each row's
+status, message, fleet, gpus and hosts)."""
+
+
 def _write(session: Session, decided: list[Decided], rows: dict[str, dict[str, Any]]) -> None:
     """The rows `enter_at_submit_in` writes for a job it decides alone: the job's `submitted`
     record and its entry; for one admitted, the job on its placement (provisioning), its
@@ -210,7 +217,7 @@ def _write(session: Session, decided: list[Decided], rows: dict[str, dict[str, A
         )
         if isinstance(outcome, Placement):
             admitted = admitted_job(outcome)
-            placed.append({**admitted, "id": job.job_id, "status": admitted["status"].value})
+            placed.append({**admitted, "job_id": job.job_id, "status": admitted["status"].value})
             entries.append({**entry, **admitted_values(now)})
             events.append(
                 {
@@ -224,13 +231,13 @@ def _write(session: Session, decided: list[Decided], rows: dict[str, dict[str, A
             hosts.update(node.host_id for node in outcome.nodes)
         else:
             refused.append({**entry, **refused_values(NO_CAPACITY, outcome)})
-    # Written as one statement per table (store/bulk.py): a group writes these for every job;
-    # the jobs it placed, on their placements (status, message, fleet, gpus and hosts).
+    # Written as one INSERT per table (store/bulk.py): a group writes these for every job.
     insert_rows(session, JobEventRow, events)
     insert_rows(session, QueueEntryRow, entries)
     insert_rows(session, QueueEntryRow, refused)
     ids = insert_rows(session, AllocationRow, allocations, returning="id")
-    update_rows(session, JobRow, "id", placed)
+    if placed:
+        session.connection().execute(_PLACED, placed)
     session.flush()
     if not hosts:
         return

@@ -1,10 +1,14 @@
 """Rows written many at a time without the ORM's unit of work, for the writes a group of
 submits makes per job (gpuflow/services/group_entry.py): instead of an object per row and a
-flush that walks them, one statement per table. On PostgreSQL that statement takes each column
-as one array (`INSERT ... SELECT * FROM unnest(...)`, `UPDATE ... FROM unnest(...)`), so the
-server plans and runs it once for all the rows; psycopg's executemany would run it once per
-row, and SQLAlchemy's insertmanyvalues sends a new text for every number of rows. SQLite gets
-SQLAlchemy's executemany and insertmanyvalues."""
+flush that walks them, one INSERT per table. On PostgreSQL, for several rows, that statement
+takes each column as one binary array (`INSERT ... SELECT * FROM unnest(...)`), so the server
+runs it once for all the rows: psycopg's executemany runs it once per row, and SQLAlchemy's
+insertmanyvalues sends a new text for every number of rows. SQLite, and a few rows, get
+SQLAlchemy's executemany and insertmanyvalues.
+
+Updates are left to executemany: an `UPDATE ... FROM unnest(...)` joins the arrays to the table,
+and the generic plan of a prepared statement, made while a new database's table is small,
+reads the whole table for every call for as long as the plan is kept."""
 
 from __future__ import annotations
 
@@ -12,11 +16,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic_core import PydanticUndefined
-from sqlalchemy import Table, UniqueConstraint, bindparam, insert
+from sqlalchemy import Table, UniqueConstraint, insert
 from sqlalchemy.engine import Connection
 from sqlmodel import Session, SQLModel
 
-__all__ = ["IDS_PER_STATEMENT", "insert_rows", "update_rows"]
+__all__ = ["ARRAYS_FROM", "IDS_PER_STATEMENT", "insert_rows"]
+
+ARRAYS_FROM = 4
+"""Rows from which an INSERT on PostgreSQL takes each column as one array. Its fixed cost (the
+arrays, a longer statement) is about what three rows cost run one by one: for fewer rows it is
+slower (one row: 0.38 against 0.26 ms; 32 rows: 1.1 against 3.3 ms, benchmarks/README.md,
+"Fleet scale", ninth pass)."""
 
 IDS_PER_STATEMENT = 500
 """Ids in one `IN (...)` at most (SQLite limits a statement's parameters)."""
@@ -80,36 +90,10 @@ def insert_rows(
     return list(session.connection().execute(statement, values).scalars())
 
 
-def update_rows(
-    session: Session, model: type[SQLModel], key: str, rows: Sequence[Mapping[str, Any]]
-) -> None:
-    """Set the columns each row names on the row of the model's table whose `key` column has
-    the row's `key` value, in the caller's transaction (every row names the same columns)."""
-    if not rows:
-        return
-    table = model.__table__  # type: ignore[attr-defined]
-    connection = session.connection()
-    if _arrays_fit(connection, rows):
-        columns = [name for name in rows[0] if name != key]
-        arrays = _arrays(connection, table, [key, *columns], rows)
-        source = ", ".join(f"%b::{kind}[]" for _, kind in arrays)
-        names = ", ".join(f'"{name}"' for name in [key, *columns])
-        assigned = ", ".join(f'"{name}" = u."{name}"' for name in columns)
-        connection.exec_driver_sql(
-            f'UPDATE "{table.name}" SET {assigned} FROM unnest({source}) AS u({names}) '
-            f'WHERE "{table.name}"."{key}" = u."{key}"',
-            tuple(values for values, _ in arrays),
-        )
-        return
-    named = {name: f"_{name}" for name in rows[0]}
-    statement = table.update().where(table.c[key] == bindparam(named[key]))
-    statement = statement.values({name: bindparam(named[name]) for name in rows[0] if name != key})
-    connection.execute(statement, [{named[n]: v for n, v in row.items()} for row in rows])
-
-
 def _arrays_fit(connection: Connection, rows: Sequence[Mapping[str, Any]]) -> bool:
-    """PostgreSQL, and every row names the same columns (one array per column)."""
-    if connection.dialect.name != "postgresql":
+    """PostgreSQL, `ARRAYS_FROM` rows at least, every row naming the same columns (one array
+    per column)."""
+    if connection.dialect.name != "postgresql" or len(rows) < ARRAYS_FROM:
         return False
     names = rows[0].keys()
     return all(row.keys() == names for row in rows)

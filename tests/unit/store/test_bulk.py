@@ -1,6 +1,6 @@
 """Rows written many at a time (gpuflow/store/bulk.py) are the rows the ORM would write: the
 columns left out take the model's defaults and factories, and autoincrement keys are the
-database's, on SQLite and PostgreSQL; on PostgreSQL in one statement per call."""
+database's, on SQLite and PostgreSQL; on PostgreSQL several rows in one statement."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import event
 from sqlmodel import select
 
-from gpuflow.store.bulk import insert_rows, update_rows
+from gpuflow.store.bulk import ARRAYS_FROM, insert_rows
 from gpuflow.store.db import Store
-from gpuflow.store.tables import AllocationRow, JobEventRow, JobRow
+from gpuflow.store.tables import AllocationRow, JobEventRow
 from tests.conftest import PG_ADMIN_URL, pg_database
 
 
@@ -70,49 +70,28 @@ def test_returning_gives_each_row_its_id_in_order(store: Store) -> None:
         assert insert_rows(session, AllocationRow, [], returning="id") == []
 
 
-def test_update_rows_sets_what_each_row_names(store: Store) -> None:
-    with store.session() as session:
-        insert_rows(
-            session,
-            JobRow,
-            [{"id": f"j{n}", "name": f"j{n}", "status": "pending"} for n in range(3)],
-        )
-        update_rows(
-            session,
-            JobRow,
-            "id",
-            [
-                {"id": "j2", "status": "provisioning", "hosts": ["h1", "h2"], "gpus": None},
-                {"id": "j0", "status": "running", "hosts": [], "gpus": "A100 x 2"},
-            ],
-        )
-        session.commit()
-    with store.read() as session:
-        jobs = {job.id: job for job in session.exec(select(JobRow))}
-    assert (jobs["j0"].status, jobs["j0"].hosts, jobs["j0"].gpus) == ("running", [], "A100 x 2")
-    assert (jobs["j1"].status, jobs["j1"].hosts, jobs["j1"].gpus) == ("pending", [], None)
-    assert (jobs["j2"].status, jobs["j2"].hosts, jobs["j2"].gpus) == (
-        "provisioning",
-        ["h1", "h2"],
-        None,
-    )
-    assert jobs["j2"].name == "j2" and jobs["j2"].submitted_at is not None
-
-
 def test_a_column_of_mixed_plain_values_is_written_as_its_type(store: Store) -> None:
     """An int in a float column (a model default of 0) beside floats, None beside values."""
     rows: list[dict[str, Any]] = [
         {"job_id": "m", "attempt": 1, "rank": 0, "fleet": "f", "host_id": "h", "cpus": 2.5},
         {"job_id": "m", "attempt": 1, "rank": 1, "fleet": "f", "host_id": "h", "cpus": 0},
         {"job_id": "m", "attempt": 1, "rank": 2, "fleet": "f", "host_id": "h", "cpus": 1},
+        {"job_id": "m", "attempt": 1, "rank": 3, "fleet": "f", "host_id": "h", "cpus": 4.0},
     ]
-    rows[1]["gpu_fraction"], rows[0]["gpu_fraction"], rows[2]["gpu_fraction"] = 0.5, None, 1
+    assert len(rows) >= ARRAYS_FROM  # as arrays on PostgreSQL
+    for row, fraction in zip(rows, [None, 0.5, 1, None], strict=True):
+        row["gpu_fraction"] = fraction
     with store.session() as session:
         insert_rows(session, AllocationRow, rows)
         session.commit()
     with store.read() as session:
         found = session.exec(select(AllocationRow).order_by(AllocationRow.rank)).all()
-    assert [(a.cpus, a.gpu_fraction) for a in found] == [(2.5, None), (0.0, 0.5), (1.0, 1.0)]
+    assert [(a.cpus, a.gpu_fraction) for a in found] == [
+        (2.5, None),
+        (0.0, 0.5),
+        (1.0, 1.0),
+        (4.0, None),
+    ]
 
 
 @pytest.fixture
@@ -125,13 +104,18 @@ def postgres_store() -> Iterator[Store]:
             db.dispose()
 
 
-def test_postgresql_writes_all_rows_in_one_statement(postgres_store: Store) -> None:
-    """One statement that the server runs once for all the rows: psycopg's executemany would
-    run one per row."""
-    seen: list[tuple[str, bool]] = []
+def test_postgresql_writes_several_rows_in_one_statement(postgres_store: Store) -> None:
+    """From ARRAYS_FROM rows, one statement that the server runs once for all of them
+    (psycopg's executemany runs one per row); fewer rows are written as before."""
+    seen: list[tuple[str, bool, bool]] = []
 
     def count(_c: Any, _cursor: Any, statement: str, _p: Any, _x: Any, many: bool) -> None:
-        seen.append((statement.split()[0], many))
+        seen.append((statement.split()[0], "unnest" in statement, many))
+
+    def allocations(ranks: list[int]) -> list[dict[str, Any]]:
+        return [
+            {"job_id": "a", "attempt": 1, "rank": n, "fleet": "f", "host_id": "h"} for n in ranks
+        ]
 
     event.listen(postgres_store.engine, "before_cursor_execute", count)
     try:
@@ -140,20 +124,13 @@ def test_postgresql_writes_all_rows_in_one_statement(postgres_store: Store) -> N
             seen.clear()
             rows = [{"job_id": f"e{n}", "key": "k", "kind": "p", "message": "m"} for n in range(40)]
             insert_rows(session, JobEventRow, rows)
-            ids = insert_rows(
-                session,
-                AllocationRow,
-                [
-                    {"job_id": "a", "attempt": 1, "rank": n, "fleet": "f", "host_id": "h"}
-                    for n in (3, 1, 2)
-                ],
-                returning="id",
-            )
-            update_rows(session, JobEventRow, "id", [{"id": i, "message": "n"} for i in ids])
+            several = insert_rows(session, AllocationRow, allocations([7, 3, 5, 4]), returning="id")
+            few = insert_rows(session, AllocationRow, allocations([1, 2][: ARRAYS_FROM - 2]))
             session.commit()
     finally:
         event.remove(postgres_store.engine, "before_cursor_execute", count)
-    assert seen == [("INSERT", False), ("INSERT", False), ("UPDATE", False)]
+    assert seen[:2] == [("INSERT", True, False), ("INSERT", True, False)]
+    assert few == [] and all(not arrays for _, arrays, _ in seen[2:])
     with postgres_store.read() as session:
         ranks = {a.id: a.rank for a in session.exec(select(AllocationRow))}
-    assert [ranks[i] for i in ids] == [3, 1, 2]
+    assert [ranks[i] for i in several] == [7, 3, 5, 4]
