@@ -45,6 +45,20 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
         yield db
         db.dispose()
         return
+    with pg_store() as db:
+        yield db
+
+
+@pytest.fixture
+def postgres_store() -> Iterator[Store]:
+    """A fresh, initialised store on PostgreSQL alone."""
+    with pg_store() as db:
+        yield db
+
+
+@contextmanager
+def pg_store() -> Iterator[Store]:
+    """A fresh, initialised store on a scratch PostgreSQL database (`pg_database`)."""
     with pg_database() as name:
         db = Store(f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}").init()
         try:

@@ -4,17 +4,14 @@ database's, on SQLite and PostgreSQL; on PostgreSQL several rows in one statemen
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from sqlalchemy import event
 from sqlmodel import select
 
 from gpuflow.store.bulk import ARRAYS_FROM, insert_rows
 from gpuflow.store.db import Store
 from gpuflow.store.tables import AllocationRow, JobEventRow
-from tests.conftest import PG_ADMIN_URL, pg_database
 
 
 def test_rows_take_the_model_defaults(store: Store) -> None:
@@ -92,16 +89,6 @@ def test_a_column_of_mixed_plain_values_is_written_as_its_type(store: Store) -> 
         (1.0, 1.0),
         (4.0, None),
     ]
-
-
-@pytest.fixture
-def postgres_store() -> Iterator[Store]:
-    with pg_database() as name:
-        db = Store(f"{PG_ADMIN_URL.rsplit('/', 1)[0]}/{name}").init()
-        try:
-            yield db
-        finally:
-            db.dispose()
 
 
 def test_postgresql_writes_several_rows_in_one_statement(postgres_store: Store) -> None:
