@@ -24,9 +24,11 @@ __all__ = ["ARRAYS_FROM", "IDS_PER_STATEMENT", "insert_rows"]
 
 ARRAYS_FROM = 4
 """Rows from which an INSERT on PostgreSQL takes each column as one array. Its fixed cost (the
-arrays, a longer statement) is about what three rows cost run one by one: for fewer rows it is
-slower (one row: 0.38 against 0.26 ms; 32 rows: 1.1 against 3.3 ms, benchmarks/README.md,
-"Fleet scale", ninth pass)."""
+arrays, a longer statement) is about what a few rows cost run one by one (benchmarks/
+bulk_rows.py): events and allocations are cheaper as arrays from 3-4 rows on (32 allocations:
+1.5 against 2.9 ms), a single row of any table is not (0.56 against 0.44 ms). The jobs' rows,
+each with a spec of about a kilobyte of JSON, gain only from about 16 rows and cost up to 0.15
+ms more below: not worth a threshold of their own."""
 
 IDS_PER_STATEMENT = 500
 """Ids in one `IN (...)` at most (SQLite limits a statement's parameters)."""
