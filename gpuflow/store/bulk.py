@@ -156,7 +156,9 @@ def _insert_arrays(
     back = ", ".join(f'"{name}"' for name in (returning, *key))
     found = connection.exec_driver_sql(f"{statement} RETURNING {back}", parameters).all()
     given = {tuple(row[1:]): row[0] for row in found}
-    return [given[tuple(value[name] for name in key)] for value in values]
+    # the key as sent (each value of its column's one type), so it compares with what comes back
+    sent = dict(zip(names, parameters, strict=True))
+    return [given[row_key] for row_key in zip(*(sent[name] for name in key), strict=True)]
 
 
 def _unique_key(table: Table, names: Iterable[str]) -> tuple[str, ...]:

@@ -121,3 +121,19 @@ def test_postgresql_writes_several_rows_in_one_statement(postgres_store: Store) 
     with postgres_store.read() as session:
         ranks = {a.id: a.rank for a in session.exec(select(AllocationRow))}
     assert [ranks[i] for i in several] == [7, 3, 5, 4]
+
+
+def test_returning_matches_rows_whose_key_the_database_reads_as_another_type(
+    store: Store,
+) -> None:
+    """An attempt given as "1" comes back as the integer 1: the ids still find their rows."""
+    rows = [
+        {"job_id": "t", "attempt": "1", "rank": n, "fleet": "f", "host_id": "h"}
+        for n in (2, 0, 3, 1)
+    ]
+    with store.session() as session:
+        ids = insert_rows(session, AllocationRow, rows, returning="id")
+        session.commit()
+    with store.read() as session:
+        ranks = {a.id: a.rank for a in session.exec(select(AllocationRow))}
+    assert [ranks[i] for i in ids] == [2, 0, 3, 1]
