@@ -3,8 +3,9 @@ submits makes per job (gpuflow/services/group_entry.py): instead of an object pe
 flush that walks them, one INSERT per table. On PostgreSQL, for several rows, that statement
 takes each column as one binary array (`INSERT ... SELECT * FROM unnest(...)`), so the server
 runs it once for all the rows: psycopg's executemany runs it once per row, and SQLAlchemy's
-insertmanyvalues sends a new text for every number of rows. SQLite, and a few rows, get
-SQLAlchemy's executemany and insertmanyvalues.
+insertmanyvalues sends a new text for every number of rows. SQLite, a few rows, and values
+not already of their column's type get SQLAlchemy's executemany and insertmanyvalues, which
+write them as a row written alone would be.
 
 Updates are left to executemany: an `UPDATE ... FROM unnest(...)` joins the arrays to the table,
 and the generic plan of a prepared statement, made while a new database's table is small,
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic_core import PydanticUndefined
-from sqlalchemy import Table, UniqueConstraint, insert
+from sqlalchemy import Float, Integer, String, Table, UniqueConstraint, insert
 from sqlalchemy.engine import Connection
 from sqlmodel import Session, SQLModel
 
@@ -84,7 +85,9 @@ def insert_rows(
     connection = session.connection()
     key = _unique_key(table, values[0]) if returning is not None else ()
     if _arrays_fit(connection, values) and (returning is None or key):
-        return _insert_arrays(connection, table, values, returning, key)
+        arrays = _arrays(connection, table, list(values[0]), values)
+        if arrays is not None:
+            return _insert_arrays(connection, table, arrays, returning, key)
     if returning is None:
         session.connection().execute(insert(table), values)
         return []
@@ -103,12 +106,15 @@ def _arrays_fit(connection: Connection, rows: Sequence[Mapping[str, Any]]) -> bo
 
 def _arrays(
     connection: Connection, table: Table, names: Sequence[str], rows: Sequence[Mapping[str, Any]]
-) -> list[tuple[list[Any], str]]:
-    """Per column: its rows' values as the driver takes them (the column type's own bind
-    processing: JSON, UTC timestamps; plain values made one Python type, since an array holds
-    one: 0 in a float column is 0.0), and the server's name of its type."""
+) -> dict[str, tuple[list[Any], str]] | None:
+    """Per column: its rows' values as the driver takes them, and the server's name of its
+    type. Values go through the column type's own bind processing (JSON, UTC timestamps); a
+    plain column's must already be of its Python type (an int in a float column is made a
+    float: a model's default of 0), since psycopg dumps an array of one type only. None when
+    some are not (a str subclass beside str, "1" in an int column): the caller writes the rows
+    the driver's way, which takes them as it always did."""
     dialect = connection.dialect
-    arrays = []
+    arrays: dict[str, tuple[list[Any], str]] = {}
     for name in names:
         kind = table.c[name].type
         process = kind._cached_bind_processor(dialect)
@@ -116,49 +122,44 @@ def _arrays(
         if process is not None:
             values = [process(value) for value in values]
         else:
-            plain = _PLAIN.get(_python_type(kind) or object)
-            if plain is not None:
-                values = [None if value is None else plain(value) for value in values]
-        arrays.append((values, kind.compile(dialect=dialect)))
+            plain = _plain_type(kind)
+            if plain is float:
+                values = [float(v) if type(v) is int else v for v in values]
+            if plain is not None and any(v is not None and type(v) is not plain for v in values):
+                return None
+        arrays[name] = (values, kind.compile(dialect=dialect))
     return arrays
 
 
-_PLAIN: dict[type, Callable[[Any], Any]] = {str: str, int: int, float: float, bool: bool}
-
-
-def _python_type(kind: Any) -> type | None:
-    try:
-        found: type = kind.python_type
-    except NotImplementedError:
-        return None
-    return found
+def _plain_type(kind: Any) -> type | None:
+    """str, int or float for a column of such a type; None for any other."""
+    for plain, types in ((str, String), (float, Float), (int, Integer)):
+        if isinstance(kind, types):
+            return plain
+    return None
 
 
 def _insert_arrays(
     connection: Connection,
     table: Table,
-    values: Sequence[Mapping[str, Any]],
+    arrays: dict[str, tuple[list[Any], str]],
     returning: str | None,
     key: tuple[str, ...],
 ) -> list[Any]:
-    """`insert_rows` on PostgreSQL: one `INSERT ... SELECT * FROM unnest(...)`. The rows the
-    database numbered are matched back to the caller's by a unique key they carry, since the
-    order of RETURNING is not promised."""
-    names = list(values[0])
-    arrays = _arrays(connection, table, names, values)
-    source = ", ".join(f"%b::{kind}[]" for _, kind in arrays)
-    columns = ", ".join(f'"{name}"' for name in names)
+    """`insert_rows` on PostgreSQL: one `INSERT ... SELECT * FROM unnest(...)` of the columns'
+    arrays. The rows the database numbered are matched back to the caller's by a unique key
+    they carry (as sent), since the order of RETURNING is not promised."""
+    source = ", ".join(f"%b::{kind}[]" for _, kind in arrays.values())
+    columns = ", ".join(f'"{name}"' for name in arrays)
     statement = f'INSERT INTO "{table.name}" ({columns}) SELECT * FROM unnest({source})'
-    parameters = tuple(column for column, _ in arrays)
+    parameters = tuple(values for values, _ in arrays.values())
     if returning is None:
         connection.exec_driver_sql(statement, parameters)
         return []
     back = ", ".join(f'"{name}"' for name in (returning, *key))
     found = connection.exec_driver_sql(f"{statement} RETURNING {back}", parameters).all()
     given = {tuple(row[1:]): row[0] for row in found}
-    # the key as sent (each value of its column's one type), so it compares with what comes back
-    sent = dict(zip(names, parameters, strict=True))
-    return [given[row_key] for row_key in zip(*(sent[name] for name in key), strict=True)]
+    return [given[row_key] for row_key in zip(*(arrays[name][0] for name in key), strict=True)]
 
 
 def _unique_key(table: Table, names: Iterable[str]) -> tuple[str, ...]:

@@ -124,3 +124,21 @@ def test_postgresql_writes_several_rows_in_one_statement(postgres_store: Store) 
     with postgres_store.read() as session:
         ranks = {a.id: a.rank for a in session.exec(select(AllocationRow))}
     assert [ranks[i] for i in several] == [7, 3, 5, 4]
+
+
+def test_a_value_not_of_its_column_s_type_is_written_as_the_driver_writes_it(
+    postgres_store: Store,
+) -> None:
+    """1536.6 MiB in an integer column: PostgreSQL rounds it, as for a row written alone; arrays
+    would have to make it an int first (1536), so such rows go the driver's way."""
+    rows = [
+        {"job_id": "r", "attempt": 1, "rank": n, "fleet": "f", "host_id": "h", "memory_mib": m}
+        for n, m in enumerate([1536.6, 2048, 512, 1024])
+    ]
+    assert len(rows) >= ARRAYS_FROM
+    with postgres_store.session() as session:
+        insert_rows(session, AllocationRow, rows)
+        session.commit()
+    with postgres_store.read() as session:
+        found = session.exec(select(AllocationRow).order_by(AllocationRow.rank)).all()
+    assert [a.memory_mib for a in found] == [1537, 2048, 512, 1024]
