@@ -1,20 +1,35 @@
 """The capacity change counters (store/tables.py, CapacityVersionRow): every write that changes
-what placement reads bumps one in its own transaction; the warm state reads them all at once."""
+what placement reads bumps one in its own transaction; the warm state reads them all at once.
+
+A write of allocations also logs which hosts it changed, under the counter's new value
+(AllocationChangeRow): a warm state that missed a few writes of another control worker re-reads
+the allocations of those hosts, not of every host. The log keeps the newest `KEPT_VERSIONS`
+versions; a reader further behind, or behind a write that logged nothing (a gpuflow without
+the log), finds a version missing and reads every host's, as it would without the log."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from sqlalchemy import bindparam, delete, update
 from sqlalchemy import select as sa_select
-from sqlalchemy import update
 from sqlmodel import Session
 
-from gpuflow.store.tables import CapacityVersionRow
+from gpuflow.store.bulk import insert_rows
+from gpuflow.store.tables import AllocationChangeRow, CapacityVersionRow
 
 Change = Literal["structure", "states", "allocations"]
 
 _TABLE = CapacityVersionRow.__table__  # type: ignore[attr-defined]
+_LOG = AllocationChangeRow.__table__  # type: ignore[attr-defined]
+
+KEPT_VERSIONS = 512
+"""Versions of the allocation log kept. A reader this far behind has missed hundreds of writes,
+which name about as many hosts as a fleet has: reading every host's allocations costs it about
+what reading the log would. The log stays a few thousand rows, however long the database runs."""
+_PRUNE_EVERY = KEPT_VERSIONS // 4
 
 
 @dataclass(frozen=True)
@@ -47,3 +62,35 @@ def bump(session: Session, change: Change) -> int | None:
     )
     value = found.scalar()
     return None if value is None else int(value)
+
+
+def bump_allocations(session: Session, host_ids: Iterable[str]) -> int | None:
+    """Count one change of allocations in the caller's transaction and log the hosts it
+    changed; returns the new counter (None when the row is missing)."""
+    version = bump(session, "allocations")
+    if version is None:
+        return None
+    hosts = sorted(set(host_ids)) or [""]  # a version with a row, so a reader sees it logged
+    insert_rows(session, AllocationChangeRow, [{"version": version, "host_id": h} for h in hosts])
+    if version % _PRUNE_EVERY == 0:
+        session.connection().execute(_PRUNE, {"below": version - KEPT_VERSIONS})
+    return version
+
+
+_PRUNE = delete(_LOG).where(_LOG.c.version <= bindparam("below"))
+_SINCE = sa_select(_LOG.c.version, _LOG.c.host_id).where(
+    _LOG.c.version > bindparam("since"), _LOG.c.version <= bindparam("upto")
+)
+
+
+def changed_hosts(session: Session, since: int, upto: int) -> set[str] | None:
+    """The hosts whose allocations the writes after version `since` up to `upto` changed;
+    None when the log does not hold every one of those versions (read every host's)."""
+    if upto <= since:
+        return set()
+    if upto - since > KEPT_VERSIONS:
+        return None
+    rows = session.connection().execute(_SINCE, {"since": since, "upto": upto}).all()
+    if len({version for version, _ in rows}) != upto - since:
+        return None
+    return {host_id for _, host_id in rows if host_id}

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -44,7 +45,7 @@ from sqlmodel import Session
 from gpuflow.scheduler.index import index_of
 from gpuflow.scheduler.mix import LearnedMix
 from gpuflow.scheduler.model import HostSnapshot, Snapshot
-from gpuflow.services.changes import Versions, read_versions
+from gpuflow.services.changes import Versions, changed_hosts, read_versions
 from gpuflow.services.mix import fleet_gpus, mix_in_use
 from gpuflow.services.snapshot import (
     STATE_COLUMNS,
@@ -75,6 +76,8 @@ class WarmCapacity:
         word how long ago a lost host was heard at the time of each placement."""
         self.reloads = 0
         """How many times everything was read (for tests and the benchmark)."""
+        self.partial_reads = 0
+        """How many catch-ups read only the allocations of the hosts the log named."""
         self._pending: Versions | None = None
         self._unusual: set[str] = set()
         """Hosts whose detail a cold read words differently from the row (not ready, or a
@@ -134,7 +137,7 @@ class WarmCapacity:
             if states_read:
                 self._read_states(session)
             if known.allocations != versions.allocations:
-                self._read_allocations(session)
+                self._read_allocations(session, known.allocations, versions.allocations)
             self._refresh_details(states_read)
             self._refresh_mix(session)
         self._pending = versions
@@ -247,9 +250,16 @@ class WarmCapacity:
             index.static_memo.clear()
             index.refusals.clear()
 
-    def _read_allocations(self, session: Session) -> None:
-        found = read_uses(session, None)  # every host's: cheaper than naming them all
-        for host_id in self.hosts:
+    def _read_allocations(self, session: Session, since: int, upto: int) -> None:
+        """The allocations of the hosts the log says changed after version `since`; of every
+        host when it does not say, or names more than half of them (cheaper then)."""
+        changed = changed_hosts(session, since, upto)
+        hosts: Iterable[str] = self.hosts
+        if changed is not None and 2 * len(changed) <= len(self.hosts):
+            hosts = changed & self.hosts.keys()
+            self.partial_reads += 1
+        found = read_uses(session, None if hosts is self.hosts else sorted(hosts))
+        for host_id in hosts:
             uses = found.get(host_id, [])
             if uses != self.uses.get(host_id, []):
                 self._set_uses(host_id, uses)

@@ -112,12 +112,14 @@ class Store:
             SQLModel.metadata.create_all(self.engine)
             with self.engine.begin() as connection:
                 # The change counters' one row (a database made before it existed gets it too).
-                connection.execute(
+                made = connection.execute(
                     text(
                         "INSERT INTO capacity_versions (id, structure, states, allocations)"
                         " VALUES (1, 0, 0, 0) ON CONFLICT DO NOTHING"
                     )
                 )
+                if made.rowcount:  # counting starts again: no logged version may repeat
+                    connection.execute(text("DELETE FROM allocation_changes"))
                 # Indexes added to existing tables (create_all makes them only with a new
                 # table): a database made before them gets them here, as tables.py declares.
                 inspector = inspect(connection)

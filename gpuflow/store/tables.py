@@ -179,6 +179,17 @@ class CapacityVersionRow(SQLModel, table=True):
     """Allocations taken or released."""
 
 
+class AllocationChangeRow(SQLModel, table=True):
+    """Which hosts' allocations the transaction that bumped the `allocations` counter to
+    `version` changed (gpuflow/services/changes.py): a warm state a few versions behind re-reads
+    only those hosts. The newest few hundred versions are kept."""
+
+    __tablename__ = "allocation_changes"
+
+    version: int = Field(primary_key=True)
+    host_id: str = Field(primary_key=True)
+
+
 class QueueRow(SQLModel, table=True):
     """A queue file as applied (gpuflow/specs/queue.py); `default` exists without a row."""
 
