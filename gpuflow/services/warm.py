@@ -9,7 +9,9 @@ How it stays correct with any number of control workers on one database:
 - A placement reads the counters inside the placement transaction, which holds the placement
   lock (BEGIN IMMEDIATE on SQLite, an advisory lock on PostgreSQL), and catches up on what
   moved: a moved `structure` reads everything again, `states` re-reads host states, and
-  `allocations` re-reads allocations (only the hosts whose usage differs are re-indexed).
+  `allocations` re-reads the allocations of the hosts the writes since logged (changes.py;
+  every host's when the log lacks one of those versions); only the hosts whose usage differs
+  are re-indexed.
   Allocations are only written under that lock, so the usage it places on is the database's.
 - Before the allocation is written the chosen hosts' allocations are read again and compared
   (assume, then verify): a writer that did not count its change costs a retry, never a GPU
