@@ -67,16 +67,31 @@ def bump(session: Session, change: Change) -> int | None:
 def bump_allocations(session: Session, host_ids: Iterable[str]) -> int | None:
     """Count one change of allocations in the caller's transaction and log the hosts it
     changed; returns the new counter (None when the row is missing)."""
-    version = bump(session, "allocations")
+    hosts = sorted(set(host_ids)) or [""]  # a version with a row, so a reader sees it logged
+    connection = session.connection()
+    if connection.dialect.name == "postgresql":
+        # one statement, as every write of allocations runs it under the placement lock
+        found = connection.exec_driver_sql(_BUMP_AND_LOG, {"hosts": hosts}).first()
+        version = None if found is None else int(found[0])
+    else:
+        version = bump(session, "allocations")
+        if version is not None:
+            rows = [{"version": version, "host_id": h} for h in hosts]
+            insert_rows(session, AllocationChangeRow, rows)
     if version is None:
         return None
-    hosts = sorted(set(host_ids)) or [""]  # a version with a row, so a reader sees it logged
-    insert_rows(session, AllocationChangeRow, [{"version": version, "host_id": h} for h in hosts])
     if version % _PRUNE_EVERY == 0:
         session.connection().execute(_PRUNE, {"below": version - KEPT_VERSIONS})
     return version
 
 
+_BUMP_AND_LOG = (
+    "WITH bumped AS (UPDATE capacity_versions SET allocations = allocations + 1 WHERE id = 1"
+    " RETURNING allocations)"
+    " INSERT INTO allocation_changes (version, host_id)"
+    " SELECT bumped.allocations, host FROM bumped, unnest(%(hosts)s::varchar[]) AS host"
+    " RETURNING version"
+)
 _PRUNE = delete(_LOG).where(_LOG.c.version <= bindparam("below"))
 _SINCE = sa_select(_LOG.c.version, _LOG.c.host_id).where(
     _LOG.c.version > bindparam("since"), _LOG.c.version <= bindparam("upto")
