@@ -27,7 +27,7 @@ from gpuflow.control.worker import ControlWorker
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
-from gpuflow.store.tables import AllocationRow
+from gpuflow.store.tables import AllocationRow, HostRow
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -146,9 +146,7 @@ async def test_two_control_workers_serve_the_same_sim_hosts(
     assert crossed, calls
 
 
-def _host_row(store: Store, host_id: str) -> Any:
-    from gpuflow.store.tables import HostRow
-
+def _host_row(store: Store, host_id: str) -> HostRow:
     with store.read() as session:
         row = session.get(HostRow, host_id)
         assert row is not None
