@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -15,7 +14,6 @@ from typing import Any
 
 import pytest
 from sqlmodel import select
-from temporalio.client import Client as TemporalClient
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -24,7 +22,7 @@ from gpuflow.control.activities import ControlActivities
 from gpuflow.control.api import ApiActivities
 from gpuflow.control.worker import ControlWorker
 from gpuflow.naming import CONTROL_TASK_QUEUE
-from gpuflow.specs import FleetSpec, JobSpec
+from gpuflow.specs import JobSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
 from gpuflow.store.tables import AllocationRow, JobEventRow, QueueEntryRow
@@ -34,6 +32,7 @@ from gpuflow.workflows.api import ControlApiWorkflow
 from gpuflow.workflows.fleet import FleetWorkflow
 from gpuflow.workflows.job import JobWorkflow
 from gpuflow.workflows.logs import LogReaderWorkflow
+from tests.integration.two_workers import running, second_connection, sim_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -62,14 +61,6 @@ def _overlaps(store: Store, stop: threading.Event, found: list[str]) -> None:
                 held.add((row.host_id, index))
 
 
-async def _running(client: Client, job_id: str) -> None:
-    for _ in range(300):
-        if (await client.get(job_id)).status == JobStatus.RUNNING:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{job_id} never ran")
-
-
 def _admitted_at(store: Store, job_id: str) -> int:
     """The order of admission: the id of the event the admitting pass wrote."""
     with store.read() as session:
@@ -85,16 +76,8 @@ def _admitted_at(store: Store, job_id: str) -> int:
 async def test_two_control_workers_admit_in_order_and_never_give_a_gpu_twice(
     dev_env: WorkflowEnvironment, store: Store, tmp_path: Path
 ) -> None:
-    fleet = f"f{uuid.uuid4().hex[:6]}"
-    gpus = [{"name": "A100", "memory": "80GB", "count": 2}]
-    spec = FleetSpec.model_validate(
-        {
-            "type": "fleet",
-            "name": fleet,
-            "kind": "sim",
-            "hosts": [{"name": f"h{i}", "cpus": 8, "gpus": gpus} for i in range(2)],
-        }
-    )
+    spec = sim_fleet()
+    fleet = spec.name
     other = Counted(store.url).init()
     client = Client(temporal=dev_env.client)
     wait = {"on_events": ["no-capacity"], "duration": "10m"}
@@ -104,11 +87,7 @@ async def test_two_control_workers_admit_in_order_and_never_give_a_gpu_twice(
     # The second worker serves everything the first does (jobs, passes, control steps, the
     # API) but the sim hosts: the first one's in-process agents serve them (one agent a host).
     # Its own connection, as a second process has: one connection serves one worker per queue.
-    connection = await TemporalClient.connect(
-        dev_env.client.service_client.config.target_host,
-        namespace=dev_env.client.namespace,
-        data_converter=dev_env.client.data_converter,
-    )
+    connection = await second_connection(dev_env)
     second = ControlActivities(other, temporal=connection)
     api = ApiActivities(other, connection, home=tmp_path)
     try:
@@ -141,7 +120,7 @@ async def test_two_control_workers_admit_in_order_and_never_give_a_gpu_twice(
                             }
                         )
                     )
-                    await _running(client, blocker.id)
+                    await running(client, blocker.id)
                     jobs = [blocker]
                     for k in range(16):
                         priority = 0 if k < 8 else 100

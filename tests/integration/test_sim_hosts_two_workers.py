@@ -11,33 +11,24 @@ import asyncio
 import collections
 import json
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlmodel import select
-from temporalio.client import Client as TemporalClient
 from temporalio.testing import WorkflowEnvironment
 
 from gpuflow.agent.activities import HostAgent
 from gpuflow.agent.processes import group_alive
 from gpuflow.client import Client
 from gpuflow.control.worker import ControlWorker
-from gpuflow.specs import FleetSpec, JobSpec
+from gpuflow.specs import JobSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
 from gpuflow.store.tables import AllocationRow, HostRow
+from tests.integration.two_workers import running, second_connection, sim_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
-
-
-async def _running(client: Client, job_id: str) -> None:
-    for _ in range(300):
-        if (await client.get(job_id)).status == JobStatus.RUNNING:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{job_id} never ran")
 
 
 async def _output(client: Client, job_id: str) -> str:
@@ -67,24 +58,12 @@ def _counting(calls: Calls, monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_two_control_workers_serve_the_same_sim_hosts(
     dev_env: WorkflowEnvironment, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fleet = f"f{uuid.uuid4().hex[:6]}"
-    gpus = [{"name": "A100", "memory": "80GB", "count": 2}]
-    spec = FleetSpec.model_validate(
-        {
-            "type": "fleet",
-            "name": fleet,
-            "kind": "sim",
-            "hosts": [{"name": f"h{i}", "cpus": 8, "gpus": gpus} for i in range(2)],
-        }
-    )
+    spec = sim_fleet()
+    fleet = spec.name
     other = Store(store.url).init()
     client = Client(temporal=dev_env.client)
     # The second worker's own connection, as a second process has.
-    connection = await TemporalClient.connect(
-        dev_env.client.service_client.config.target_host,
-        namespace=dev_env.client.namespace,
-        data_converter=dev_env.client.data_converter,
-    )
+    connection = await second_connection(dev_env)
     calls: Calls = collections.Counter()
     _counting(calls, monkeypatch)
     wait = {"on_events": ["no-capacity"], "duration": "10m"}
@@ -122,7 +101,7 @@ async def test_two_control_workers_serve_the_same_sim_hosts(
                 ]
                 results = await asyncio.gather(*(client.wait(j.id, timeout_s=240) for j in jobs))
                 outputs = [await _output(client, j.id) for j in jobs]
-                await _running(client, long.id)
+                await running(client, long.id)
                 (state,) = (tmp_path / "agents").glob(f"*/jobs/{long.id}/*/process.json")
                 pid = json.loads(state.read_text())["pid"]
                 assert group_alive(pid)
