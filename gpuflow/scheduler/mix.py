@@ -153,9 +153,19 @@ def anchor(
     checkpoint intervals): the newest checkpoint job, else the newest job. `jobs`: the
     window's size (how many jobs there are, up to its limit). `spacing`: checkpoints this many
     times as far apart (`COMPARE_SPACING`)."""
+    found = newest_checkpoint(newest_first, jobs, half_life_jobs, spacing=spacing)
+    return 0 if found is None else found
+
+
+def newest_checkpoint(
+    newest_first: Sequence[str], jobs: int, half_life_jobs: float, *, spacing: int = 1
+) -> int | None:
+    """`anchor`'s checkpoint job, or None when there is none among `newest_first` within
+    `CHECKPOINT_REACH` intervals (so a reader of fewer ids than that can tell it must read
+    on)."""
     every = checkpoint_every(jobs, half_life_jobs) * spacing
     reach = min(len(newest_first), CHECKPOINT_REACH * every)
-    return next((i for i in range(reach) if is_checkpoint(newest_first[i], every)), 0)
+    return next((i for i in range(reach) if is_checkpoint(newest_first[i], every)), None)
 
 
 def kind_of(job: JobSpec) -> tuple[Kind, int]:

@@ -44,11 +44,12 @@ from gpuflow.scheduler.mix import (
     Kind,
     LearnedMix,
     MixLearner,
-    anchor,
+    checkpoint_every,
     checkpoint_reads,
     drift,
     half_life,
     kind_of,
+    newest_checkpoint,
     saturation,
     shares_of,
     window,
@@ -67,6 +68,8 @@ WINDOW_HALF_LIVES = 4
 """Jobs older than this many half-lives weigh under 2**-4 each: not read."""
 MAX_JOBS = 5000
 """Rows read per fleet and snapshot at most (every placement reads a snapshot)."""
+FIRST_INTERVALS = 3
+"""Checkpoint intervals of ids `checkpoint_at` reads first (of `CHECKPOINT_REACH`)."""
 
 _KINDS: dict[str, dict[str, tuple[Kind, int] | None]] = {}
 """Per database: job id -> what the job asks per node, and for how many nodes (one shared
@@ -128,14 +131,17 @@ def checkpoint_at(
     life = half_life(fleet_gpus)
     limit = _limit(life)
     most = checkpoint_reads(limit, life)
-    newest = newest_few(session, fleet, most)
+    # The newest checkpoint job is about one interval back: the ids of `FIRST_INTERVALS` are
+    # read first, the rest of the reach only when none of them is one (e**-3 of the time).
+    first = min(most, FIRST_INTERVALS * checkpoint_every(limit, life) * COMPARE_SPACING)
+    newest = newest_few(session, fleet, first)
     if not newest:
         return ""
     # Past `saturation` jobs the count no longer moves the anchor: counted up to there only,
     # and not at all when the ids read already reach it (a small fleet's every job counts).
     enough = saturation(limit, life)
     jobs = len(newest)
-    if jobs == most and jobs < enough:
+    if jobs == first and jobs < enough:
         if saturated is not None and fleet in saturated:
             jobs = enough
         else:
@@ -145,7 +151,12 @@ def checkpoint_at(
             jobs = session.connection().execute(counted).scalar_one()
             if saturated is not None and jobs >= enough:
                 saturated.add(fleet)
-    return newest[anchor(newest, min(jobs, enough), life, spacing=COMPARE_SPACING)]
+    jobs = min(jobs, enough)
+    found = newest_checkpoint(newest, jobs, life, spacing=COMPARE_SPACING)
+    if found is None and len(newest) == first < most:
+        newest = newest_few(session, fleet, most)
+        found = newest_checkpoint(newest, jobs, life, spacing=COMPARE_SPACING)
+    return newest[found or 0]
 
 
 def _limit(life: float) -> int:

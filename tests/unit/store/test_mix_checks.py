@@ -20,6 +20,7 @@ from gpuflow.scheduler.mix import (
     checkpoint_reads,
     drift,
     half_life,
+    is_checkpoint,
     saturation,
     shares_of,
 )
@@ -156,7 +157,56 @@ def test_the_checkpoint_counts_jobs_only_while_the_count_can_move_it(
     newest = everything[:most]
     assert at == newest[anchor(newest, min(len(everything), limit), life, spacing=COMPARE_SPACING)]
     counted = any("count(" in statement.lower() for statement in statements)
-    assert counted == (checkpoint_every(limit, life) > 1 and len(everything) >= most)
+    first = min(most, mix.FIRST_INTERVALS * checkpoint_every(limit, life) * COMPARE_SPACING)
+    assert counted == (checkpoint_every(limit, life) > 1 and len(everything) >= first)
+
+
+def _ids(count: int, checkpoints: set[int], every: int) -> list[str]:
+    """`count` job ids, newest first, that are checkpoints (for `every`) exactly at these
+    positions among the newest 32 (older ones: any)."""
+    ids: list[str] = []
+    n = 0
+    while len(ids) < count:
+        n += 1
+        job_id = f"j{n:05d}"
+        if len(ids) >= 32 or is_checkpoint(job_id, every) == (len(ids) in checkpoints):
+            ids.append(job_id)
+    return ids
+
+
+@pytest.mark.parametrize("position", [5, 14])
+def test_the_checkpoint_is_found_past_the_ids_read_first(store: Store, position: int) -> None:
+    """The newest ids are read a few checkpoint intervals at a time: a checkpoint among them
+    takes one read; none among them (position 14, past the 12 read first) takes a second read
+    of the whole reach, and the checkpoint is the one a reader of the whole reach finds."""
+    _big_fleet(store)
+    life = half_life(GPUS)
+    limit = mix._limit(life)
+    every = checkpoint_every(limit, life) * COMPARE_SPACING
+    assert every > 1 and mix.FIRST_INTERVALS * every == 12 < checkpoint_reads(limit, life)
+    count = saturation(limit, life) + 10  # the count no longer moves `every`
+    newest = _ids(count, {position, 20}, every)
+    with store.session() as session:
+        for n, job_id in enumerate(newest):
+            row = JobRow(id=job_id, name=job_id, status=JobStatus.DONE, spec={}, fleet="sim")
+            row.submitted_at = START - timedelta(minutes=n)
+            session.add(row)
+        session.commit()
+    reads: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if "order by" in statement.lower():
+            reads.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        with store.placement_transaction() as session:
+            at = mix.checkpoint_at(session, "sim", GPUS)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", seen)
+    most = checkpoint_reads(limit, life)
+    assert at == newest[position] == newest[anchor(newest[:most], limit, life, spacing=2)]
+    assert len(reads) == (1 if position < 12 else 2)
 
 
 def test_a_fleet_seen_with_jobs_enough_is_counted_again_only_once_a_window_read_finds_fewer(
