@@ -23,7 +23,7 @@ from gpuflow.control.records import record_in
 from gpuflow.metrics import store as metrics
 from gpuflow.scheduler.model import Placement, Unschedulable
 from gpuflow.services.capacity import release_allocation_in, take_allocation_in
-from gpuflow.services.changes import bump
+from gpuflow.services.changes import bump_hosts
 from gpuflow.services.fleets import get_host, set_host_state
 from gpuflow.services.jobs import jobs_waiting_for_capacity_in
 from gpuflow.services.queue_entries import anyone_waits_in, leave_queue_in
@@ -205,7 +205,7 @@ class ControlActivities:
             now = datetime.now(UTC)
             became_ready = []
             with self.store.session() as session:
-                changed = False
+                changed: list[str] = []
                 for ping in inp.pings:
                     host = session.get(HostRow, ping.host_id)
                     if host is None or host.state == HostState.MAINTENANCE:
@@ -219,10 +219,11 @@ class ControlActivities:
                     elif host.state == HostState.READY:
                         host.state = HostState.NOT_READY
                         host.state_detail = "agent not answering"
-                    changed = changed or (host.state, host.state_detail) != before
+                    if (host.state, host.state_detail) != before:
+                        changed.append(host.id)
                     session.add(host)
                 if changed:  # what placement reads changed: warm states catch up
-                    bump(session, "states")
+                    bump_hosts(session, "states", changed)
                 waiting = jobs_waiting_for_capacity_in(session) if became_ready else []
                 session.commit()
             return HostHealthResult(became_ready=became_ready, waiting_jobs=waiting)

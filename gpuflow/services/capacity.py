@@ -17,7 +17,7 @@ from sqlmodel import Session, col, select
 
 from gpuflow.scheduler import place
 from gpuflow.scheduler.model import NodePlacement, Placement, Snapshot, Unschedulable
-from gpuflow.services.changes import bump_allocations
+from gpuflow.services.changes import bump_hosts
 from gpuflow.services.snapshot import columns as _columns
 from gpuflow.services.snapshot import read_snapshot, use_of
 from gpuflow.services.warm import WarmCapacity, warm_capacity
@@ -120,7 +120,7 @@ def take_allocation_in(
     session.flush()  # the rows' ids: the order their usage adds up in
     for row in rows:
         state.taken(row.host_id, use_of(row))
-    state.counted(bump_allocations(session, (row.host_id for row in rows)))
+    state.counted(bump_hosts(session, "allocations", (row.host_id for row in rows)))
     return result
 
 
@@ -134,7 +134,7 @@ def _release(session: Session, state: WarmCapacity, query: Any) -> int:
         for row in rows:
             assert row.id is not None
             state.released(row.host_id, row.id)
-        state.counted(bump_allocations(session, (row.host_id for row in rows)))
+        state.counted(bump_hosts(session, "allocations", (row.host_id for row in rows)))
     return len(rows)
 
 
@@ -256,7 +256,7 @@ def commit_placement_in(
     session.flush()
     for row in rows:
         state.taken(row.host_id, use_of(row))
-    state.counted(bump_allocations(session, (row.host_id for row in rows)))
+    state.counted(bump_hosts(session, "allocations", (row.host_id for row in rows)))
 
 
 def allocation_rows(job_id: str, attempt: int, placement: Placement) -> list[AllocationRow]:

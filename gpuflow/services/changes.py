@@ -1,11 +1,12 @@
 """The capacity change counters (store/tables.py, CapacityVersionRow): every write that changes
 what placement reads bumps one in its own transaction; the warm state reads them all at once.
 
-A write of allocations also logs which hosts it changed, under the counter's new value
-(AllocationChangeRow): a warm state that missed a few writes of another control worker re-reads
-the allocations of those hosts, not of every host. The log keeps the newest `KEPT_VERSIONS`
-versions; a reader further behind, or behind a write that logged nothing (a gpuflow without
-the log), finds a version missing and reads every host's, as it would without the log."""
+A write of allocations or of host readiness also logs which hosts it changed, under the
+counter's new value (CapacityChangeRow): a warm state that missed a few writes of another
+control worker (or of host health checks) re-reads those hosts, not every host. The log keeps
+the newest `KEPT_VERSIONS` versions of each; a reader further behind, or behind a write that
+logged nothing (a gpuflow without the log), finds a version missing and reads every host's, as
+it would without the log."""
 
 from __future__ import annotations
 
@@ -18,15 +19,17 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
 from gpuflow.store.bulk import insert_rows
-from gpuflow.store.tables import AllocationChangeRow, CapacityVersionRow
+from gpuflow.store.tables import CapacityChangeRow, CapacityVersionRow
 
 Change = Literal["structure", "states", "allocations"]
+PerHost = Literal["states", "allocations"]
+"""The counters whose writes log the hosts they changed."""
 
 _TABLE = CapacityVersionRow.__table__  # type: ignore[attr-defined]
-_LOG = AllocationChangeRow.__table__  # type: ignore[attr-defined]
+_LOG = CapacityChangeRow.__table__  # type: ignore[attr-defined]
 
 KEPT_VERSIONS = 512
-"""Versions of the allocation log kept. A reader this far behind has missed hundreds of writes,
+"""Versions of each counter's log kept. A reader this far behind has missed hundreds of writes,
 which name about as many hosts as a fleet has: reading every host's allocations costs it about
 what reading the log would. The log stays a few thousand rows, however long the database runs."""
 _PRUNE_EVERY = KEPT_VERSIONS // 4
@@ -64,48 +67,54 @@ def bump(session: Session, change: Change) -> int | None:
     return None if value is None else int(value)
 
 
-def bump_allocations(session: Session, host_ids: Iterable[str]) -> int | None:
-    """Count one change of allocations in the caller's transaction and log the hosts it
+def bump_hosts(session: Session, change: PerHost, host_ids: Iterable[str]) -> int | None:
+    """Count one change of this kind in the caller's transaction and log the hosts it
     changed; returns the new counter (None when the row is missing)."""
     hosts = sorted(set(host_ids)) or [""]  # a version with a row, so a reader sees it logged
     connection = session.connection()
     if connection.dialect.name == "postgresql":
-        # one statement, as every write of allocations runs it under the placement lock
-        found = connection.exec_driver_sql(_BUMP_AND_LOG, {"hosts": hosts}).first()
+        # one statement: every write of allocations runs it under the placement lock
+        found = connection.exec_driver_sql(_BUMP_AND_LOG[change], {"hosts": hosts}).first()
         version = None if found is None else int(found[0])
     else:
-        version = bump(session, "allocations")
+        version = bump(session, change)
         if version is not None:
-            rows = [{"version": version, "host_id": h} for h in hosts]
-            insert_rows(session, AllocationChangeRow, rows)
+            rows = [{"kind": change, "version": version, "host_id": h} for h in hosts]
+            insert_rows(session, CapacityChangeRow, rows)
     if version is None:
         return None
     if version % _PRUNE_EVERY == 0:
-        session.connection().execute(_PRUNE, {"below": version - KEPT_VERSIONS})
+        connection.execute(_PRUNE, {"kind": change, "below": version - KEPT_VERSIONS})
     return version
 
 
-_BUMP_AND_LOG = (
-    "WITH bumped AS (UPDATE capacity_versions SET allocations = allocations + 1 WHERE id = 1"
-    " RETURNING allocations)"
-    " INSERT INTO allocation_changes (version, host_id)"
-    " SELECT bumped.allocations, host FROM bumped, unnest(%(hosts)s::varchar[]) AS host"
-    " RETURNING version"
-)
-_PRUNE = delete(_LOG).where(_LOG.c.version <= bindparam("below"))
+_BUMP_AND_LOG = {
+    change: (
+        f"WITH bumped AS (UPDATE capacity_versions SET {change} = {change} + 1 WHERE id = 1"
+        f" RETURNING {change})"
+        " INSERT INTO capacity_changes (kind, version, host_id)"
+        f" SELECT '{change}', bumped.{change}, host"
+        " FROM bumped, unnest(%(hosts)s::varchar[]) AS host"
+        " RETURNING version"
+    )
+    for change in ("states", "allocations")
+}
+_KIND = _LOG.c.kind == bindparam("kind")
+_PRUNE = delete(_LOG).where(_KIND, _LOG.c.version <= bindparam("below"))
 _SINCE = sa_select(_LOG.c.version, _LOG.c.host_id).where(
-    _LOG.c.version > bindparam("since"), _LOG.c.version <= bindparam("upto")
+    _KIND, _LOG.c.version > bindparam("since"), _LOG.c.version <= bindparam("upto")
 )
 
 
-def changed_hosts(session: Session, since: int, upto: int) -> set[str] | None:
-    """The hosts whose allocations the writes after version `since` up to `upto` changed;
+def changed_hosts(session: Session, change: PerHost, since: int, upto: int) -> set[str] | None:
+    """The hosts that the writes of this kind after version `since` up to `upto` changed;
     None when the log does not hold every one of those versions (read every host's)."""
     if upto <= since:
         return set()
     if upto - since > KEPT_VERSIONS:
         return None
-    rows = session.connection().execute(_SINCE, {"since": since, "upto": upto}).all()
+    asked = {"kind": change, "since": since, "upto": upto}
+    rows = session.connection().execute(_SINCE, asked).all()
     if len({version for version, _ in rows}) != upto - since:
         return None
     return {host_id for _, host_id in rows if host_id}

@@ -10,7 +10,7 @@ from sqlmodel import Session, col, select
 
 from gpuflow.errors import GpuflowError, NotFoundError
 from gpuflow.naming import host_id, host_task_queue
-from gpuflow.services.changes import bump
+from gpuflow.services.changes import bump, bump_hosts
 from gpuflow.services.mix import forget_mix_in
 from gpuflow.specs.fleet import FleetSpec, HostDecl
 from gpuflow.status import HostState
@@ -212,7 +212,7 @@ def set_host_state(store: Store, hid: str, state: HostState, detail: str | None 
         if host is None:
             return
         if (host.state, host.state_detail) != (state, detail):
-            bump(session, "states")
+            bump_hosts(session, "states", [hid])
         host.state = state
         host.state_detail = detail
         if state == HostState.READY:

@@ -36,7 +36,7 @@ from gpuflow.services.admission import (
     snapshot_in,
 )
 from gpuflow.services.capacity import allocation_values
-from gpuflow.services.changes import bump_allocations
+from gpuflow.services.changes import bump_hosts
 from gpuflow.services.mix import note_specs
 from gpuflow.services.queue_entries import (
     anyone_waits_in,
@@ -247,4 +247,4 @@ def _write(session: Session, decided: list[Decided], rows: dict[str, dict[str, A
         state.track(versions)
     for values, row_id in zip(allocations, ids, strict=True):
         state.taken(values["host_id"], use_of_values(row_id, values))
-    state.counted(bump_allocations(session, hosts))
+    state.counted(bump_hosts(session, "allocations", hosts))

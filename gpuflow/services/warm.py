@@ -8,10 +8,10 @@ How it stays correct with any number of control workers on one database:
   transaction: `structure` (fleets, hosts, GPUs), `states` (readiness), `allocations`.
 - A placement reads the counters inside the placement transaction, which holds the placement
   lock (BEGIN IMMEDIATE on SQLite, an advisory lock on PostgreSQL), and catches up on what
-  moved: a moved `structure` reads everything again, `states` re-reads host states, and
-  `allocations` re-reads the allocations of the hosts the writes since logged (changes.py;
-  every host's when the log lacks one of those versions); only the hosts whose usage differs
-  are re-indexed.
+  moved: a moved `structure` reads everything again; `states` and `allocations` re-read the
+  state rows and the allocations of the hosts the writes since logged (changes.py; every
+  host's when the log lacks one of those versions); only the hosts whose usage differs are
+  re-indexed.
   Allocations are only written under that lock, so the usage it places on is the database's.
 - Before the allocation is written the chosen hosts' allocations are read again and compared
   (assume, then verify): a writer that did not count its change costs a retry, never a GPU
@@ -42,12 +42,12 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy import select as sa_select
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from gpuflow.scheduler.index import index_of
 from gpuflow.scheduler.mix import LearnedMix
 from gpuflow.scheduler.model import HostSnapshot, Snapshot
-from gpuflow.services.changes import Versions, changed_hosts, read_versions
+from gpuflow.services.changes import PerHost, Versions, changed_hosts, read_versions
 from gpuflow.services.mix import fleet_gpus, mix_in_use
 from gpuflow.services.snapshot import (
     STATE_COLUMNS,
@@ -58,6 +58,7 @@ from gpuflow.services.snapshot import (
     state_detail,
 )
 from gpuflow.status import HostState
+from gpuflow.store.tables import HostRow
 
 _HELD = "gpuflow_warm_held"
 _COMMITTED = "gpuflow_warm_committed"
@@ -79,7 +80,7 @@ class WarmCapacity:
         self.reloads = 0
         """How many times everything was read (for tests and the benchmark)."""
         self.partial_reads = 0
-        """How many catch-ups read only the allocations of the hosts the log named."""
+        """How many catch-ups read only the hosts the log named (states or allocations)."""
         self._pending: Versions | None = None
         self._unusual: set[str] = set()
         """Hosts whose detail a cold read words differently from the row (not ready, or a
@@ -137,7 +138,7 @@ class WarmCapacity:
         else:
             states_read = known.states != versions.states
             if states_read:
-                self._read_states(session)
+                self._read_states(session, known.states, versions.states)
             if known.allocations != versions.allocations:
                 self._read_allocations(session, known.allocations, versions.allocations)
             self._refresh_details(states_read)
@@ -222,8 +223,14 @@ class WarmCapacity:
         self._saturated = set()  # a fleet's size decides how many jobs saturate it
         index_of(snapshot)  # built now, while the lock is held, not in the first `place`
 
-    def _read_states(self, session: Session) -> None:
-        for host_id, state, detail, beat in session.connection().execute(sa_select(*STATE_COLUMNS)):
+    def _read_states(self, session: Session, since: int, upto: int) -> None:
+        """The state rows of the hosts the log says changed after version `since` (see
+        `_read_allocations`)."""
+        query = sa_select(*STATE_COLUMNS)
+        changed = self._changed(session, "states", since, upto)
+        if changed is not None:
+            query = query.where(col(HostRow.id).in_(sorted(changed)))
+        for host_id, state, detail, beat in session.connection().execute(query):
             host = self.hosts.get(host_id)
             if host is not None:
                 self.states[host_id] = (state, detail, beat)
@@ -255,16 +262,22 @@ class WarmCapacity:
     def _read_allocations(self, session: Session, since: int, upto: int) -> None:
         """The allocations of the hosts the log says changed after version `since`; of every
         host when it does not say, or names more than half of them (cheaper then)."""
-        changed = changed_hosts(session, since, upto)
-        hosts: Iterable[str] = self.hosts
-        if changed is not None and 2 * len(changed) <= len(self.hosts):
-            hosts = changed & self.hosts.keys()
-            self.partial_reads += 1
-        found = read_uses(session, None if hosts is self.hosts else sorted(hosts))
+        changed = self._changed(session, "allocations", since, upto)
+        hosts: Iterable[str] = self.hosts if changed is None else changed
+        found = read_uses(session, None if changed is None else sorted(changed))
         for host_id in hosts:
             uses = found.get(host_id, [])
             if uses != self.uses.get(host_id, []):
                 self._set_uses(host_id, uses)
+
+    def _changed(self, session: Session, change: PerHost, since: int, upto: int) -> set[str] | None:
+        """The known hosts the log says writes of this kind changed after version `since`;
+        None when it does not say, or names more than half of them (read every host's)."""
+        changed = changed_hosts(session, change, since, upto)
+        if changed is None or 2 * len(changed) > len(self.hosts):
+            return None
+        self.partial_reads += 1
+        return changed & self.hosts.keys()
 
     def _refresh_mix(self, session: Session) -> None:
         """The fleets' mixes in use, read as a cold snapshot reads them (services/mix.py

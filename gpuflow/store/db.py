@@ -119,7 +119,7 @@ class Store:
                     )
                 )
                 if made.rowcount:  # counting starts again: no logged version may repeat
-                    connection.execute(text("DELETE FROM allocation_changes"))
+                    connection.execute(text("DELETE FROM capacity_changes"))
                 # Indexes added to existing tables (create_all makes them only with a new
                 # table): a database made before them gets them here, as tables.py declares.
                 inspector = inspect(connection)

@@ -179,13 +179,15 @@ class CapacityVersionRow(SQLModel, table=True):
     """Allocations taken or released."""
 
 
-class AllocationChangeRow(SQLModel, table=True):
-    """Which hosts' allocations the transaction that bumped the `allocations` counter to
+class CapacityChangeRow(SQLModel, table=True):
+    """Which hosts the transaction that bumped a per-host counter (`states`, `allocations`) to
     `version` changed (gpuflow/services/changes.py): a warm state a few versions behind re-reads
-    only those hosts. The newest few hundred versions are kept."""
+    only those hosts. The newest few hundred versions of each are kept."""
 
-    __tablename__ = "allocation_changes"
+    __tablename__ = "capacity_changes"
 
+    kind: str = Field(primary_key=True)
+    """states | allocations"""
     version: int = Field(primary_key=True)
     host_id: str = Field(primary_key=True)
 

@@ -1,5 +1,5 @@
-"""The allocation change log (gpuflow/services/changes.py): a warm state that missed another
-control worker's writes re-reads the allocations of the hosts those writes changed, not of
+"""The change log (gpuflow/services/changes.py): a warm state that missed another control
+worker's writes of allocations or host readiness re-reads the hosts those writes changed, not
 every host, and reads every host's whenever the log cannot say; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -9,17 +9,18 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from sqlalchemy import func, text
+from sqlalchemy import event, func, text
 from sqlmodel import select
 
 from gpuflow.scheduler.model import Placement
 from gpuflow.services import changes, snapshot, warm
 from gpuflow.services.capacity import release_allocation, take_allocation
 from gpuflow.services.changes import bump, changed_hosts
-from gpuflow.services.fleets import apply_fleet
+from gpuflow.services.fleets import apply_fleet, set_host_state
 from gpuflow.services.warm import WarmCapacity
+from gpuflow.status import HostState
 from gpuflow.store.db import Store
-from gpuflow.store.tables import AllocationChangeRow, AllocationRow
+from gpuflow.store.tables import AllocationRow, CapacityChangeRow
 from tests.unit.store.test_warm import (
     _fleet_spec,
     _job,
@@ -116,13 +117,14 @@ def test_the_log_keeps_only_its_newest_versions(
         _take(other, f"job-{n}")
         release_allocation(other, job_id=f"job-{n}")
     with store.read() as session:
-        versions = session.exec(select(AllocationChangeRow.version)).all()
+        logged = select(CapacityChangeRow.version).where(CapacityChangeRow.kind == "allocations")
+        versions = session.exec(logged).all()
         newest = max(versions)
         assert min(versions) > newest - 8 - 2
         assert set(range(newest - 7, newest + 1)) <= set(versions)
         # within the kept versions the log answers; further back it cannot
-        assert changed_hosts(session, newest - 8, newest) is not None
-        assert changed_hosts(session, newest - 12, newest) is None
+        assert changed_hosts(session, "allocations", newest - 8, newest) is not None
+        assert changed_hosts(session, "allocations", newest - 12, newest) is None
     calls: list[list[str] | None] = []
     with _reads(calls), _memory_checked():
         _take(store, "job-mine")  # 30 versions behind: every host read, nothing given twice
@@ -140,5 +142,33 @@ def test_counting_from_zero_again_starts_an_empty_log(store: Store) -> None:
         session.commit()
     Store(store.url).init().dispose()
     with store.read() as session:
-        count = session.exec(select(func.count()).select_from(AllocationChangeRow)).one()
+        count = session.exec(select(func.count()).select_from(CapacityChangeRow)).one()
     assert count == 0
+
+
+def test_a_worker_behind_reads_the_states_of_the_hosts_that_changed(
+    two: tuple[Store, Store],
+) -> None:
+    """Host readiness set by another worker (or a health check): the catch-up reads the state
+    rows of those hosts only, and no job goes to a host that is not ready."""
+    store, other = two
+    set_host_state(other, "a/h0", HostState.NOT_READY, "agent not answering")
+    set_host_state(other, "a/h3", HostState.UNREACHABLE, "ssh refused")
+    state = _state(store)
+    reloads, partial = state.reloads, state.partial_reads
+    hosts: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if "FROM hosts" in statement and "WHERE" in statement:
+            hosts.append(repr(parameters))
+
+    event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        with _memory_checked() as checks:
+            placed = {_take(store, f"mine-{n}").nodes[0].host_id for n in range(6)}
+    finally:
+        event.remove(store.engine, "before_cursor_execute", seen)
+    assert placed.isdisjoint({"a/h0", "a/h3"}) and len(placed) == 6
+    assert (state.reloads, state.partial_reads) == (reloads, partial + 1)
+    assert len(hosts) == 1 and "a/h0" in hosts[0] and "a/h3" in hosts[0], hosts
+    assert checks[0] >= 1
