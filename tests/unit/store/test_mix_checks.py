@@ -122,6 +122,24 @@ def test_a_database_before_the_checked_column_gets_it(store: Store) -> None:
         assert row is not None and row.checked == at == "a"
 
 
+def _checkpoint(
+    store: Store, gpus: int, saturated: set[str] | None = None
+) -> tuple[str, list[str]]:
+    """`checkpoint_at` in a placement transaction, and the statements it ran."""
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        with store.placement_transaction() as session:
+            at = mix.checkpoint_at(session, "sim", gpus, saturated)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", seen)
+    return at, statements
+
+
 @pytest.mark.parametrize(("gpus", "history"), [(4, 40), (GPUS, 300), (GPUS, 700)])
 def test_the_checkpoint_counts_jobs_only_while_the_count_can_move_it(
     store: Store, gpus: int, history: int
@@ -134,17 +152,7 @@ def test_the_checkpoint_counts_jobs_only_while_the_count_can_move_it(
     else:
         _fleet(store)
     _history(store, history)
-    statements: list[str] = []
-
-    def seen(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        statements.append(statement)
-
-    event.listen(store.engine, "before_cursor_execute", seen)
-    try:
-        with store.placement_transaction() as session:
-            at = mix.checkpoint_at(session, "sim", gpus)
-    finally:
-        event.remove(store.engine, "before_cursor_execute", seen)
+    at, statements = _checkpoint(store, gpus)
     life = half_life(gpus)
     limit = mix._limit(life)
     with store.read() as session:
@@ -192,20 +200,10 @@ def test_the_checkpoint_is_found_past_the_ids_read_first(store: Store, position:
             row.submitted_at = START - timedelta(minutes=n)
             session.add(row)
         session.commit()
-    reads: list[str] = []
-
-    def seen(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        if "order by" in statement.lower():
-            reads.append(statement)
-
-    event.listen(store.engine, "before_cursor_execute", seen)
-    try:
-        with store.placement_transaction() as session:
-            at = mix.checkpoint_at(session, "sim", GPUS)
-    finally:
-        event.remove(store.engine, "before_cursor_execute", seen)
+    at, statements = _checkpoint(store, GPUS)
     most = checkpoint_reads(limit, life)
     assert at == newest[position] == newest[anchor(newest[:most], limit, life, spacing=2)]
+    reads = [statement for statement in statements if "order by" in statement.lower()]
     assert len(reads) == (1 if position < 12 else 2)
 
 
@@ -218,20 +216,10 @@ def test_a_fleet_seen_with_jobs_enough_is_counted_again_only_once_a_window_read_
     life = half_life(GPUS)
     enough = saturation(mix._limit(life), life)
     _history(store, enough + 40)
-    statements: list[str] = []
-
-    def seen(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        statements.append(statement.lower())
 
     def checkpoint(saturated: set[str] | None) -> tuple[str, bool]:
-        statements.clear()
-        event.listen(store.engine, "before_cursor_execute", seen)
-        try:
-            with store.placement_transaction() as session:
-                at = mix.checkpoint_at(session, "sim", GPUS, saturated)
-        finally:
-            event.remove(store.engine, "before_cursor_execute", seen)
-        return at, any("count(" in statement for statement in statements)
+        at, statements = _checkpoint(store, GPUS, saturated)
+        return at, any("count(" in statement.lower() for statement in statements)
 
     saturated: set[str] = set()
     cold, _ = checkpoint(None)
