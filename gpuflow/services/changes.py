@@ -14,8 +14,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from sqlalchemy import bindparam, delete, update
+from sqlalchemy import (
+    Insert,
+    String,
+    Update,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal,
+    true,
+    update,
+)
 from sqlalchemy import select as sa_select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlmodel import Session
 
 from gpuflow.store.bulk import insert_rows
@@ -59,11 +71,7 @@ def read_versions(session: Session) -> Versions | None:
 def bump(session: Session, change: Change) -> int | None:
     """Count one change of this kind in the caller's transaction; returns the new value (None
     when the row is missing: no warm state then trusts itself)."""
-    column = _TABLE.c[change]
-    found = session.connection().execute(
-        update(_TABLE).where(_TABLE.c.id == 1).values({change: column + 1}).returning(column)
-    )
-    value = found.scalar()
+    value = session.connection().execute(_BUMP[change]).scalar()
     return None if value is None else int(value)
 
 
@@ -74,7 +82,7 @@ def bump_hosts(session: Session, change: PerHost, host_ids: Iterable[str]) -> in
     connection = session.connection()
     if connection.dialect.name == "postgresql":
         # one statement: every write of allocations runs it under the placement lock
-        found = connection.exec_driver_sql(_BUMP_AND_LOG[change], {"hosts": hosts}).first()
+        found = connection.execute(_BUMP_AND_LOG[change], {"hosts": hosts}).first()
         version = None if found is None else int(found[0])
     else:
         version = bump(session, change)
@@ -88,16 +96,31 @@ def bump_hosts(session: Session, change: PerHost, host_ids: Iterable[str]) -> in
     return version
 
 
-_BUMP_AND_LOG = {
-    change: (
-        f"WITH bumped AS (UPDATE capacity_versions SET {change} = {change} + 1 WHERE id = 1"
-        f" RETURNING {change})"
-        " INSERT INTO capacity_changes (kind, version, host_id)"
-        f" SELECT '{change}', bumped.{change}, host"
-        " FROM bumped, unnest(%(hosts)s::varchar[]) AS host"
-        " RETURNING version"
+def _bump_statement(change: Change) -> Update:
+    column = _TABLE.c[change]
+    return update(_TABLE).where(_TABLE.c.id == 1).values({change: column + 1}).returning(column)
+
+
+_BUMP: dict[Change, Update] = {
+    change: _bump_statement(change) for change in ("structure", "states", "allocations")
+}
+
+
+def _bump_and_log_statement(change: PerHost) -> Insert:
+    """PostgreSQL: the bump and its log as one statement (the bump as a CTE)."""
+    bumped = _BUMP[change].cte("bumped")
+    hosts = func.unnest(bindparam("hosts", type_=ARRAY(String))).table_valued("host")
+    hosts = hosts.render_derived()  # `unnest(...) AS anon(host)`: the column has a name
+    logged = sa_select(literal(change), bumped.c[change], hosts.c.host).select_from(
+        bumped.join(hosts, true())
     )
-    for change in ("states", "allocations")
+    return (
+        insert(_LOG).from_select(["kind", "version", "host_id"], logged).returning(_LOG.c.version)
+    )
+
+
+_BUMP_AND_LOG: dict[PerHost, Insert] = {
+    change: _bump_and_log_statement(change) for change in ("states", "allocations")
 }
 _KIND = _LOG.c.kind == bindparam("kind")
 _PRUNE = delete(_LOG).where(_KIND, _LOG.c.version <= bindparam("below"))
