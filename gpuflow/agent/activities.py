@@ -14,7 +14,7 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -45,10 +45,23 @@ from gpuflow.workflows.models import (
 
 class GpuSampler(Protocol):
     def sample(
-        self, job_key: str, root_pid: int, indices: list[int], now: float
+        self,
+        job_key: str,
+        root_pid: int,
+        indices: list[int],
+        now: float,
+        shared: Collection[int] = (),
     ) -> list[GpuSample]: ...
 
     def forget(self, job_key: str) -> None: ...
+
+
+def _shared_gpus(paths: processes.RunPaths) -> list[int]:
+    """The GPUs the run holds a share of (none for a run started before shares were noted)."""
+    try:
+        return list(json.loads(paths.state.read_text()).get("shared_gpus", []))
+    except (OSError, ValueError):
+        return []
 
 
 def _utc(timestamp: float | None) -> datetime | None:
@@ -151,6 +164,8 @@ class HostAgent:
                 "start_time": processes.proc_start_time(pid),
                 "started_at": time.time(),
                 "gpus": node.gpu_indices,
+                # A share of a GPU: its readings are the job's own processes' (samplers.py).
+                "shared_gpus": node.gpu_indices if node.gpu_fraction is not None else [],
                 # Names only: the values are looked up again to mask the log.
                 "secrets": sorted(set(referenced.values())),
             }
@@ -198,7 +213,12 @@ class HostAgent:
             return ProbeResult(state="running")
         try:
             samples = await asyncio.to_thread(
-                self.sampler.sample, str(paths.root), pgid, inp.gpu_indices, time.time()
+                self.sampler.sample,
+                str(paths.root),
+                pgid,
+                inp.gpu_indices,
+                time.time(),
+                _shared_gpus(paths),
             )
         except Exception as exc:  # a sampler fault is reported, never fatal
             return ProbeResult(state="running", sample_error=str(exc))
@@ -210,11 +230,13 @@ class HostAgent:
         if self.sample_every_s is None:
             return None
 
+        shared = _shared_gpus(paths)
+
         def read() -> None:
             pgid = self._group(paths)
             if pgid is not None:
                 with contextlib.suppress(Exception):  # a sampler fault is the probe's to report
-                    self.sampler.sample(str(paths.root), pgid, indices, time.time())
+                    self.sampler.sample(str(paths.root), pgid, indices, time.time(), shared)
 
         return read
 

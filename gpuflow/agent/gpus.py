@@ -4,7 +4,8 @@ Used by the host agent (never by workflow code). pynvml is imported inside funct
 module (and `GpuInfo`) imports on machines without nvidia-ml-py or a driver. NVML failures
 never escape as NVML exceptions: discovery says why there are no GPUs, sampling returns an
 error for the GPU that failed and samples the rest, and a caller that names GPUs that are gone
-gets an `NvmlError` that says which and why.
+gets an `NvmlError` that says which and why. A GPU shared by several jobs (GPU fractions) can be
+read for one job's processes alone (`_own_usage`).
 
 `GPUFLOW_NVML_LIBRARY=/path/to/libnvidia-ml.so.1` makes this process use that library instead
 of the one the dynamic loader finds (tests point agents at a stub library with it).
@@ -15,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from typing import Any, Literal
 
@@ -158,8 +159,12 @@ class NvmlSampler:
         self._nvml: Any = None
         self._handles: dict[int, Any] = {}
 
-    def sample(self, indices: list[int], now: float) -> SampleBatch:
-        """One reading of each GPU in `indices`, stamped `now` (epoch seconds)."""
+    def sample(
+        self, indices: list[int], now: float, own: Mapping[int, Collection[int]] | None = None
+    ) -> SampleBatch:
+        """One reading of each GPU in `indices`, stamped `now` (epoch seconds). For a GPU in
+        `own` (one a job shares with others), the reading is that of the processes named there,
+        not the whole GPU's (`_own_usage`), where NVML can tell them apart."""
         try:
             nvml = self._session()
         except NvmlError as exc:
@@ -175,6 +180,11 @@ class NvmlSampler:
                     handle = self._handles[index] = nvml.nvmlDeviceGetHandleByIndex(index)
                 rates = nvml.nvmlDeviceGetUtilizationRates(handle)
                 memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+                utilization, used = float(min(rates.gpu, 100)), int(memory.used) >> 20
+                pids = None if own is None else own.get(index)
+                mine = None if pids is None else _own_usage(nvml, handle, pids, now)
+                if mine is not None:
+                    utilization, used = mine
             except nvml.NVMLError as exc:
                 self._handles.pop(index, None)
                 code = int(exc.value)
@@ -194,8 +204,8 @@ class NvmlSampler:
                 GpuSample(
                     gpu=index,
                     ts=now,
-                    utilization=float(min(rates.gpu, 100)),
-                    memory_used_mib=int(memory.used) >> 20,
+                    utilization=utilization,
+                    memory_used_mib=used,
                     memory_total_mib=int(memory.total) >> 20,
                 )
             )
@@ -218,6 +228,44 @@ class NvmlSampler:
                 raise NvmlError(_explain(exc), code=int(exc.value)) from None
             self._nvml = nvml
         return self._nvml
+
+
+PROCESS_WINDOW_S = 5.0
+"""How far back a shared GPU's per-process samples are read (NVML keeps a few seconds)."""
+_NOT_FOUND = 6
+
+
+def _own_usage(
+    nvml: Any, handle: Any, pids: Collection[int], now: float
+) -> tuple[float, int] | None:
+    """SM utilization (%) and GPU memory (MiB) of `pids` on the GPU, from NVML's per-process
+    readings: each process's mean SM utilization over its samples of the last
+    `PROCESS_WINDOW_S` (a process that used no SMs has none: 0), summed. None when NVML cannot
+    tell (no per-process readings on this GPU or driver; or a PID namespace apart, when none
+    of the processes NVML lists is one this host's /proc shows): the whole GPU's reading
+    stands then."""
+    try:
+        running = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except nvml.NVMLError:
+        return None
+    listed = {int(process.pid) for process in running}
+    if listed and not any(os.path.exists(f"/proc/{pid}") for pid in listed):
+        return None
+    memory = sum(int(p.usedGpuMemory or 0) for p in running if int(p.pid) in pids)
+    try:
+        samples = nvml.nvmlDeviceGetProcessUtilization(
+            handle, max(0, int((now - PROCESS_WINDOW_S) * 1_000_000))
+        )
+    except nvml.NVMLError as exc:
+        if int(exc.value) != _NOT_FOUND:  # NOT_FOUND: no process used the SMs lately
+            return None
+        samples = []
+    busy: dict[int, list[int]] = {}
+    for sample in samples:
+        if int(sample.pid) in pids:
+            busy.setdefault(int(sample.pid), []).append(int(sample.smUtil))
+    utilization = sum(sum(values) / len(values) for values in busy.values())
+    return float(min(utilization, 100)), memory >> 20
 
 
 # -- NVML plumbing -----------------------------------------------------------------------

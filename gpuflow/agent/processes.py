@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,12 +47,20 @@ def group_alive(pgid: int) -> bool:
         return False  # no process at all in the group: no need to look through /proc
     except PermissionError:
         pass
+    return any(True for _ in _members(pgid))
+
+
+def group_pids(pgid: int) -> set[int]:
+    """The live processes of the process group."""
+    return set(_members(pgid))
+
+
+def _members(pgid: int) -> Iterator[int]:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             stat = proc_stat(int(entry.name))
             if stat is not None and int(stat[2]) == pgid:
-                return True
-    return False
+                yield int(entry.name)
 
 
 @dataclass

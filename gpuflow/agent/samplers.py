@@ -1,16 +1,20 @@
 """The GPU samplers a host agent uses: NVML on real hosts, the declared source on simulated ones.
 
-Both answer `sample(job_key, root_pid, indices, now)` with one GpuSample per readable GPU; a GPU
-that cannot be read yields no sample (a gap, which never counts as idle).
+Both answer `sample(job_key, root_pid, indices, now, shared)` with one GpuSample per readable
+GPU; a GPU that cannot be read yields no sample (a gap, which never counts as idle). `shared`:
+the GPUs of `indices` the job holds a share of, beside other jobs: on a real GPU their readings
+are the job's own processes' (its process group's), where NVML can tell processes apart; a
+simulated GPU's reading is always the job's own.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from gpuflow.agent.gpus import NvmlSampler
+from gpuflow.agent.processes import group_pids
 from gpuflow.agent.simulated import SimulatedSampler
 from gpuflow.specs.fleet import SimulatedUtilization
 from gpuflow.utilization import GpuSample
@@ -28,10 +32,19 @@ class NvmlGpuSampler:
         self._lock = threading.Lock()
 
     def sample(
-        self, job_key: str, root_pid: int, indices: list[int], now: float
+        self,
+        job_key: str,
+        root_pid: int,
+        indices: list[int],
+        now: float,
+        shared: Collection[int] = (),
     ) -> list[GpuSample]:
+        own = None
+        if shared:
+            pids = group_pids(root_pid)
+            own = dict.fromkeys(shared, pids)
         with self._lock:
-            batch = self._sampler.sample(indices, now)
+            batch = self._sampler.sample(indices, now, own)
         if batch.errors and not batch.samples:
             raise SamplingFailed("; ".join(error.message for error in batch.errors))
         return list(batch.samples)
@@ -51,7 +64,12 @@ class SimulatedGpuSampler:
         self._lock = threading.Lock()
 
     def sample(
-        self, job_key: str, root_pid: int, indices: list[int], now: float
+        self,
+        job_key: str,
+        root_pid: int,
+        indices: list[int],
+        now: float,
+        shared: Collection[int] = (),
     ) -> list[GpuSample]:
         with self._lock:
             known = self._jobs.get(job_key)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Protocol
@@ -32,7 +32,12 @@ LABELS = ["host", "gpu", "job_id", "source"]
 
 class Sampler(Protocol):
     def sample(
-        self, job_key: str, root_pid: int, indices: list[int], now: float
+        self,
+        job_key: str,
+        root_pid: int,
+        indices: list[int],
+        now: float,
+        shared: Collection[int] = (),
     ) -> list[GpuSample]: ...
 
     def forget(self, job_key: str) -> None: ...
@@ -116,9 +121,14 @@ class MeteredSampler:
         self.samples = samples
 
     def sample(
-        self, job_key: str, root_pid: int, indices: list[int], now: float
+        self,
+        job_key: str,
+        root_pid: int,
+        indices: list[int],
+        now: float,
+        shared: Collection[int] = (),
     ) -> list[GpuSample]:
-        taken = self.inner.sample(job_key, root_pid, indices, now)
+        taken = self.inner.sample(job_key, root_pid, indices, now, shared)
         self.samples.record(self.host_id, job_key, taken)
         return taken
 

@@ -106,7 +106,9 @@ class UtilizationPolicy(BaseModel):
 
     min_gpu_utilization: int = Field(ge=0, le=100, examples=[10])
     """GPU utilization in percent (0..100): a GPU of the job that stays below it for
-    `time_window` terminates the job (`0` never does)."""
+    `time_window` terminates the job (`0` never does). A share of a GPU (a count below 1) is
+    judged by the job's own processes: their SM utilization on it, as NVML reports it per
+    process (the whole GPU's where the driver cannot)."""
     time_window: int = Field(examples=["30m"])
     """How long a GPU may stay below `min_gpu_utilization` before the job is terminated
     (written 10m, 2h, 1d; 1 minute to 7 days)."""

@@ -20,6 +20,7 @@ LIBRARY_NAME = "libnvidia-ml.so.1"
 STATE_ENV = "GPUFLOW_NVML_STUB_STATE"
 LIBRARY_ENV = "GPUFLOW_NVML_LIBRARY"  # read by gpuflow.agent.gpus
 
+NOT_SUPPORTED = 3
 DRIVER_NOT_LOADED = 9
 GPU_IS_LOST = 15
 
@@ -61,6 +62,16 @@ class StubGpu:
 
 
 @dataclass
+class StubProcess:
+    """A compute process on one GPU: its SM utilization and GPU memory, as NVML lists them."""
+
+    gpu: int
+    pid: int
+    sm_utilization: int = 0
+    memory_used_mib: int = 0
+
+
+@dataclass
 class NvmlStub:
     """What the stub library says, written to `state_file` on every change."""
 
@@ -70,6 +81,9 @@ class NvmlStub:
     driver_version: str = "550.54.15"
     init_error: int = 0
     """NVML return code of nvmlInit; 9 is NVML_ERROR_DRIVER_NOT_LOADED."""
+    processes: list[StubProcess] = field(default_factory=list)
+    per_process_error: int = 0
+    """NVML return code of the per-process calls; 3 is NVML_ERROR_NOT_SUPPORTED."""
 
     def set_gpus(
         self,
@@ -95,6 +109,11 @@ class NvmlStub:
             self.gpus[index].memory_used_mib = memory_used_mib
         self.write()
 
+    def set_processes(self, *processes: StubProcess) -> None:
+        """The compute processes NVML lists (and samples: one that uses no SMs has none)."""
+        self.processes = list(processes)
+        self.write()
+
     def lose_gpu(self, index: int, lost: bool = True) -> None:
         """GPU `index` answers every call with NVML_ERROR_GPU_IS_LOST (or recovers)."""
         self.gpus[index].error = GPU_IS_LOST if lost else 0
@@ -115,6 +134,10 @@ class NvmlStub:
                 gpu.utilization, gpu.memory_utilization, major, minor, gpu.error,
             ]  # fmt: skip
             lines.append("\t".join(str(f) for f in fields))
+        for p in self.processes:
+            fields = ["proc", p.gpu, p.pid, p.sm_utilization, p.memory_used_mib]
+            lines.append("\t".join(str(f) for f in fields))
+        lines.append(f"per_process\t{self.per_process_error}")
         # Replace atomically: the library may read the file at any moment.
         partial = self.state_file.with_suffix(".partial")
         partial.write_text("\n".join(lines) + "\n")

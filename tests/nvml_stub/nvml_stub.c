@@ -11,12 +11,18 @@
  *   gpu         <name> <uuid> <total MiB> <used MiB> <gpu util %> <memory util %>
  *               <cc major> <cc minor> <error>   error: return code of every call on this
  *                                               GPU, e.g. 15 (NVML_ERROR_GPU_IS_LOST), 0 = ok
+ *   proc        <gpu index> <pid> <sm util %> <used MiB>
+ *                                               a compute process on that GPU; its
+ *                                               utilization is one sample, stamped now
+ *   per_process <nvml return code>              what the per-process calls give instead of
+ *                                               answering, e.g. 3 (NVML_ERROR_NOT_SUPPORTED)
  *
  * No file (or no variable) reads as a host whose driver is not loaded.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 
 typedef int nvmlReturn_t;
 
@@ -24,6 +30,8 @@ enum {
     NVML_SUCCESS = 0,
     NVML_ERROR_UNINITIALIZED = 1,
     NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NOT_FOUND = 6,
     NVML_ERROR_INSUFFICIENT_SIZE = 7,
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
     NVML_ERROR_GPU_IS_LOST = 15,
@@ -32,6 +40,7 @@ enum {
 };
 
 #define MAX_GPUS 64
+#define MAX_PROCS 256
 #define TEXT 128
 
 typedef struct nvmlDevice_st {
@@ -61,12 +70,30 @@ struct gpu {
     nvmlReturn_t error;
 };
 
+struct proc {
+    unsigned int gpu, pid, sm_util;
+    unsigned long long used_mib;
+};
+
 struct state {
     char driver[TEXT];
-    nvmlReturn_t init_error;
-    unsigned int count;
+    nvmlReturn_t init_error, per_process;
+    unsigned int count, procs;
     struct gpu gpus[MAX_GPUS];
+    struct proc proc[MAX_PROCS];
 };
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
 
 static struct nvmlDevice_st devices[MAX_GPUS];
 static int initialized;
@@ -109,6 +136,14 @@ static nvmlReturn_t read_state(struct state *st) {
             g->cc_major = atoi(next_field(&cursor));
             g->cc_minor = atoi(next_field(&cursor));
             g->error = atoi(next_field(&cursor));
+        } else if (strcmp(kind, "proc") == 0 && st->procs < MAX_PROCS) {
+            struct proc *p = &st->proc[st->procs++];
+            p->gpu = (unsigned int)strtoul(next_field(&cursor), NULL, 10);
+            p->pid = (unsigned int)strtoul(next_field(&cursor), NULL, 10);
+            p->sm_util = (unsigned int)strtoul(next_field(&cursor), NULL, 10);
+            p->used_mib = strtoull(next_field(&cursor), NULL, 10);
+        } else if (strcmp(kind, "per_process") == 0) {
+            st->per_process = atoi(next_field(&cursor));
         }
     }
     fclose(file);
@@ -165,6 +200,8 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_SUCCESS: return "Success";
     case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
     case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
     case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
@@ -288,6 +325,67 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t handle, int *major,
     *major = g->cc_major;
     *minor = g->cc_minor;
     return NVML_SUCCESS;
+}
+
+/* The compute processes on the GPU, as NVML lists them: with no buffer, how many (and
+ * NVML_ERROR_INSUFFICIENT_SIZE if there are any). */
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t handle, unsigned int *count,
+                                                     nvmlProcessInfo_t *infos) {
+    struct state st;
+    struct gpu *g;
+    nvmlReturn_t ret = device(handle, &st, &g);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (st.per_process != NVML_SUCCESS)
+        return st.per_process;
+    unsigned int found = 0;
+    for (unsigned int i = 0; i < st.procs; i++) {
+        if (st.proc[i].gpu != handle->index)
+            continue;
+        if (infos && found < *count) {
+            infos[found].pid = st.proc[i].pid;
+            infos[found].usedGpuMemory = st.proc[i].used_mib << 20;
+            infos[found].gpuInstanceId = infos[found].computeInstanceId = 0xFFFFFFFF;
+        }
+        found++;
+    }
+    unsigned int room = *count;
+    *count = found;
+    return found > room || (!infos && found) ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
+}
+
+/* One sample per process that used the GPU's SMs (none: NVML_ERROR_NOT_FOUND, as NVML says
+ * when no process was busy since `last_seen`). */
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t handle,
+                                             nvmlProcessUtilizationSample_t *samples,
+                                             unsigned int *count, unsigned long long last_seen) {
+    struct state st;
+    struct gpu *g;
+    struct timeval now;
+    nvmlReturn_t ret = device(handle, &st, &g);
+    if (ret != NVML_SUCCESS)
+        return ret;
+    if (st.per_process != NVML_SUCCESS)
+        return st.per_process;
+    gettimeofday(&now, NULL);
+    unsigned long long stamp = (unsigned long long)now.tv_sec * 1000000ull + now.tv_usec;
+    unsigned int found = 0;
+    for (unsigned int i = 0; i < st.procs; i++) {
+        if (st.proc[i].gpu != handle->index || st.proc[i].sm_util == 0 || stamp <= last_seen)
+            continue;
+        if (samples && found < *count) {
+            memset(&samples[found], 0, sizeof(samples[found]));
+            samples[found].pid = st.proc[i].pid;
+            samples[found].timeStamp = stamp;
+            samples[found].smUtil = st.proc[i].sm_util;
+        }
+        found++;
+    }
+    if (found == 0)
+        return NVML_ERROR_NOT_FOUND;
+    unsigned int room = *count;
+    *count = found;
+    return !samples || found > room ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
 }
 
 /* Not NVML: counters a test reads through ctypes to check how the library was used. */

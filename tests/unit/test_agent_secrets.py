@@ -9,7 +9,7 @@ import asyncio
 import hashlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 import pytest
@@ -29,7 +29,12 @@ TOKEN = "tok-5f3a9c2e71d84b06"
 
 class _NoSampler:
     def sample(
-        self, job_key: str, root_pid: int, indices: list[int], now: float
+        self,
+        job_key: str,
+        root_pid: int,
+        indices: list[int],
+        now: float,
+        shared: Collection[int] = (),
     ) -> list[GpuSample]:
         return []
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,12 @@ CALLS = {"execute_activity", "start_activity", "execute_local_activity", "contro
 
 class _NoSampler:
     def sample(
-        self, job_key: str, root_pid: int, indices: list[int], now: float
+        self,
+        job_key: str,
+        root_pid: int,
+        indices: list[int],
+        now: float,
+        shared: Collection[int] = (),
     ) -> list[GpuSample]:
         return []
 

@@ -26,9 +26,11 @@ from gpuflow.agent.gpus import (
     inspect_gpus,
     model_name,
 )
+from gpuflow.agent.processes import group_pids
+from gpuflow.agent.samplers import NvmlGpuSampler
 from gpuflow.agent.simulated import ProcessCpuSampler, SimulatedSampler
 from gpuflow.specs.fleet import SimulatedUtilization
-from tests.nvml_stub import NvmlStub
+from tests.nvml_stub import NOT_SUPPORTED, NvmlStub, StubProcess
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -300,3 +302,93 @@ def test_simulated_samples_say_so(spawn: list[subprocess.Popen[bytes]]) -> None:
     [sample] = tree.sample([2], time.time()).samples
     assert sample.simulated and sample.utilization > 10
     assert sample.memory_used_mib <= 1
+
+
+# -- a job's own share of a GPU ---------------------------------------------------------------
+
+
+def test_a_shared_gpu_reads_as_the_named_processes_own(
+    nvml_stub: NvmlStub, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    """Two jobs share GPU 0: each reading is its own processes' SM utilization (the mean of
+    their samples, summed) and memory, not the GPU's 90%; a job whose processes used no SMs
+    reads 0 (NVML has no sample of them), one with no process on the GPU 0 MiB."""
+    busy, idle, other = (_start(spawn, "sleep", "60") for _ in range(3))
+    nvml_stub.set_gpus(2)
+    nvml_stub.set_utilization(0, 90, memory_used_mib=7_000)
+    nvml_stub.set_processes(
+        StubProcess(gpu=0, pid=busy, sm_utilization=70, memory_used_mib=4_000),
+        StubProcess(gpu=0, pid=other, sm_utilization=20, memory_used_mib=1_000),
+        StubProcess(gpu=0, pid=idle, sm_utilization=0, memory_used_mib=2_000),
+    )
+    sampler = NvmlSampler()
+    now = time.time()
+
+    def reading(pids: set[int]) -> tuple[float, int]:
+        (sample,) = sampler.sample([0], now, {0: pids}).samples
+        return sample.utilization, sample.memory_used_mib
+
+    assert reading({busy}) == (70.0, 4_000)
+    assert reading({busy, other}) == (90.0, 5_000)
+    assert reading({idle}) == (0.0, 2_000)
+    assert reading({os.getpid()}) == (0.0, 0)
+    # the whole GPU where no processes are named: GPU 0 as a whole, GPU 1 beside it
+    whole = sampler.sample([0, 1], now, {1: {busy}}).samples
+    assert [(s.gpu, s.utilization, s.memory_used_mib) for s in whole] == [
+        (0, 90.0, 7_000),
+        (1, 0.0, 0),
+    ]
+    # no process used the SMs lately: NVML answers NOT_FOUND, which is 0, not an error
+    nvml_stub.set_processes(StubProcess(gpu=0, pid=idle, memory_used_mib=2_000))
+    assert reading({idle}) == (0.0, 2_000)
+    sampler.close()
+
+
+@pytest.mark.parametrize("why", ["not supported", "another PID namespace"])
+def test_a_shared_gpu_reads_whole_where_nvml_cannot_tell_processes_apart(
+    nvml_stub: NvmlStub, spawn: list[subprocess.Popen[bytes]], why: str
+) -> None:
+    """Without per-process readings (an old driver, a GPU that has none) or with processes
+    NVML names that this host's /proc does not show (an agent in a container), the job's
+    reading is the whole GPU's: an idle share is then kept, never a busy one terminated."""
+    job = _start(spawn, "sleep", "60")
+    nvml_stub.set_gpus(1)
+    nvml_stub.set_utilization(0, 55, memory_used_mib=3_000)
+    if why == "not supported":
+        nvml_stub.per_process_error = NOT_SUPPORTED
+        nvml_stub.set_processes(StubProcess(gpu=0, pid=job, sm_utilization=10))
+    else:
+        gone = _start(spawn, "true")
+        spawn[-1].wait()  # its pid is no process of this host's any more
+        nvml_stub.set_processes(StubProcess(gpu=0, pid=gone, sm_utilization=55))
+    sampler = NvmlSampler()
+    (sample,) = sampler.sample([0], time.time(), {0: {job}}).samples
+    assert (sample.utilization, sample.memory_used_mib) == (55.0, 3_000)
+    sampler.close()
+
+
+def test_the_agent_sampler_names_the_job_process_group(
+    nvml_stub: NvmlStub, spawn: list[subprocess.Popen[bytes]]
+) -> None:
+    """NvmlGpuSampler reads a shared GPU for every process of the job's group (the leader's
+    children too), and the whole GPU for a GPU the job has to itself."""
+    leader = _start(spawn, "bash", "-c", "sleep 60 & sleep 60 & wait")
+    deadline = time.time() + 5
+    while len(group_pids(leader)) < 3 and time.time() < deadline:
+        time.sleep(0.02)
+    children = sorted(group_pids(leader) - {leader})
+    assert len(children) == 2
+    nvml_stub.set_gpus(2)
+    nvml_stub.set_utilization(0, 95)
+    nvml_stub.set_utilization(1, 95)
+    nvml_stub.set_processes(
+        StubProcess(gpu=0, pid=children[0], sm_utilization=30, memory_used_mib=100),
+        StubProcess(gpu=0, pid=children[1], sm_utilization=15, memory_used_mib=50),
+        StubProcess(gpu=1, pid=children[0], sm_utilization=30),
+    )
+    sampler = NvmlGpuSampler()
+    samples = sampler.sample("job", leader, [0, 1], time.time(), shared=[0])
+    assert [(s.gpu, s.utilization, s.memory_used_mib) for s in samples] == [
+        (0, 45.0, 150),
+        (1, 95.0, 0),
+    ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,12 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 class _NoSampler:
     def sample(
-        self, job_key: str, root_pid: int, indices: list[int], now: float
+        self,
+        job_key: str,
+        root_pid: int,
+        indices: list[int],
+        now: float,
+        shared: Collection[int] = (),
     ) -> list[GpuSample]:
         return [
             GpuSample(gpu=i, ts=now, utilization=42, memory_used_mib=1, memory_total_mib=2)
@@ -354,10 +360,15 @@ async def test_a_waiting_probe_reads_the_gpus_for_the_metrics_every_so_often(
 
     class Counting(_NoSampler):
         def sample(
-            self, job_key: str, root_pid: int, indices: list[int], now: float
+            self,
+            job_key: str,
+            root_pid: int,
+            indices: list[int],
+            now: float,
+            shared: Collection[int] = (),
         ) -> list[GpuSample]:
             readings.append(now)
-            return super().sample(job_key, root_pid, indices, now)
+            return super().sample(job_key, root_pid, indices, now, shared)
 
     env = ActivityEnvironment()
     agent = HostAgent(host_id="sim/h1", state_dir=tmp_path / "agent", sampler=Counting())

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -356,7 +357,12 @@ class _FixedSampler:
         self.forgotten: list[str] = []
 
     def sample(
-        self, job_key: str, root_pid: int, indices: list[int], now: float
+        self,
+        job_key: str,
+        root_pid: int,
+        indices: list[int],
+        now: float,
+        shared: Collection[int] = (),
     ) -> list[GpuSample]:
         return [
             GpuSample(
