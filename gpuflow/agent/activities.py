@@ -14,10 +14,10 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -30,7 +30,7 @@ from gpuflow.agent.launch import RunLocks, claimed_pid, drop_dead_claim, spawn_w
 from gpuflow.agent.logs import latest_attempt, read_masked, secret_values
 from gpuflow.agent.processes import RunPaths
 from gpuflow.config import private_dir
-from gpuflow.utilization import GpuSample
+from gpuflow.metrics import Sampler
 from gpuflow.workflows.models import (
     LogChunk,
     LogsInput,
@@ -41,19 +41,6 @@ from gpuflow.workflows.models import (
     StopProcessInput,
     StopProcessResult,
 )
-
-
-class GpuSampler(Protocol):
-    def sample(
-        self,
-        job_key: str,
-        root_pid: int,
-        indices: list[int],
-        now: float,
-        shared: Collection[int] = (),
-    ) -> list[GpuSample]: ...
-
-    def forget(self, job_key: str) -> None: ...
 
 
 def _shared_gpus(paths: processes.RunPaths) -> list[int]:
@@ -76,7 +63,7 @@ class HostAgent:
         *,
         host_id: str,
         state_dir: Path,
-        sampler: GpuSampler,
+        sampler: Sampler,
         secrets_path: Path | None = None,
     ) -> None:
         self.host_id = host_id

@@ -31,6 +31,8 @@ LABELS = ["host", "gpu", "job_id", "source"]
 
 
 class Sampler(Protocol):
+    """What a host agent samples a job's GPUs with (gpuflow/agent/samplers.py)."""
+
     def sample(
         self,
         job_key: str,
