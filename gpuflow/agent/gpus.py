@@ -241,16 +241,14 @@ def _own_usage(
     """SM utilization (%) and GPU memory (MiB) of `pids` on the GPU, from NVML's per-process
     readings: each process's mean SM utilization over its samples of the last
     `PROCESS_WINDOW_S` (a process that used no SMs has none: 0), summed. None when NVML cannot
-    tell (no per-process readings on this GPU or driver; or a PID namespace apart, when none
-    of the processes NVML lists is one this host's /proc shows): the whole GPU's reading
-    stands then."""
+    tell (no per-process readings on this GPU or driver; or a PID namespace apart, when a
+    process NVML lists is not in this host's /proc): the whole GPU's reading stands then."""
     try:
         running = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
     except nvml.NVMLError:
         return None
-    listed = {int(process.pid) for process in running}
-    if listed and not any(os.path.exists(f"/proc/{pid}") for pid in listed):
-        return None
+    if not all(os.path.exists(f"/proc/{int(process.pid)}") for process in running):
+        return None  # not this host's processes (or one just ended: this reading only)
     memory = sum(int(p.usedGpuMemory or 0) for p in running if int(p.pid) in pids)
     try:
         samples = nvml.nvmlDeviceGetProcessUtilization(

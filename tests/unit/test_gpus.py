@@ -350,7 +350,8 @@ def test_a_shared_gpu_reads_whole_where_nvml_cannot_tell_processes_apart(
 ) -> None:
     """Without per-process readings (an old driver, a GPU that has none) or with processes
     NVML names that this host's /proc does not show (an agent in a container), the job's
-    reading is the whole GPU's: an idle share is then kept, never a busy one terminated."""
+    reading is the whole GPU's: an idle share is then kept, never a busy one terminated.
+    (A process that ended a moment ago but is still listed makes that one reading whole.)"""
     job = _start(spawn, "sleep", "60")
     nvml_stub.set_gpus(1)
     nvml_stub.set_utilization(0, 55, memory_used_mib=3_000)
@@ -360,7 +361,10 @@ def test_a_shared_gpu_reads_whole_where_nvml_cannot_tell_processes_apart(
     else:
         gone = _start(spawn, "true")
         spawn[-1].wait()  # its pid is no process of this host's any more
-        nvml_stub.set_processes(StubProcess(gpu=0, pid=gone, sm_utilization=55))
+        nvml_stub.set_processes(
+            StubProcess(gpu=0, pid=gone, sm_utilization=45),
+            StubProcess(gpu=0, pid=job, sm_utilization=10),  # a pid that happens to exist here
+        )
     sampler = NvmlSampler()
     (sample,) = sampler.sample([0], time.time(), {0: {job}}).samples
     assert (sample.utilization, sample.memory_used_mib) == (55.0, 3_000)
