@@ -5,8 +5,9 @@ A fleet's jobs are those placed on it (JobRow.fleet) and those still pending wit
 (their requests are the ones its free capacity is kept for). What a job asked for is its spec's
 first resource option as the scheduler reads it. The newest `WINDOW_HALF_LIVES` half-lives of
 jobs up to the newest checkpoint job are read (scheduler/mix.py `window`), at most `MAX_JOBS`
-rows; a job's spec is parsed once per process (a job's spec never changes), when it is first
-read, so a checkpoint does not parse the jobs since the last one all at once. The mix of a
+rows; a job's spec is read once per process (a job's spec never changes), when it is first
+read, so a checkpoint does not parse the jobs since the last one all at once, and only its
+`resources` and `nodes` are parsed, once per distinct ask (`_kind_of_spec`). The mix of a
 window is kept per fleet: until the next checkpoint a read returns the same LearnedMix object,
 and the scorer keeps what it prepared for it.
 
@@ -28,6 +29,7 @@ refused, a job deleted) is noticed at the next comparison.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import uuid
@@ -75,6 +77,9 @@ _KINDS: dict[str, dict[str, tuple[Kind, int] | None]] = {}
 """Per database: job id -> what the job asks per node, and for how many nodes (one shared
 tuple per distinct ask: a full garbage collection walks a few hundred, not one per job)."""
 _SHARED: dict[tuple[Kind, int], tuple[Kind, int]] = {}
+_BY_ASK: dict[str, tuple[Kind, int] | None] = {}
+"""`resources` and `nodes` of a stored spec, as JSON -> its kind (`_kind_of_spec`)."""
+_MAX_ASKS = 10_000
 _MAX_KINDS = 50_000
 _MIXES: dict[tuple[str, str, float], tuple[list[str], LearnedMix]] = {}
 """(database, fleet, half-life) -> the window last learned from and its mix."""
@@ -175,6 +180,7 @@ def _read_kinds(
     if sum(map(len, _KINDS.values())) + len(unknown) > _MAX_KINDS:
         _KINDS.clear()
         _SHARED.clear()
+        _BY_ASK.clear()
         kinds = _KINDS.setdefault(database, {})
         unknown = list(job_ids)
     for start in range(0, len(unknown), IDS_PER_STATEMENT):
@@ -198,13 +204,30 @@ def note_specs(session: Session, specs: Mapping[str, JobSpec]) -> None:
 
 
 def _kind_of_spec(spec: Mapping[str, Any]) -> tuple[Kind, int] | None:
-    """What the job's first resource option asks per node; None when the spec is unreadable
-    (written by another version): the job is left out."""
-    try:
-        job = JobSpec.model_validate(spec)
-    except ValueError:
+    """What a stored spec asks per node: its `resources` and `nodes`, read as a job's are
+    (nothing else of a spec changes its kind); None when they cannot be read (a spec written
+    by another version, or without resources): the job is left out. Every reader, warm or
+    cold, reads the same parts, and what an earlier spec asked is not parsed again (a fleet's
+    jobs ask one of a few hundred things)."""
+    resources = spec.get("resources")
+    if not isinstance(resources, Mapping):
         return None
-    return _kind_of_job(job)
+    nodes = spec.get("nodes", 1)
+    ask = json.dumps([resources, nodes], sort_keys=True, default=str)
+    if ask in _BY_ASK:
+        return _BY_ASK[ask]
+    try:
+        job = JobSpec.model_validate(
+            {"name": "ask", "commands": ["true"], "resources": resources, "nodes": nodes}
+        )
+    except ValueError:
+        found = None
+    else:
+        found = _kind_of_job(job)
+    if len(_BY_ASK) >= _MAX_ASKS:
+        _BY_ASK.clear()
+    _BY_ASK[ask] = found
+    return found
 
 
 def _kind_of_job(job: JobSpec) -> tuple[Kind, int] | None:

@@ -222,3 +222,32 @@ def test_an_unreadable_stored_mix_is_learned_again(store: Store) -> None:
         learned = fleet_mix(session, "sim", 4)
     assert row is not None and row.token != "old"
     assert row.requests == [request_json(r) for r in learned.requests]
+
+
+def test_what_a_stored_spec_asks_is_read_from_its_resources_and_nodes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stored spec's kind comes from its `resources` and `nodes` alone: a field of another
+    gpuflow version elsewhere in it does not leave the job out, unreadable resources do, and a
+    reader that saw the same ask before (warm) answers what a cold one does."""
+    from gpuflow.services import mix
+
+    def stored(name: str, resources: dict[str, object], nodes: int = 1) -> dict[str, object]:
+        spec = {"name": name, "commands": [f"run {name}"], "resources": resources}
+        return JobSpec.model_validate({**spec, "nodes": nodes}).model_dump(mode="json")
+
+    two_t4 = {"gpu": "T4:2", "cpu": 4}
+    newer = {**stored("n", two_t4), "checkpointing": {"every": "1h"}}  # a later version's field
+    specs = [stored("a", two_t4), stored("b", two_t4), newer, stored("c", two_t4, nodes=2)]
+    monkeypatch.setattr(mix, "_BY_ASK", {})
+    cold = []
+    for spec in specs:
+        mix._BY_ASK.clear()
+        cold.append(mix._kind_of_spec(spec))
+    warm = [mix._kind_of_spec(spec) for spec in specs]
+    assert warm == cold
+    assert warm[0] == ((2, None, 4.0, 0, frozenset({"T4"})), 1)
+    assert warm[0] is warm[1] is warm[2]  # one shared answer, parsed once
+    assert warm[3] == ((2, None, 4.0, 0, frozenset({"T4"})), 2)
+    assert mix._kind_of_spec({**specs[0], "resources": {"gpu": 1, "memory": "a lot"}}) is None
+    assert mix._kind_of_spec({"name": "f", "bogus": True}) is None
