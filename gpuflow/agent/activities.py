@@ -30,7 +30,7 @@ from gpuflow.agent.launch import RunLocks, claimed_pid, drop_dead_claim, spawn_w
 from gpuflow.agent.logs import latest_attempt, read_masked, secret_values
 from gpuflow.agent.processes import RunPaths
 from gpuflow.config import private_dir
-from gpuflow.metrics import Sampler
+from gpuflow.metrics import SampledRun, Sampler
 from gpuflow.workflows.models import (
     LogChunk,
     LogsInput,
@@ -43,12 +43,14 @@ from gpuflow.workflows.models import (
 )
 
 
-def _shared_gpus(paths: processes.RunPaths) -> list[int]:
-    """The GPUs the run holds a share of (none for a run started before shares were noted)."""
+def _sampled(paths: processes.RunPaths, pgid: int, gpus: list[int]) -> SampledRun:
+    """The run as its GPUs are sampled: with the GPUs it holds a share of (none for a run
+    started before shares were noted)."""
     try:
-        return list(json.loads(paths.state.read_text()).get("shared_gpus", []))
+        shared = json.loads(paths.state.read_text()).get("shared_gpus", [])
     except (OSError, ValueError):
-        return []
+        shared = []
+    return SampledRun(str(paths.root), pgid, tuple(gpus), frozenset(shared))
 
 
 def _utc(timestamp: float | None) -> datetime | None:
@@ -199,14 +201,8 @@ class HostAgent:
         if not inp.sample or not inp.gpu_indices:
             return ProbeResult(state="running")
         try:
-            samples = await asyncio.to_thread(
-                self.sampler.sample,
-                str(paths.root),
-                pgid,
-                inp.gpu_indices,
-                time.time(),
-                _shared_gpus(paths),
-            )
+            run = _sampled(paths, pgid, inp.gpu_indices)
+            samples = await asyncio.to_thread(self.sampler.sample, run, time.time())
         except Exception as exc:  # a sampler fault is reported, never fatal
             return ProbeResult(state="running", sample_error=str(exc))
         return ProbeResult(state="running", samples=samples)
@@ -217,13 +213,11 @@ class HostAgent:
         if self.sample_every_s is None:
             return None
 
-        shared = _shared_gpus(paths)
-
         def read() -> None:
             pgid = self._group(paths)
             if pgid is not None:
                 with contextlib.suppress(Exception):  # a sampler fault is the probe's to report
-                    self.sampler.sample(str(paths.root), pgid, indices, time.time(), shared)
+                    self.sampler.sample(_sampled(paths, pgid, indices), time.time())
 
         return read
 

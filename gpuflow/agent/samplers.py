@@ -1,21 +1,22 @@
 """The GPU samplers a host agent uses: NVML on real hosts, the declared source on simulated ones.
 
-Both answer `sample(job_key, root_pid, indices, now, shared)` with one GpuSample per readable
-GPU; a GPU that cannot be read yields no sample (a gap, which never counts as idle). `shared`:
-the GPUs of `indices` the job holds a share of, beside other jobs: on a real GPU their readings
-are the job's own processes' (its process group's), where NVML can tell processes apart; a
-simulated GPU's reading is always the job's own.
+Both answer `sample(run, now)` with one GpuSample per readable GPU of the run; a GPU that
+cannot be read yields no sample (a gap, which never counts as idle). A GPU the run holds a
+share of (`run.shared`) is read, on a real host, for the run's own processes (its process
+group's) where NVML can tell processes apart; a simulated GPU's reading is always the run's
+own.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from gpuflow.agent.gpus import NvmlSampler
 from gpuflow.agent.processes import group_pids
 from gpuflow.agent.simulated import SimulatedSampler
+from gpuflow.metrics import SampledRun
 from gpuflow.specs.fleet import SimulatedUtilization
 from gpuflow.utilization import GpuSample
 
@@ -31,20 +32,10 @@ class NvmlGpuSampler:
         self._sampler = NvmlSampler()
         self._lock = threading.Lock()
 
-    def sample(
-        self,
-        job_key: str,
-        root_pid: int,
-        indices: list[int],
-        now: float,
-        shared: Collection[int] = (),
-    ) -> list[GpuSample]:
-        own = None
-        if shared:
-            pids = group_pids(root_pid)
-            own = dict.fromkeys(shared, pids)
+    def sample(self, run: SampledRun, now: float) -> list[GpuSample]:
+        own = dict.fromkeys(run.shared, group_pids(run.pgid)) if run.shared else None
         with self._lock:
-            batch = self._sampler.sample(indices, now, own)
+            batch = self._sampler.sample(list(run.gpus), now, own)
         if batch.errors and not batch.samples:
             raise SamplingFailed("; ".join(error.message for error in batch.errors))
         return list(batch.samples)
@@ -63,22 +54,15 @@ class SimulatedGpuSampler:
         self._jobs: dict[str, tuple[int, SimulatedSampler]] = {}
         self._lock = threading.Lock()
 
-    def sample(
-        self,
-        job_key: str,
-        root_pid: int,
-        indices: list[int],
-        now: float,
-        shared: Collection[int] = (),
-    ) -> list[GpuSample]:
+    def sample(self, run: SampledRun, now: float) -> list[GpuSample]:
         with self._lock:
-            known = self._jobs.get(job_key)
-            if known is None or known[0] != root_pid:
+            known = self._jobs.get(run.key)
+            if known is None or known[0] != run.pgid:
                 sampler = SimulatedSampler(
-                    source=self.source, root_pid=root_pid, memory_total_mib=self.memory_total_mib
+                    source=self.source, root_pid=run.pgid, memory_total_mib=self.memory_total_mib
                 )
-                known = self._jobs[job_key] = (root_pid, sampler)
-        return list(known[1].sample(indices, now).samples)
+                known = self._jobs[run.key] = (run.pgid, sampler)
+        return list(known[1].sample(list(run.gpus), now).samples)
 
     def forget(self, job_key: str) -> None:
         with self._lock:

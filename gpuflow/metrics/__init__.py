@@ -22,7 +22,7 @@ from gpuflow.metrics._endpoint import (
     metrics_address,
     serve_metrics,
 )
-from gpuflow.metrics._gpus import GPU_SAMPLES, GpuSamples, MeteredSampler, Sampler
+from gpuflow.metrics._gpus import GPU_SAMPLES, GpuSamples, MeteredSampler, SampledRun, Sampler
 from gpuflow.metrics._registry import REGISTRY
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "MeteredSampler",
     "MetricsAddress",
     "MetricsEndpoint",
+    "SampledRun",
     "Sampler",
     "metrics_address",
     "serve_metrics",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Protocol
@@ -30,17 +30,24 @@ LABELS = ["host", "gpu", "job_id", "source"]
 """Not `job`: Prometheus gives every target a `job` label and would rename ours."""
 
 
-class Sampler(Protocol):
-    """What a host agent samples a job's GPUs with (gpuflow/agent/samplers.py)."""
+@dataclass(frozen=True)
+class SampledRun:
+    """One run (job, attempt, rank) whose GPUs a host agent samples."""
 
-    def sample(
-        self,
-        job_key: str,
-        root_pid: int,
-        indices: list[int],
-        now: float,
-        shared: Collection[int] = (),
-    ) -> list[GpuSample]: ...
+    key: str
+    """The run's state directory (`.../jobs/<job id>/<attempt>-<rank>`)."""
+    pgid: int
+    """Its process group."""
+    gpus: tuple[int, ...]
+    shared: frozenset[int] = frozenset()
+    """Those of `gpus` it holds a share of, beside other jobs: a real GPU is read for the
+    run's own processes there (gpuflow/agent/samplers.py)."""
+
+
+class Sampler(Protocol):
+    """What a host agent samples a run's GPUs with (gpuflow/agent/samplers.py)."""
+
+    def sample(self, run: SampledRun, now: float) -> list[GpuSample]: ...
 
     def forget(self, job_key: str) -> None: ...
 
@@ -122,16 +129,9 @@ class MeteredSampler:
         self.host_id = host_id
         self.samples = samples
 
-    def sample(
-        self,
-        job_key: str,
-        root_pid: int,
-        indices: list[int],
-        now: float,
-        shared: Collection[int] = (),
-    ) -> list[GpuSample]:
-        taken = self.inner.sample(job_key, root_pid, indices, now, shared)
-        self.samples.record(self.host_id, job_key, taken)
+    def sample(self, run: SampledRun, now: float) -> list[GpuSample]:
+        taken = self.inner.sample(run, now)
+        self.samples.record(self.host_id, run.key, taken)
         return taken
 
     def forget(self, job_key: str) -> None:

@@ -9,7 +9,7 @@ import asyncio
 import hashlib
 import os
 import stat
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,27 +19,12 @@ from temporalio.testing import ActivityEnvironment
 from gpuflow import secrets
 from gpuflow.agent.activities import HostAgent
 from gpuflow.scheduler.model import NodePlacement
-from gpuflow.utilization import GpuSample
 from gpuflow.workflows.models import LogsInput, ProbeInput, StartProcessInput, StopProcessInput
+from tests.fake_sampler import FixedSampler
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 TOKEN = "tok-5f3a9c2e71d84b06"
-
-
-class _NoSampler:
-    def sample(
-        self,
-        job_key: str,
-        root_pid: int,
-        indices: list[int],
-        now: float,
-        shared: Collection[int] = (),
-    ) -> list[GpuSample]:
-        return []
-
-    def forget(self, job_key: str) -> None:
-        return None
 
 
 @pytest.fixture
@@ -60,7 +45,7 @@ def _agent(tmp_path: Path, secrets_path: Path) -> HostAgent:
     return HostAgent(
         host_id="sim/h1",
         state_dir=tmp_path / "agent",
-        sampler=_NoSampler(),
+        sampler=FixedSampler(silent=True),
         secrets_path=secrets_path,
     )
 

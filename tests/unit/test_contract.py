@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import asyncio
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -15,26 +14,11 @@ from temporalio.activity import _Definition
 from gpuflow.agent.activities import HostAgent
 from gpuflow.control.activities import ControlActivities
 from gpuflow.store.db import Store
-from gpuflow.utilization import GpuSample
 from gpuflow.workflows import contract
+from tests.fake_sampler import FixedSampler
 
 WORKFLOWS = Path(contract.__file__).parent
 CALLS = {"execute_activity", "start_activity", "execute_local_activity", "control", "on_nodes"}
-
-
-class _NoSampler:
-    def sample(
-        self,
-        job_key: str,
-        root_pid: int,
-        indices: list[int],
-        now: float,
-        shared: Collection[int] = (),
-    ) -> list[GpuSample]:
-        return []
-
-    def forget(self, job_key: str) -> None:
-        return None
 
 
 def _signatures(activities: Any) -> dict[str, tuple[Any, ...]]:
@@ -75,7 +59,9 @@ def test_the_workers_register_exactly_what_the_workflows_call(
     sqlite_store: Store, tmp_path: Path
 ) -> None:
     control = _signatures(ControlActivities(sqlite_store).activities())
-    agent = HostAgent(host_id="sim/h1", state_dir=tmp_path / "agent", sampler=_NoSampler())
+    agent = HostAgent(
+        host_id="sim/h1", state_dir=tmp_path / "agent", sampler=FixedSampler(silent=True)
+    )
     host = _signatures(agent.activities())
     assert control == _signatures(contract.CONTROL_ACTIVITIES)
     assert host == _signatures(contract.HOST_ACTIVITIES)

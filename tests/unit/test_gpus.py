@@ -29,6 +29,7 @@ from gpuflow.agent.gpus import (
 from gpuflow.agent.processes import group_pids
 from gpuflow.agent.samplers import NvmlGpuSampler
 from gpuflow.agent.simulated import ProcessCpuSampler, SimulatedSampler
+from gpuflow.metrics import SampledRun
 from gpuflow.specs.fleet import SimulatedUtilization
 from tests.nvml_stub import NOT_SUPPORTED, NvmlStub, StubProcess
 
@@ -391,7 +392,7 @@ def test_the_agent_sampler_names_the_job_process_group(
         StubProcess(gpu=1, pid=children[0], sm_utilization=30),
     )
     sampler = NvmlGpuSampler()
-    samples = sampler.sample("job", leader, [0, 1], time.time(), shared=[0])
+    samples = sampler.sample(SampledRun("job", leader, (0, 1), frozenset({0})), time.time())
     assert [(s.gpu, s.utilization, s.memory_used_mib) for s in samples] == [
         (0, 45.0, 150),
         (1, 95.0, 0),

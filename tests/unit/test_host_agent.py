@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Collection
 from pathlib import Path
 
 import pytest
@@ -13,32 +12,14 @@ from temporalio.testing import ActivityEnvironment
 
 from gpuflow.agent.activities import HostAgent
 from gpuflow.scheduler.model import NodePlacement
-from gpuflow.utilization import GpuSample
 from gpuflow.workflows.models import LogsInput, ProbeInput, StartProcessInput, StopProcessInput
+from tests.fake_sampler import FixedSampler
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
-class _NoSampler:
-    def sample(
-        self,
-        job_key: str,
-        root_pid: int,
-        indices: list[int],
-        now: float,
-        shared: Collection[int] = (),
-    ) -> list[GpuSample]:
-        return [
-            GpuSample(gpu=i, ts=now, utilization=42, memory_used_mib=1, memory_total_mib=2)
-            for i in indices
-        ]
-
-    def forget(self, job_key: str) -> None:
-        return None
-
-
 def _agent(tmp_path: Path) -> HostAgent:
-    return HostAgent(host_id="sim/h1", state_dir=tmp_path / "agent", sampler=_NoSampler())
+    return HostAgent(host_id="sim/h1", state_dir=tmp_path / "agent", sampler=FixedSampler())
 
 
 def _start(
@@ -356,30 +337,17 @@ async def test_a_waiting_probe_reads_the_gpus_for_the_metrics_every_so_often(
 ) -> None:
     """A long poll answers once a tick; while it waits, the agent still reads the job's GPUs
     every `sample_every_s` (those readings feed the metrics), and none without it."""
-    readings: list[float] = []
-
-    class Counting(_NoSampler):
-        def sample(
-            self,
-            job_key: str,
-            root_pid: int,
-            indices: list[int],
-            now: float,
-            shared: Collection[int] = (),
-        ) -> list[GpuSample]:
-            readings.append(now)
-            return super().sample(job_key, root_pid, indices, now, shared)
-
+    sampler = FixedSampler()
     env = ActivityEnvironment()
-    agent = HostAgent(host_id="sim/h1", state_dir=tmp_path / "agent", sampler=Counting())
+    agent = HostAgent(host_id="sim/h1", state_dir=tmp_path / "agent", sampler=sampler)
     await env.run(agent.start_process, _start(["sleep 30"]))
     probe = ProbeInput(job_id="job-t-1", attempt=1, rank=0, gpu_indices=[2, 3], wait_s=1.0)
     await env.run(agent.probe_process, probe)
-    assert len(readings) == 1  # only the probe's own answer
+    assert len(sampler.runs) == 1  # only the probe's own answer
     agent.sample_every_s = 0.25
     result = await env.run(agent.probe_process, probe)
     assert result.state == "running" and len(result.samples) == 2
-    assert len(readings) >= 1 + 4  # readings while waiting, plus the answer's
+    assert len(sampler.runs) >= 1 + 4  # readings while waiting, plus the answer's
     await env.run(
         agent.stop_process, StopProcessInput(job_id="job-t-1", attempt=1, rank=0, grace_s=1)
     )

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,6 +32,7 @@ from gpuflow.metrics import (
     GpuSamples,
     MeteredSampler,
     MetricsAddress,
+    SampledRun,
     metrics_address,
     serve_metrics,
 )
@@ -46,7 +46,6 @@ from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.store.db import Store
 from gpuflow.store.tables import JobRow, QueueEntryRow
-from gpuflow.utilization import GpuSample
 from gpuflow.workflows.models import (
     JobStatusInput,
     PlaceInput,
@@ -54,6 +53,7 @@ from gpuflow.workflows.models import (
     StartProcessInput,
     StopProcessInput,
 )
+from tests.fake_sampler import FixedSampler
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -351,38 +351,18 @@ async def test_place_step_observes_latency_and_wait(store: Store) -> None:
 # --- GPU series from an agent's samples -----------------------------------------------------
 
 
-class _FixedSampler:
-    def __init__(self, simulated: bool) -> None:
-        self.simulated = simulated
-        self.forgotten: list[str] = []
-
-    def sample(
-        self,
-        job_key: str,
-        root_pid: int,
-        indices: list[int],
-        now: float,
-        shared: Collection[int] = (),
-    ) -> list[GpuSample]:
-        return [
-            GpuSample(
-                gpu=i,
-                ts=now,
-                utilization=10 * i,
-                memory_used_mib=i,
-                memory_total_mib=80,
-                simulated=self.simulated,
-            )
-            for i in indices
-        ]
-
-    def forget(self, job_key: str) -> None:
-        self.forgotten.append(job_key)
+def _fixed(*, simulated: bool) -> FixedSampler:
+    return FixedSampler(
+        utilization=lambda gpu: 10.0 * gpu,
+        memory_used_mib=lambda gpu: gpu,
+        memory_total_mib=80,
+        simulated=simulated,
+    )
 
 
 async def test_gpu_series_follow_a_job_on_a_real_agent(tmp_path: Path) -> None:
     series = GpuSamples()
-    inner = _FixedSampler(simulated=True)
+    inner = _fixed(simulated=True)
     agent = HostAgent(
         host_id="sim/h1",
         state_dir=tmp_path / "agent",
@@ -430,8 +410,8 @@ async def test_gpu_series_follow_a_job_on_a_real_agent(tmp_path: Path) -> None:
 
 def test_gpu_series_say_nvml_for_real_gpus() -> None:
     series = GpuSamples()
-    sampler = MeteredSampler(_FixedSampler(simulated=False), host_id="gpu/box", samples=series)
-    sampler.sample("/state/jobs/job-t-1/1-0", 1, [0], 0.0)
+    sampler = MeteredSampler(_fixed(simulated=False), host_id="gpu/box", samples=series)
+    sampler.sample(SampledRun("/state/jobs/job-t-1/1-0", 1, (0,)), 0.0)
     sources = {
         dict(labels)["source"]
         for name, labels in _scrape(series)
@@ -448,8 +428,8 @@ def test_dashboard_reads_only_metrics_gpuflow_exports(store: Store, tmp_path: Pa
     _status(store, "job-d-1", JobStatus.DONE, fleet="sim", reason="done")
     _status(store, "job-r-1", JobStatus.RUNNING, fleet="sim")
     series = GpuSamples()
-    MeteredSampler(_FixedSampler(simulated=True), host_id="sim/a", samples=series).sample(
-        "/s/jobs/job-a-1/1-0", 1, [0], 0.0
+    MeteredSampler(_fixed(simulated=True), host_id="sim/a", samples=series).sample(
+        SampledRun("/s/jobs/job-a-1/1-0", 1, (0,)), 0.0
     )
     exported = {name for name, _ in (*_scrape(StoreMetrics(store)), *_scrape(series))}
     exported |= {
