@@ -21,17 +21,24 @@ from sqlmodel import Session, col, select
 
 from gpuflow.scheduler import place
 from gpuflow.scheduler.admission import Decision, Held, Running, Waiting, admit
-from gpuflow.scheduler.model import Placement, Snapshot, Unschedulable
+from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.reservation import Reservation
-from gpuflow.services.capacity import JOBS_PER_READ, commit_placement_in, placements_of
-from gpuflow.services.jobs import gpu_summary, record_status_in
+from gpuflow.services.capacity import JOBS_PER_READ, placements_of
 from gpuflow.services.queues import queues_in
 from gpuflow.services.snapshot import columns, read_snapshot
+from gpuflow.services.verdicts import (
+    ADMITTED,
+    PREEMPTING,
+    WAITING,
+    admit_placement_in,
+    no_fit_lines,
+    refuse_in,
+    say_waiting,
+    set_values,
+)
 from gpuflow.services.warm import WarmCapacity, warm_capacity
 from gpuflow.specs.job import DEFAULT_QUEUE, JobSpec
-from gpuflow.status import NO_CAPACITY_PREFIX, WAITING_PREFIX, JobStatus
-from gpuflow.store.tables import JobRow, QueueEntryRow
-from gpuflow.workflows.models import placed_message
+from gpuflow.store.tables import QueueEntryRow
 from gpuflow.workflows.queue_models import (
     AdmittedJob,
     PreemptedJob,
@@ -39,29 +46,12 @@ from gpuflow.workflows.queue_models import (
     ReservationState,
 )
 
-WAITING = "waiting"
-ADMITTED = "admitted"
-REFUSED = "refused"
-PREEMPTING = "preempting:"
-"""The reason of a job admitted in a pass whose victims are still stopping."""
 _ADMITTED_COLUMNS = columns(  # what a pass reads of a running job
     QueueEntryRow,
     "job_id attempt queue priority preemptible submitted_at admitted_at max_duration_s",
 )
 
-__all__ = [
-    "ADMITTED",
-    "PREEMPTING",
-    "REFUSED",
-    "WAITING",
-    "PassOutcome",
-    "admit_placement_in",
-    "no_fit_lines",
-    "refuse_in",
-    "refused_values",
-    "run_pass_in",
-    "snapshot_in",
-]
+__all__ = ["PassOutcome", "SpecCache", "run_pass_in", "snapshot_in"]
 
 
 def _utc(at: datetime) -> datetime:
@@ -276,7 +266,7 @@ def _commit(
     for admitted in decision.admitted:
         entry = by_id[admitted.job.name]
         if admitted.victims:
-            _set(entry, reason=PREEMPTING + ",".join(admitted.victims), detail=None)
+            set_values(entry, reason=PREEMPTING + ",".join(admitted.victims), detail=None)
             session.add(entry)
             outcome.preempted.extend(
                 PreemptedJob(job_id=victim, attempt=attempts[victim], for_job=entry.job_id)
@@ -288,61 +278,6 @@ def _commit(
         outcome.admitted.append(
             AdmittedJob(job_id=entry.job_id, attempt=entry.attempt, placement=admitted.placement)
         )
-
-
-def set_admitted(entry: QueueEntryRow, now: datetime) -> None:
-    """The entry as an admission leaves it (its spec is no longer needed)."""
-    for name, value in admitted_values(now).items():
-        setattr(entry, name, value)
-
-
-def admitted_values(now: datetime) -> dict[str, Any]:
-    """What `set_admitted` changes, as column values."""
-    return {
-        "state": ADMITTED,
-        "admitted_at": now,
-        "spec": {},
-        "position": None,
-        "reason": None,
-        "detail": None,
-    }
-
-
-def admitted_key(attempt: int, message: str) -> str:
-    """The key of an attempt's `admitted` record (a repeat of the same admission writes none)."""
-    return f"{attempt}:admitted:{message[:80]}"
-
-
-def admitted_job(placement: Placement) -> dict[str, Any]:
-    """What an admission on this placement writes on its job's row (and says in its record):
-    provisioning, where, on which hosts and GPUs."""
-    return {
-        "status": JobStatus.PROVISIONING,
-        "message": placed_message(placement),
-        "fleet": placement.fleet,
-        "hosts": [node.host_name for node in placement.nodes],
-        "gpus": gpu_summary(placement),
-    }
-
-
-def admit_placement_in(
-    session: Session, entry: QueueEntryRow, placement: Placement, now: datetime
-) -> None:
-    """The entry's job is admitted on this placement: its allocation, entry and record."""
-    commit_placement_in(session, job_id=entry.job_id, attempt=entry.attempt, placement=placement)
-    set_admitted(entry, now)
-    session.add(entry)
-    job = admitted_job(placement)
-    record_status_in(
-        session,
-        job_id=entry.job_id,
-        name=entry.name,
-        spec=None,
-        event_key=admitted_key(entry.attempt, job["message"]),
-        attempt=entry.attempt,
-        at=now,
-        **job,
-    )
 
 
 def _hold(
@@ -368,8 +303,10 @@ def _hold(
             if entry.reason != item.reason or entry.job_id not in worded:
                 # Newly held, or held for another reason: say why in words, once.
                 reasons = _reasons(item, snapshot)
-                _set(entry, position=item.position, reason=item.reason, detail="\n".join(reasons))
-                _say_waiting(session, entry.job_id, reasons)
+                set_values(
+                    entry, position=item.position, reason=item.reason, detail="\n".join(reasons)
+                )
+                say_waiting(session, entry.job_id, reasons)
                 outcome.held.append(
                     RefusedJob(job_id=entry.job_id, attempt=entry.attempt, reasons=reasons)
                 )
@@ -385,25 +322,6 @@ def _hold(
         )
 
 
-def _say_waiting(session: Session, job_id: str, reasons: list[str]) -> None:
-    """The job's row says why it waits (what `ps` and `get` show), as the place step did."""
-    job = session.get(JobRow, job_id)
-    if job is not None and job.status == JobStatus.PENDING:
-        job.message = WAITING_PREFIX + "; ".join(reasons)
-        session.add(job)
-
-
-def refuse_in(session: Session, entry: QueueEntryRow, reason: str, reasons: list[str]) -> None:
-    """The entry's job may not wait and nothing admits it: refused, saying why."""
-    _set(entry, **refused_values(reason, reasons))
-    session.add(entry)
-
-
-def refused_values(reason: str, reasons: list[str]) -> dict[str, Any]:
-    """What a refusal writes on its job's queue entry."""
-    return {"state": REFUSED, "spec": {}, "reason": reason, "detail": "\n".join(reasons)}
-
-
 def _reasons(item: Held, snapshot: Snapshot) -> list[str]:
     """Why the job cannot start now, in words: per host for a job nothing fits."""
     reason = item.reason
@@ -413,18 +331,3 @@ def _reasons(item: Held, snapshot: Snapshot) -> list[str]:
         return [f"queue {item.job.queue} has no quota left for it"]
     options = item.job.options or (item.job.job,)
     return no_fit_lines([(option, place(option, snapshot)) for option in options])
-
-
-def no_fit_lines(tries: list[tuple[JobSpec, Placement | Unschedulable]]) -> list[str]:
-    """Per host, why none of a job's options fit (each option's lines labelled when several)."""
-    lines: list[str] = []
-    for k, (option, found) in enumerate(tries):
-        label = f"option {k + 1} ({option.resources.gpu_label}): " if len(tries) > 1 else ""
-        if isinstance(found, Unschedulable):
-            lines.extend(label + line for line in (found.lines or [found.message()]))
-    return lines or [NO_CAPACITY_PREFIX.rstrip(": ")]
-
-
-def _set(entry: QueueEntryRow, **values: object) -> None:
-    for name, value in values.items():
-        setattr(entry, name, value)

@@ -27,14 +27,7 @@ from sqlmodel import Session, col
 from gpuflow.scheduler import apply_placement, place
 from gpuflow.scheduler.admission import NO_CAPACITY
 from gpuflow.scheduler.model import Placement, Unschedulable
-from gpuflow.services.admission import (
-    admitted_job,
-    admitted_key,
-    admitted_values,
-    no_fit_lines,
-    refused_values,
-    snapshot_in,
-)
+from gpuflow.services.admission import snapshot_in
 from gpuflow.services.capacity import allocation_values
 from gpuflow.services.changes import bump_hosts
 from gpuflow.services.mix import note_specs
@@ -49,6 +42,13 @@ from gpuflow.services.queue_entries import (
 )
 from gpuflow.services.queues import queues_in
 from gpuflow.services.snapshot import use_of_values
+from gpuflow.services.verdicts import (
+    admitted_job,
+    admitted_key,
+    admitted_values,
+    no_fit_lines,
+    refused_values,
+)
 from gpuflow.services.warm import warm_capacity
 from gpuflow.specs.job import JobSpec
 from gpuflow.status import JobStatus

@@ -16,19 +16,18 @@ from sqlmodel import Session, select
 from gpuflow.scheduler import place
 from gpuflow.scheduler.admission import NO_CAPACITY
 from gpuflow.scheduler.model import Placement, Unschedulable
-from gpuflow.services.admission import (
+from gpuflow.services.admission import run_pass_in, snapshot_in
+from gpuflow.services.capacity import held_allocation, placement_of
+from gpuflow.services.jobs import record_status_in
+from gpuflow.services.queues import queues_in
+from gpuflow.services.verdicts import (
     ADMITTED,
     REFUSED,
     WAITING,
     admit_placement_in,
     no_fit_lines,
     refuse_in,
-    run_pass_in,
-    snapshot_in,
 )
-from gpuflow.services.capacity import held_allocation, placement_of
-from gpuflow.services.jobs import record_status_in
-from gpuflow.services.queues import queues_in
 from gpuflow.specs.job import JobSpec
 from gpuflow.specs.queue import MAX_QUOTA_GPUS, QueueSpec
 from gpuflow.status import JobStatus

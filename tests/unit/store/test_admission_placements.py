@@ -13,11 +13,12 @@ import pytest
 from sqlmodel import select
 
 from gpuflow.scheduler.model import Placement
-from gpuflow.services.admission import ADMITTED, PassOutcome, run_pass_in
+from gpuflow.services.admission import PassOutcome, run_pass_in
 from gpuflow.services.capacity import held_allocation, placements_of, release_allocation_in
 from gpuflow.services.fleets import apply_fleet, set_host_state
 from gpuflow.services.queue_entries import enqueue_in, leave_queue_in, withdraw_in
 from gpuflow.services.queues import apply_queue
+from gpuflow.services.verdicts import ADMITTED
 from gpuflow.specs import FleetSpec, JobSpec, QueueSpec
 from gpuflow.status import HostState
 from gpuflow.store.db import Store

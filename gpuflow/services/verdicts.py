@@ -1,0 +1,116 @@
+"""What an admission or a refusal writes: the queue entry, the job's row and its record.
+
+The admission pass (services/admission.py), a submit decided as it enters (group_entry.py,
+queue_entries.py) and a job's first step all decide on a job the same way, and write it
+through these, inside the caller's `placement_transaction`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlmodel import Session
+
+from gpuflow.scheduler.model import Placement, Unschedulable
+from gpuflow.services.capacity import commit_placement_in
+from gpuflow.services.jobs import gpu_summary, record_status_in
+from gpuflow.specs.job import JobSpec
+from gpuflow.status import NO_CAPACITY_PREFIX, WAITING_PREFIX, JobStatus
+from gpuflow.store.tables import JobRow, QueueEntryRow
+from gpuflow.workflows.models import placed_message
+
+WAITING = "waiting"
+ADMITTED = "admitted"
+REFUSED = "refused"
+PREEMPTING = "preempting:"
+"""The reason of a job admitted in a pass whose victims are still stopping."""
+
+
+def set_admitted(entry: QueueEntryRow, now: datetime) -> None:
+    """The entry as an admission leaves it (its spec is no longer needed)."""
+    for name, value in admitted_values(now).items():
+        setattr(entry, name, value)
+
+
+def admitted_values(now: datetime) -> dict[str, Any]:
+    """What `set_admitted` changes, as column values."""
+    return {
+        "state": ADMITTED,
+        "admitted_at": now,
+        "spec": {},
+        "position": None,
+        "reason": None,
+        "detail": None,
+    }
+
+
+def admitted_key(attempt: int, message: str) -> str:
+    """The key of an attempt's `admitted` record (a repeat of the same admission writes none)."""
+    return f"{attempt}:admitted:{message[:80]}"
+
+
+def admitted_job(placement: Placement) -> dict[str, Any]:
+    """What an admission on this placement writes on its job's row (and says in its record):
+    provisioning, where, on which hosts and GPUs."""
+    return {
+        "status": JobStatus.PROVISIONING,
+        "message": placed_message(placement),
+        "fleet": placement.fleet,
+        "hosts": [node.host_name for node in placement.nodes],
+        "gpus": gpu_summary(placement),
+    }
+
+
+def admit_placement_in(
+    session: Session, entry: QueueEntryRow, placement: Placement, now: datetime
+) -> None:
+    """The entry's job is admitted on this placement: its allocation, entry and record."""
+    commit_placement_in(session, job_id=entry.job_id, attempt=entry.attempt, placement=placement)
+    set_admitted(entry, now)
+    session.add(entry)
+    job = admitted_job(placement)
+    record_status_in(
+        session,
+        job_id=entry.job_id,
+        name=entry.name,
+        spec=None,
+        event_key=admitted_key(entry.attempt, job["message"]),
+        attempt=entry.attempt,
+        at=now,
+        **job,
+    )
+
+
+def say_waiting(session: Session, job_id: str, reasons: list[str]) -> None:
+    """The job's row says why it waits (what `ps` and `get` show), as the place step did."""
+    job = session.get(JobRow, job_id)
+    if job is not None and job.status == JobStatus.PENDING:
+        job.message = WAITING_PREFIX + "; ".join(reasons)
+        session.add(job)
+
+
+def refuse_in(session: Session, entry: QueueEntryRow, reason: str, reasons: list[str]) -> None:
+    """The entry's job may not wait and nothing admits it: refused, saying why."""
+    set_values(entry, **refused_values(reason, reasons))
+    session.add(entry)
+
+
+def refused_values(reason: str, reasons: list[str]) -> dict[str, Any]:
+    """What a refusal writes on its job's queue entry."""
+    return {"state": REFUSED, "spec": {}, "reason": reason, "detail": "\n".join(reasons)}
+
+
+def no_fit_lines(tries: list[tuple[JobSpec, Placement | Unschedulable]]) -> list[str]:
+    """Per host, why none of a job's options fit (each option's lines labelled when several)."""
+    lines: list[str] = []
+    for k, (option, found) in enumerate(tries):
+        label = f"option {k + 1} ({option.resources.gpu_label}): " if len(tries) > 1 else ""
+        if isinstance(found, Unschedulable):
+            lines.extend(label + line for line in (found.lines or [found.message()]))
+    return lines or [NO_CAPACITY_PREFIX.rstrip(": ")]
+
+
+def set_values(entry: QueueEntryRow, **values: object) -> None:
+    for name, value in values.items():
+        setattr(entry, name, value)
