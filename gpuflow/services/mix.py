@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, func
+from sqlalchemy import bindparam
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -58,7 +58,7 @@ from gpuflow.scheduler.mix import (
     window_reads,
 )
 from gpuflow.scheduler.model import FleetSnapshot, Snapshot, TypicalRequest
-from gpuflow.services.newest_jobs import jobs_of, newest_few, newest_ids
+from gpuflow.services.newest_jobs import JobCounts, count_jobs, newest_few, newest_ids
 from gpuflow.specs import JobSpec
 from gpuflow.store.bulk import IDS_PER_STATEMENT
 from gpuflow.store.db import PLACEMENT
@@ -86,20 +86,17 @@ _MIXES: dict[tuple[str, str, float], tuple[list[str], LearnedMix]] = {}
 
 
 def fleet_mix(
-    session: Session, fleet: str, fleet_gpus: int, saturated: set[str] | None = None
+    session: Session, fleet: str, fleet_gpus: int, known: JobCounts | None = None
 ) -> LearnedMix:
     """The mix the fleet's recent jobs make (the built-in mix when there are none); the same
-    object as the last read's while the jobs it was learned from are the same. `saturated`:
-    see `checkpoint_at`; the window's ids say again whether the fleet is."""
+    object as the last read's while the jobs it was learned from are the same. `known`: see
+    `checkpoint_at`; the window's ids make it exact again."""
     life = half_life(fleet_gpus)
     limit = _limit(life)
     newest = newest_ids(session, fleet, window_reads(limit, life))
-    if saturated is not None:
+    if known is not None:
         # the window reads at least `saturation` ids (it is at most the window's limit)
-        if len(newest) >= saturation(limit, life):
-            saturated.add(fleet)
-        else:
-            saturated.discard(fleet)
+        known.seen(fleet, newest, saturation(limit, life))
     database = str(session.get_bind().engine.url)
     kinds = _read_kinds(session, database, newest)
     ids = window(newest, limit, life)  # oldest first
@@ -122,17 +119,16 @@ _UNREAD: Any = object()
 
 
 def checkpoint_at(
-    session: Session, fleet: str, fleet_gpus: int, saturated: set[str] | None = None
+    session: Session, fleet: str, fleet_gpus: int, known: JobCounts | None = None
 ) -> str:
     """The job at which the fleet's stored mix is compared with the learned one: the newest
     checkpoint job `COMPARE_SPACING` checkpoints apart (scheduler/mix.py `anchor`), "" for no
     jobs. Read from the newest several hundred ids (and, for a fleet with fewer jobs than a
     window holds, their number), not the window's thousands.
 
-    `saturated`: fleets the caller (a control worker's warm state) has seen with at least
-    `saturation` jobs, which are not counted again: a fleet's jobs only grow but for deletions,
-    and the next comparison's window read (`fleet_mix`) says again whether it has that many,
-    so a reader that missed deletions errs one comparison, as for any change to older jobs."""
+    `known`: what the caller (a control worker's warm state) knows of its fleets' numbers of
+    jobs (newest_jobs.py `JobCounts`), so that the count is made only where that falls short; a
+    cold reader counts."""
     life = half_life(fleet_gpus)
     limit = _limit(life)
     most = checkpoint_reads(limit, life)
@@ -147,15 +143,7 @@ def checkpoint_at(
     enough = saturation(limit, life)
     jobs = len(newest)
     if jobs == first and jobs < enough:
-        if saturated is not None and fleet in saturated:
-            jobs = enough
-        else:
-            table = JobRow.__table__.c  # type: ignore[attr-defined]
-            some = sa_select(table.id).where(jobs_of(fleet)).limit(enough).subquery()
-            counted = sa_select(func.count()).select_from(some)
-            jobs = session.connection().execute(counted).scalar_one()
-            if saturated is not None and jobs >= enough:
-                saturated.add(fleet)
+        jobs = count_jobs(session, fleet, newest, enough, known)
     jobs = min(jobs, enough)
     found = newest_checkpoint(newest, jobs, life, spacing=COMPARE_SPACING)
     if found is None and len(newest) == first < most:
@@ -252,28 +240,27 @@ by DRIFT (compared again only when either changes)."""
 
 
 def mix_in_use(
-    session: Session, fleet: str, fleet_gpus: int, saturated: set[str] | None = None
+    session: Session, fleet: str, fleet_gpus: int, known: JobCounts | None = None
 ) -> LearnedMix:
     """The mix placements on the fleet score with (see the module docstring): the stored one
     until the learned one has drifted from it by DRIFT, then the learned one, which a placement
     transaction stores. They are compared when the fleet's checkpoint job (`checkpoint_at`) is
     not the one they were last compared at; a placement transaction stores that it compared.
-    The same object as the last call's while neither changed. `saturated`: see
-    `checkpoint_at`."""
+    The same object as the last call's while neither changed. `known`: see `checkpoint_at`."""
     database = str(session.get_bind().engine.url)
     key = (database, fleet)
-    at = checkpoint_at(session, fleet, fleet_gpus, saturated)
+    at = checkpoint_at(session, fleet, fleet_gpus, known)
     stored = _stored_mix(session, key)
     if stored is not None and stored[2] == at:
         return stored[1]  # compared at this checkpoint already
-    learned = fleet_mix(session, fleet, fleet_gpus, saturated)
+    learned = fleet_mix(session, fleet, fleet_gpus, known)
     if stored is not None:
         token, mix, _ = stored
         moved = False
         if learned.source == "learned":  # else no history (any more): the stored mix stays
-            known = _DRIFTED.get(key)
-            if known is not None and known[0] is learned and known[1] == token:
-                moved = known[2]
+            seen = _DRIFTED.get(key)
+            if seen is not None and seen[0] is learned and seen[1] == token:
+                moved = seen[2]
             else:
                 # The stored side from its requests as stored, so every reader computes the same.
                 moved = drift(shares_of(mix.requests), _shares(learned)) >= DRIFT

@@ -15,16 +15,17 @@ and two more columns cost more than the sort saves).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import or_
+from sqlalchemy import func, or_
 from sqlalchemy import select as sa_select
 from sqlmodel import Session
 
 from gpuflow.status import JobStatus
 from gpuflow.store.tables import JobRow
 
-__all__ = ["jobs_of", "newest_few", "newest_ids"]
+__all__ = ["JobCounts", "count_jobs", "jobs_of", "newest_few", "newest_ids"]
 
 _TABLE = JobRow.__table__.c  # type: ignore[attr-defined]
 _PENDING = JobStatus.PENDING.value
@@ -98,3 +99,63 @@ def newest_few(session: Session, fleet: str, count: int) -> list[str]:
         return ids  # every job there is
     _SPREAD[key] = max(2 * spread, 1.25 * len(rows) / max(1, len(ids)))
     return newest_ids(session, fleet, count)
+
+
+@dataclass
+class JobCounts:
+    """What a control worker's warm state remembers of its fleets' numbers of jobs, so that a
+    placement transaction need not count them (services/mix.py `checkpoint_at`): `saturated`,
+    the fleets seen with at least as many jobs as can move their checkpoints (not counted
+    again); `counted`, for the others, the fleet's newest job when its jobs were last known and
+    their number then: the jobs since are the ids before that job among the newest ids a
+    transaction reads anyway.
+
+    New jobs come newest first, so both stay exact but for changes to older jobs (one deleted,
+    a pending job placed on another fleet or refused). Those are missed until the next exact
+    count, which every window read (a comparison's, `seen`) and every count make; one missed
+    costs at most a comparison at another checkpoint job than a cold reader's (the mix learned
+    at any job is the same for every reader)."""
+
+    saturated: set[str] = field(default_factory=set)
+    counted: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def seen(self, fleet: str, newest: list[str], enough: int) -> None:
+        """The fleet's newest ids as a window read them: at least `enough`, or all of them."""
+        self._know(fleet, newest[0] if newest else "", min(len(newest), enough), enough)
+
+    def _know(self, fleet: str, newest: str, jobs: int, enough: int) -> None:
+        self.counted.pop(fleet, None)
+        if jobs >= enough:
+            self.saturated.add(fleet)
+            return
+        self.saturated.discard(fleet)
+        if newest:
+            self.counted[fleet] = (newest, jobs)
+
+
+def count_jobs(
+    session: Session, fleet: str, newest: list[str], enough: int, known: JobCounts | None
+) -> int:
+    """The fleet's number of jobs, up to `enough`, given its newest ids (newest first, as many
+    as the transaction read): from what `known` remembers where it can, else counted."""
+    if known is not None:
+        if fleet in known.saturated:
+            return enough
+        last = known.counted.get(fleet)
+        since = _position(newest, last[0]) if last is not None else None
+        if last is not None and since is not None:
+            jobs = min(enough, last[1] + since)
+            known._know(fleet, newest[0], jobs, enough)
+            return jobs
+    some = sa_select(_TABLE.id).where(jobs_of(fleet)).limit(enough).subquery()
+    jobs = int(session.connection().execute(sa_select(func.count()).select_from(some)).scalar_one())
+    if known is not None:
+        known._know(fleet, newest[0], jobs, enough)
+    return jobs
+
+
+def _position(ids: list[str], job_id: str) -> int | None:
+    try:
+        return ids.index(job_id)
+    except ValueError:
+        return None

@@ -49,6 +49,7 @@ from gpuflow.scheduler.mix import LearnedMix
 from gpuflow.scheduler.model import HostSnapshot, Snapshot
 from gpuflow.services.changes import PerHost, Versions, changed_hosts, read_versions
 from gpuflow.services.mix import fleet_gpus, mix_in_use
+from gpuflow.services.newest_jobs import JobCounts
 from gpuflow.services.snapshot import (
     STATE_COLUMNS,
     Use,
@@ -87,7 +88,7 @@ class WarmCapacity:
         detail that `_refresh_details` has not copied yet): the only ones it looks at."""
         self._mixes: dict[str, tuple[int, LearnedMix | None]] = {}
         """Per fleet: its GPUs, and the mix its `workload` was last taken from."""
-        self._saturated: set[str] = set()
+        self._counts = JobCounts()
         """Fleets with jobs enough that their count no longer moves the mix's checkpoints
         (mix.py `checkpoint_at`): not counted in every placement transaction."""
 
@@ -120,7 +121,7 @@ class WarmCapacity:
     def forget(self) -> None:
         self.snapshot, self.versions, self._pending = None, None, None
         self.hosts, self.uses, self.states = {}, {}, {}
-        self._unusual, self._mixes, self._saturated = set(), {}, set()
+        self._unusual, self._mixes, self._counts = set(), {}, JobCounts()
 
     def current(self, session: Session) -> Snapshot | None:
         """The snapshot, when this transaction caught up already: it holds the placement lock,
@@ -220,7 +221,7 @@ class WarmCapacity:
             if state != HostState.READY or detail is not None
         }
         self._mixes = {fleet.name: (fleet_gpus(fleet), None) for fleet in snapshot.fleets}
-        self._saturated = set()  # a fleet's size decides how many jobs saturate it
+        self._counts = JobCounts()  # a fleet's size decides how many jobs saturate it
         index_of(snapshot)  # built now, while the lock is held, not in the first `place`
 
     def _read_states(self, session: Session, since: int, upto: int) -> None:
@@ -287,7 +288,7 @@ class WarmCapacity:
         assert self.snapshot is not None
         for fleet in self.snapshot.fleets:
             gpus, known = self._mixes.get(fleet.name) or (fleet_gpus(fleet), None)
-            mix = mix_in_use(session, fleet.name, gpus, self._saturated)
+            mix = mix_in_use(session, fleet.name, gpus, self._counts)
             if mix is known:
                 continue
             self._mixes[fleet.name] = (gpus, mix)

@@ -27,6 +27,7 @@ from gpuflow.scheduler.mix import (
 from gpuflow.services import mix
 from gpuflow.services.capacity import read_snapshot
 from gpuflow.services.fleets import apply_fleet
+from gpuflow.services.newest_jobs import JobCounts
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
@@ -122,9 +123,7 @@ def test_a_database_before_the_checked_column_gets_it(store: Store) -> None:
         assert row is not None and row.checked == at == "a"
 
 
-def _checkpoint(
-    store: Store, gpus: int, saturated: set[str] | None = None
-) -> tuple[str, list[str]]:
+def _checkpoint(store: Store, gpus: int, known: JobCounts | None = None) -> tuple[str, list[str]]:
     """`checkpoint_at` in a placement transaction, and the statements it ran."""
     statements: list[str] = []
 
@@ -134,7 +133,7 @@ def _checkpoint(
     event.listen(store.engine, "before_cursor_execute", seen)
     try:
         with store.placement_transaction() as session:
-            at = mix.checkpoint_at(session, "sim", gpus, saturated)
+            at = mix.checkpoint_at(session, "sim", gpus, known)
     finally:
         event.remove(store.engine, "before_cursor_execute", seen)
     return at, statements
@@ -210,27 +209,80 @@ def test_the_checkpoint_is_found_past_the_ids_read_first(store: Store, position:
 def test_a_fleet_seen_with_jobs_enough_is_counted_again_only_once_a_window_read_finds_fewer(
     store: Store,
 ) -> None:
-    """A warm state's `saturated` fleets skip the count; the next window read (a comparison's)
+    """A warm state's saturated fleets skip the count; the next window read (a comparison's)
     finds deletions and the count comes back, with the checkpoint a cold reader finds."""
     _big_fleet(store)
     life = half_life(GPUS)
     enough = saturation(mix._limit(life), life)
     _history(store, enough + 40)
 
-    def checkpoint(saturated: set[str] | None) -> tuple[str, bool]:
-        at, statements = _checkpoint(store, GPUS, saturated)
+    def checkpoint(known: JobCounts | None) -> tuple[str, bool]:
+        at, statements = _checkpoint(store, GPUS, known)
         return at, any("count(" in statement.lower() for statement in statements)
 
-    saturated: set[str] = set()
+    known = JobCounts()
     cold, _ = checkpoint(None)
-    assert checkpoint(saturated) == (cold, True) and saturated == {"sim"}
-    assert checkpoint(saturated) == (cold, False)  # not counted again
+    assert checkpoint(known) == (cold, True) and known.saturated == {"sim"}
+    assert checkpoint(known) == (cold, False)  # not counted again
     with store.session() as session:  # the oldest jobs deleted: fewer than `enough` left
         for row in session.exec(select(JobRow).order_by(col(JobRow.submitted_at)).limit(80)):
             session.delete(row)
         session.commit()
     with store.placement_transaction() as session:
-        mix.fleet_mix(session, "sim", GPUS, saturated)
-    assert saturated == set()
+        mix.fleet_mix(session, "sim", GPUS, known)
+    assert known.saturated == set() and known.counted["sim"][1] == enough - 40
     cold, _ = checkpoint(None)
-    assert checkpoint(saturated) == (cold, True) and saturated == set()
+    assert checkpoint(known) == (cold, False)  # the window read counted them
+
+
+def _newer(store: Store, since: int, count: int) -> None:
+    """`count` more jobs after the history, the newest last."""
+    with store.session() as session:
+        for n in range(since, since + count):
+            row = JobRow(id=f"new-{n:04d}", name="new", status=JobStatus.DONE, spec={}, fleet="sim")
+            row.submitted_at = START + timedelta(minutes=n + 1)
+            session.add(row)
+        session.commit()
+
+
+def test_a_warm_reader_counts_a_young_fleet_once_then_by_the_ids_it_reads(store: Store) -> None:
+    """While a fleet has fewer jobs than can move its checkpoints no more, a cold lookup counts
+    them every time; a warm state counts once, then adds the jobs newer than the newest it knew
+    (among the ids it reads anyway) and finds the checkpoint the cold reader finds while the
+    checkpoint interval grows with the jobs. More new jobs than a lookup reads are counted
+    again; an older job gone is missed until a window read makes the number exact again."""
+    gpus = 1024
+    life = half_life(gpus)
+    limit = mix._limit(life)
+    first = mix.FIRST_INTERVALS * checkpoint_every(limit, life) * COMPARE_SPACING
+    _history(store, 150)
+
+    def lookup(known: JobCounts | None) -> tuple[str, bool]:
+        at, statements = _checkpoint(store, gpus, known)
+        return at, any("count(" in statement.lower() for statement in statements)
+
+    known = JobCounts()
+    cold, counted = lookup(None)
+    assert counted and lookup(known) == (cold, True)
+    added = 0
+    for step in (7, 13, 20, 25, 30, 40):
+        _newer(store, added, step)
+        added += step
+        cold, counted = lookup(None)
+        assert counted and lookup(known) == (cold, False)
+    assert known.counted["sim"][1] == 150 + added
+    assert checkpoint_every(150, life) < checkpoint_every(150 + added, life) < limit
+    _newer(store, added, first + 1)  # the newest it knew is past the ids a lookup reads
+    added += first + 1
+    cold, _ = lookup(None)
+    assert lookup(known) == (cold, True)
+    with store.session() as session:
+        old = session.get(JobRow, "old-0000")
+        assert old is not None
+        session.delete(old)
+        session.commit()
+    with store.placement_transaction() as session:
+        mix.fleet_mix(session, "sim", gpus, known)
+    assert known.counted["sim"][1] == 150 + added - 1
+    cold, _ = lookup(None)
+    assert lookup(known) == (cold, False)
