@@ -90,7 +90,8 @@ def test_recent_jobs_of_the_fleet_make_its_mix(store: Store) -> None:
     _add(store, "c", 1, minute=2, fleet="other")  # another fleet's: not counted
     _add(store, "d", 1, minute=3, fleet=None, status=JobStatus.PENDING)  # waits for any fleet
     _add(store, "e", 1, minute=4, fleet=None, status=JobStatus.FAILED)  # never placed: no
-    _add(store, "f", 1, minute=5, spec={"name": "f", "bogus": True})  # unreadable: left out
+    unreadable = {"name": "f", "resources": {"gpu": 1, "memory": "a lot"}}
+    _add(store, "f", 1, minute=5, spec=unreadable)  # what it asks is unreadable: left out
     with store.read() as session:
         snapshot = read_snapshot(session)
         fleet = next(f for f in snapshot.fleets if f.name == "sim")
@@ -250,4 +251,6 @@ def test_what_a_stored_spec_asks_is_read_from_its_resources_and_nodes(
     assert warm[0] is warm[1] is warm[2]  # one shared answer, parsed once
     assert warm[3] == ((2, None, 4.0, 0, frozenset({"T4"})), 2)
     assert mix._kind_of_spec({**specs[0], "resources": {"gpu": 1, "memory": "a lot"}}) is None
-    assert mix._kind_of_spec({"name": "f", "bogus": True}) is None
+    assert mix._kind_of_spec({"name": "f", "resources": "lots"}) is None
+    # no resources written: the default ones (1 CPU), as a job without them asks
+    assert mix._kind_of_spec({"name": "f", "bogus": True}) == ((0, None, 1.0, 0, frozenset()), 1)
