@@ -191,12 +191,14 @@ def note_specs(session: Session, specs: Mapping[str, JobSpec]) -> None:
         kinds[job_id] = _kind_of_job(spec)
 
 
-def _kind_of_spec(spec: Mapping[str, Any]) -> tuple[Kind, int] | None:
+def _kind_of_spec(spec: object) -> tuple[Kind, int] | None:
     """What a stored spec asks per node: its `resources` and `nodes`, read as a job's are
     (nothing else of a spec changes its kind); None when they cannot be read (a spec written
-    by another version): the job is left out. Every reader, warm or
+    by another version, or not a mapping at all): the job is left out. Every reader, warm or
     cold, reads the same parts, and what an earlier spec asked is not parsed again (a fleet's
     jobs ask one of a few hundred things)."""
+    if not isinstance(spec, Mapping):
+        return None
     resources = spec.get("resources", {})  # none written: the default resources
     if not isinstance(resources, Mapping):
         return None

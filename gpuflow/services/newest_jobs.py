@@ -121,9 +121,10 @@ class JobCounts:
 
     def seen(self, fleet: str, newest: list[str], enough: int) -> None:
         """The fleet's newest ids as a window read them: at least `enough`, or all of them."""
-        self._know(fleet, newest[0] if newest else "", min(len(newest), enough), enough)
+        self.note(fleet, newest[0] if newest else "", min(len(newest), enough), enough)
 
-    def _know(self, fleet: str, newest: str, jobs: int, enough: int) -> None:
+    def note(self, fleet: str, newest: str, jobs: int, enough: int) -> None:
+        """The fleet has `jobs` jobs (`enough` meaning at least that many), `newest` the newest."""
         self.counted.pop(fleet, None)
         if jobs >= enough:
             self.saturated.add(fleet)
@@ -145,12 +146,12 @@ def count_jobs(
         since = _position(newest, last[0]) if last is not None else None
         if last is not None and since is not None:
             jobs = min(enough, last[1] + since)
-            known._know(fleet, newest[0], jobs, enough)
+            known.note(fleet, newest[0], jobs, enough)
             return jobs
     some = sa_select(_TABLE.id).where(jobs_of(fleet)).limit(enough).subquery()
     jobs = int(session.connection().execute(sa_select(func.count()).select_from(some)).scalar_one())
     if known is not None:
-        known._know(fleet, newest[0], jobs, enough)
+        known.note(fleet, newest[0], jobs, enough)
     return jobs
 
 

@@ -252,5 +252,6 @@ def test_what_a_stored_spec_asks_is_read_from_its_resources_and_nodes(
     assert warm[3] == ((2, None, 4.0, 0, frozenset({"T4"})), 2)
     assert mix._kind_of_spec({**specs[0], "resources": {"gpu": 1, "memory": "a lot"}}) is None
     assert mix._kind_of_spec({"name": "f", "resources": "lots"}) is None
+    assert mix._kind_of_spec(["not", "a", "spec"]) is None
     # no resources written: the default ones (1 CPU), as a job without them asks
     assert mix._kind_of_spec({"name": "f", "bogus": True}) == ((0, None, 1.0, 0, frozenset()), 1)

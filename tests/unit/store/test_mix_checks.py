@@ -210,7 +210,8 @@ def test_a_fleet_seen_with_jobs_enough_is_counted_again_only_once_a_window_read_
     store: Store,
 ) -> None:
     """A warm state's saturated fleets skip the count; the next window read (a comparison's)
-    finds deletions and the count comes back, with the checkpoint a cold reader finds."""
+    finds deletions, and its number of jobs, not a count, gives the checkpoint a cold reader
+    finds."""
     _big_fleet(store)
     life = half_life(GPUS)
     enough = saturation(mix._limit(life), life)
