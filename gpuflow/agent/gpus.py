@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuflow.errors import GpuflowError
-from gpuflow.utilization import GpuSample, GpuSampleError, SampleBatch
+from gpuflow.utilization import SAMPLE_INTERVAL_S, GpuSample, GpuSampleError, SampleBatch
 
 LIBRARY_ENV = "GPUFLOW_NVML_LIBRARY"
 
@@ -230,8 +230,9 @@ class NvmlSampler:
         return self._nvml
 
 
-PROCESS_WINDOW_S = 5.0
-"""How far back a shared GPU's per-process samples are read (NVML keeps a few seconds)."""
+PROCESS_WINDOW_S = SAMPLE_INTERVAL_S
+"""How far back a shared GPU's per-process samples are read: one interval of the agent's own
+sampling (NVML keeps a few seconds of them)."""
 _NOT_FOUND = 6
 
 
