@@ -122,7 +122,11 @@ async def test_secret_printed_by_a_job_never_reaches_temporal_through_logs(
         histories = []
         async for execution in dev_env.client.list_workflows():
             handle = dev_env.client.get_workflow_handle(execution.id, run_id=execution.run_id)
-            histories.append((execution.id, _raw(await handle.fetch_history())))
+            try:
+                histories.append((execution.id, _raw(await handle.fetch_history())))
+            except RPCError as error:  # visibility still lists a reader just deleted: its
+                if error.status != RPCStatusCode.NOT_FOUND:  # history was read in `retired`
+                    raise
     assert result.status == JobStatus.DONE
     digest = hashlib.sha256(value.encode()).hexdigest()
     for output in (followed, plain):
