@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import bindparam
+from sqlalchemy import ColumnElement, Table, bindparam
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -31,7 +31,8 @@ __all__ = ["read_snapshot", "release_allocation", "take_allocation"]
 _VERIFY_TRIES = 3
 
 
-_ALLOCATIONS = AllocationRow.__table__.c  # type: ignore[attr-defined]
+_TABLE: Table = AllocationRow.__table__  # type: ignore[attr-defined]
+_ALLOCATIONS = _TABLE.c
 _HELD_QUERY = (
     sa_select(_ALLOCATIONS.fleet, _ALLOCATIONS.node, _ALLOCATIONS.score, _ALLOCATIONS.scorer)
     .where(_ALLOCATIONS.job_id == bindparam("job_id"), _ALLOCATIONS.attempt == bindparam("attempt"))
@@ -99,7 +100,7 @@ def take_allocation_in(
     elif versions is not None:
         state.track(versions)
     # An earlier attempt's allocation is never carried over: give it back first.
-    _release(session, state, select(AllocationRow).where(AllocationRow.job_id == job_id))
+    _release(session, state, _ALLOCATIONS.job_id == job_id)
     if snapshot is not None and not set(fleets or []) <= {f.name for f in snapshot.fleets}:
         snapshot = None  # a fleet it does not know: let the cold read word the refusal
     result: Placement | Unschedulable | None = None
@@ -124,17 +125,18 @@ def take_allocation_in(
     return result
 
 
-def _release(session: Session, state: WarmCapacity, query: Any) -> int:
-    """Delete the allocation rows the query selects, keeping the warm state in step."""
-    rows = list(session.exec(query))
-    for row in rows:
-        session.delete(row)
+def _release(session: Session, state: WarmCapacity, *where: ColumnElement[bool]) -> int:
+    """Delete the allocation rows that match, keeping the warm state in step: one DELETE that
+    returns what it deleted (each release runs under the placement lock, so no rows are loaded
+    as objects to be deleted one by one)."""
+    if session.new or session.dirty or session.deleted:
+        session.flush()  # rows this session holds unwritten count, as with ORM reads
+    deleted = _TABLE.delete().where(*where).returning(_ALLOCATIONS.id, _ALLOCATIONS.host_id)
+    rows = session.connection().execute(deleted).all()
+    for allocation_id, host_id in rows:
+        state.released(host_id, allocation_id)
     if rows:
-        session.flush()
-        for row in rows:
-            assert row.id is not None
-            state.released(row.host_id, row.id)
-        state.counted(bump_hosts(session, "allocations", (row.host_id for row in rows)))
+        state.counted(bump_hosts(session, "allocations", (host_id for _, host_id in rows)))
     return len(rows)
 
 
@@ -150,7 +152,7 @@ def release_allocation_in(session: Session, *, job_id: str) -> int:
     versions = state.hold(session)
     if versions is not None:
         state.track(versions)
-    return _release(session, state, select(AllocationRow).where(AllocationRow.job_id == job_id))
+    return _release(session, state, _ALLOCATIONS.job_id == job_id)
 
 
 def allocations_of(store: Store, job_id: str) -> list[AllocationRow]:
@@ -165,10 +167,7 @@ def release_attempt_in(session: Session, *, job_id: str, attempt: int) -> int:
     versions = state.hold(session)
     if versions is not None:
         state.track(versions)
-    query = select(AllocationRow).where(
-        AllocationRow.job_id == job_id, AllocationRow.attempt == attempt
-    )
-    return _release(session, state, query)
+    return _release(session, state, _ALLOCATIONS.job_id == job_id, _ALLOCATIONS.attempt == attempt)
 
 
 @dataclass(frozen=True)

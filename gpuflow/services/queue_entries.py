@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import bindparam
+from sqlalchemy import Table, bindparam
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, select
 
@@ -70,7 +70,8 @@ def _verdict_of(
     return QueueVerdict(reason=reason, detail=lines)
 
 
-_ENTRIES = QueueEntryRow.__table__.c  # type: ignore[attr-defined]
+_ENTRY_TABLE: Table = QueueEntryRow.__table__  # type: ignore[attr-defined]
+_ENTRIES = _ENTRY_TABLE.c
 _ALLOCATIONS = AllocationRow.__table__.c  # type: ignore[attr-defined]
 _LOOK = (
     sa_select(
@@ -284,8 +285,10 @@ def anyone_waits_in(session: Session, *, besides: str | None = None) -> bool:
 def leave_queue_in(session: Session, *, job_id: str, attempt: int | None = None) -> bool:
     """The job released its capacity (or ended): its entry (of that attempt, when given) is
     gone. Whether there was one."""
-    entry = session.get(QueueEntryRow, job_id)
-    if entry is None or (attempt is not None and entry.attempt != attempt):
-        return False
-    session.delete(entry)
-    return True
+    if session.new or session.dirty or session.deleted:
+        session.flush()  # an entry this session holds unwritten counts, as with ORM reads
+    where = [_ENTRIES.job_id == job_id]
+    if attempt is not None:
+        where.append(_ENTRIES.attempt == attempt)
+    deleted = _ENTRY_TABLE.delete().where(*where).returning(_ENTRIES.job_id)
+    return session.connection().execute(deleted).first() is not None
