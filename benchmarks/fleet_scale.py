@@ -19,7 +19,11 @@ server of `--postgresql URL`, dropped at the end):
   transactions as concurrent submits do in the product; `--in-flight 1` submits one at a time.
 - Every tenth job is released at a random moment, if it was placed: before an arrival drawn
   uniformly (seeded) between its own and the last of the sequence (if the run goes that far),
-  moved to the start of the group that arrival is in (`grouped_releases`).
+  moved to the start of the group that arrival is in (`grouped_releases`). The releases at the
+  start of a group are called at once, as jobs that end together are released by their
+  workflows (a control worker serves those that arrive together in one placement transaction,
+  gpuflow/control/releases.py); `releases_per_s`: releases over the time their sets took,
+  `release_p50_ms`/`release_p99_ms` per call.
 - `unallocated_pct_at_100`: the fleet's GPUs not held when the arrived demand reaches 100%;
   `pure_unallocated_pct_at_100`: the same for the pure function (`gpuflow.scheduler.place` on
   an in-memory snapshot, the mix learned as benchmarks/placement.py learns it) on the same
@@ -135,7 +139,8 @@ async def product_run(
     state = AdmissionState()
     busy: list[float] = []  # placement work: each group of submits, each pass
     latencies: list[float] = []  # each submit, from its call to its workflow's verdict
-    gives: list[float] = []
+    gives: list[float] = []  # each release, from its call to its answer
+    giving: list[float] = []  # each set of releases that come together, all of it
     due: dict[int, list[tuple[str, Pod]]] = defaultdict(list)
     pods: dict[str, tuple[int, Pod]] = {}
     waiting: set[str] = set()
@@ -175,18 +180,23 @@ async def product_run(
         latencies.append(time.perf_counter() - begun)
         return verdict
 
+    async def give(job_id: str, gone: Pod) -> None:
+        nonlocal arrived, held
+        ended = record_of(job_id, job_of(gone), JobStatus.DONE, reason=TerminationReason.DONE)
+        begun = time.perf_counter()
+        await control.release_job(ReleaseInput(job_id=job_id, record=ended))
+        gives.append(time.perf_counter() - begun)
+        arrived -= gone.gpu_milli_total
+        held -= gone.gpu_milli_total
+
     started = time.perf_counter()
     for first in range(0, len(sequence), in_flight):
-        released = False
-        for job_id, gone in due.pop(first, []):
-            ended = record_of(job_id, job_of(gone), JobStatus.DONE, reason=TerminationReason.DONE)
+        ending = due.pop(first, [])
+        if ending:  # jobs that end together release together, as their workflows do
             begun = time.perf_counter()
-            await control.release_job(ReleaseInput(job_id=job_id, record=ended))
-            gives.append(time.perf_counter() - begun)
-            arrived -= gone.gpu_milli_total
-            held -= gone.gpu_milli_total
-            released = True
-        if released and waiting:
+            await asyncio.gather(*(give(job_id, gone) for job_id, gone in ending))
+            giving.append(time.perf_counter() - begun)
+        if ending and waiting:
             await admission_pass()
         group = range(first, min(first + in_flight, len(sequence)))
         arrived += sum(sequence[i].gpu_milli_total for i in group)
@@ -211,6 +221,9 @@ async def product_run(
         "wall_s": time.perf_counter() - started,
         **_ms("", latencies),
         **_ms("release_", gives),
+        "releases": len(gives),
+        "releases_per_s": len(gives) / sum(giving) if giving else 0.0,
+        "release_transactions": getattr(getattr(control, "releases", None), "groups", None),
         "unschedulable": unschedulable,
         # the sequence ends where the arrived demand reaches 100% (or where --arrivals cut it)
         "unallocated_pct_at_100": 100 - held / capacity * 100,
@@ -406,8 +419,10 @@ def main(argv: list[str] | None = None) -> int:
 def _print(kind: str, r: dict[str, Any]) -> None:
     print(
         f"{kind}: {r['placements']} placements, {r['placements_per_s']:.1f}/s, "
-        f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms; releases p50 "
-        f"{r.get('release_p50_ms', 0):.1f} / p99 {r.get('release_p99_ms', 0):.1f} ms; "
+        f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms; releases "
+        f"{r.get('releases_per_s', 0):.1f}/s, p50 {r.get('release_p50_ms', 0):.1f} / "
+        f"p99 {r.get('release_p99_ms', 0):.1f} ms in {r.get('release_transactions')} "
+        "transactions; "
         f"unallocated at 100% {r['unallocated_pct_at_100']:.2f}% "
         f"(pure function {r['pure_unallocated_pct_at_100']:.2f}%), "
         f"{r['unschedulable']} unschedulable, {r['over_allocations']} over-allocations"

@@ -20,13 +20,13 @@ from gpuflow.control.admission import AdmissionActivities
 from gpuflow.control.admission_tell import AdmissionTell
 from gpuflow.control.admission_wake import wake_admission
 from gpuflow.control.records import record_in
+from gpuflow.control.releases import ReleaseGroups
 from gpuflow.metrics import store as metrics
 from gpuflow.scheduler.model import Placement, Unschedulable
-from gpuflow.services.capacity import release_allocation_in, take_allocation_in
+from gpuflow.services.capacity import take_allocation_in
 from gpuflow.services.changes import bump_hosts
 from gpuflow.services.fleets import get_host, set_host_state
 from gpuflow.services.jobs import jobs_waiting_for_capacity_in
-from gpuflow.services.queue_entries import anyone_waits_in, leave_queue_in
 from gpuflow.status import HostState
 from gpuflow.store.db import Store
 from gpuflow.store.tables import FleetRow, HostRow
@@ -79,6 +79,8 @@ class ControlActivities:
             store, temporal=temporal, warm=warm, task_queue=task_queue
         )
         self.tell = AdmissionTell(temporal)
+        self.releases = ReleaseGroups(store)
+        """Releases that arrive together share a placement transaction (releases.py)."""
 
     @activity.defn(name="place_job")
     async def place_job(self, inp: PlaceInput) -> PlaceResult:
@@ -116,21 +118,10 @@ class ControlActivities:
 
     @activity.defn(name="release_job")
     async def release_job(self, inp: ReleaseInput) -> ReleaseResult:
-        def release() -> tuple[int, bool, list[str]]:
-            with self.store.placement_transaction() as session:
-                released = release_allocation_in(session, job_id=inp.job_id)
-                left = leave_queue_in(session, job_id=inp.job_id)
-                if inp.record is not None:
-                    record_in(session, inp.record)
-                # Read in the same transaction as the release, so a job that enters its queue
-                # after it is decided on what this freed, and one that entered before is seen.
-                wake = (released > 0 or left) and anyone_waits_in(session)
-                return released, wake, jobs_waiting_for_capacity_in(session)
-
-        released, wake, waiting = await asyncio.to_thread(release)
-        if wake:
+        released = await self.releases.release(inp)
+        if released.wake:
             await wake_admission(self.temporal, self.task_queue)
-        return ReleaseResult(released_nodes=released, waiting_jobs=waiting)
+        return ReleaseResult(released_nodes=released.nodes, waiting_jobs=released.waiting)
 
     @activity.defn(name="record_job_status")
     async def record_job_status(self, inp: JobStatusInput) -> None:
