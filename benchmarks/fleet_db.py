@@ -1,9 +1,11 @@
 """The database side of benchmarks/fleet_scale.py and admission_scale.py: openb's nodes as a sim
-fleet, a fresh database of either kind, a job's record, and the over-allocation count."""
+fleet, a fresh database of either kind, a job's record, the over-allocation count, and ANALYZE
+run beside a benchmark as autovacuum would."""
 
 from __future__ import annotations
 
 import tempfile
+import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Iterator
@@ -105,3 +107,30 @@ def over_allocations(store: Store) -> int:
     over = sum(used > 1 + EPSILON for used in gpus.values())
     over += sum(cpus[h] > hosts[h].cpus + EPSILON for h in cpus)
     return over + sum(memory[h] > hosts[h].memory_mib for h in memory)
+
+
+@contextmanager
+def analyzed(url: str, every_s: float | None) -> Iterator[None]:
+    """With `every_s` on PostgreSQL: ANALYZE the database every `every_s` seconds from a
+    connection of its own while the block runs, as autovacuum does on a server that has run for
+    a while (its first pass comes after a minute, so a fresh database's planner knows nothing
+    of the tables during a run of seconds)."""
+    if every_s is None or url.startswith("sqlite"):
+        yield
+        return
+    import psycopg
+
+    stop = threading.Event()
+
+    def loop() -> None:
+        with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as c:
+            while not stop.wait(every_s):
+                c.execute("ANALYZE")
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

@@ -54,15 +54,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import multiprocessing
 import statistics
 import sys
-import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -75,6 +72,7 @@ for path in (ROOT, ROOT / "benchmarks"):
 from fleet_db import (  # noqa: E402
     _TRACE_DIRS,
     POSTGRESQL,
+    analyzed,
     fleet_spec,
     fresh_database,
     over_allocations,
@@ -299,33 +297,6 @@ def two_workers(
         "per_worker_p99_ms": [r["p99_ms"] for r in results],
         "unschedulable": sum(r["unschedulable"] for r in results),
     }
-
-
-@contextlib.contextmanager
-def analyzed(url: str, every_s: float | None) -> Iterator[None]:
-    """With `every_s` on PostgreSQL: ANALYZE the database every `every_s` seconds from a
-    connection of its own while the block runs, as autovacuum does on a server that has run for
-    a while (its first pass comes after a minute, so a fresh database's planner knows nothing
-    of the tables during a run of seconds)."""
-    if every_s is None or url.startswith("sqlite"):
-        yield
-        return
-    import psycopg
-
-    stop = threading.Event()
-
-    def loop() -> None:
-        with psycopg.connect(url.replace("postgresql+psycopg", "postgresql"), autocommit=True) as c:
-            while not stop.wait(every_s):
-                c.execute("ANALYZE")
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def one_database(

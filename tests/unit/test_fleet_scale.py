@@ -25,7 +25,7 @@ import fleet_scale  # noqa: E402
 
 def test_a_small_run_writes_the_protocol_s_json(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
-    argv = ["--db", "sqlite", "--hosts", "12", "--cold", "2", "--no-two-workers"]
+    argv = ["--db", "sqlite", "--hosts", "30", "--cold", "2", "--no-two-workers"]
     assert fleet_scale.main([*argv, "--trace-dir", str(TRACE), "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     sqlite = result["sqlite"]
@@ -35,6 +35,9 @@ def test_a_small_run_writes_the_protocol_s_json(tmp_path: Path) -> None:
     assert sqlite["over_allocations"] == 0
     assert 0 <= sqlite["unallocated_pct_at_100"] <= 100
     assert sqlite["cold"]["transactions"] == 2
+    # releases were made, those due together in one transaction (7 in 3 on these 30 hosts)
+    assert 0 < sqlite["release_transactions"] < sqlite["releases"]
+    assert sqlite["releases_per_s"] > 0
 
 
 def test_release_plan_releases_every_tenth_arrival_later() -> None:
