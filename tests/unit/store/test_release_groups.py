@@ -8,7 +8,6 @@ import asyncio
 
 import pytest
 
-from gpuflow.control import activities as control_activities
 from gpuflow.control import releases
 from gpuflow.control.activities import ControlActivities
 from gpuflow.services.capacity import allocations_of
@@ -18,18 +17,6 @@ from gpuflow.store.db import Store
 from gpuflow.workflows.models import JobStatusInput, ReleaseInput, ReleaseResult
 from tests.unit.store.test_admission_store import _enqueue, _entry, _fleet
 from tests.unit.store.test_warm import _look, _memory_checked
-
-
-@pytest.fixture
-def wakes(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
-    asked: list[str | None] = []
-
-    async def wake_admission(temporal: object, task_queue: str | None = None) -> bool:
-        asked.append(task_queue)
-        return True
-
-    monkeypatch.setattr(control_activities, "wake_admission", wake_admission)
-    return asked
 
 
 def _ended(name: str) -> ReleaseInput:

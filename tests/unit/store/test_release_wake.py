@@ -5,27 +5,13 @@ PostgreSQL, through the activity itself."""
 
 from __future__ import annotations
 
-import pytest
 from temporalio.testing import ActivityEnvironment
 
-from gpuflow.control import activities as control_activities
 from gpuflow.control.activities import ControlActivities
 from gpuflow.services.capacity import allocations_of
 from gpuflow.store.db import Store
 from gpuflow.workflows.models import ReleaseInput
 from tests.unit.store.test_admission_store import _enqueue, _entry, _fleet
-
-
-@pytest.fixture
-def wakes(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
-    asked: list[str | None] = []
-
-    async def wake_admission(temporal: object, task_queue: str | None = None) -> bool:
-        asked.append(task_queue)
-        return True
-
-    monkeypatch.setattr(control_activities, "wake_admission", wake_admission)
-    return asked
 
 
 async def _release(store: Store, name: str) -> int:
