@@ -32,8 +32,9 @@ class Released:
     nodes: int
     """Nodes of the job's placement given back (0 when a repeat finds them gone)."""
     wake: bool
-    """It freed something while some job waits in a queue: the admission loop should pass (the
-    first such release of a group only: one pass is decided on all the group freed)."""
+    """It freed something while some job waits in a queue: the admission loop should pass. Every
+    such release of a group asks (the loop folds asks that come together into one pass), so a
+    caller that gave up before hearing its answer takes no other release's ask with it."""
     waiting: list[str]
     """Jobs that wait for capacity the way workflows did before queues (they poll on a
     `capacity_changed` signal)."""
@@ -73,12 +74,7 @@ def _release_group(store: Store, asks: Sequence[ReleaseInput]) -> list[Released]
         # it is decided on what they freed, and one that entered before is seen.
         waits = any(n > 0 or left for n, left in freed) and anyone_waits_in(session)
         waiting = jobs_waiting_for_capacity_in(session)
-    found: list[Released] = []
-    for n, left in freed:
-        wake = waits and (n > 0 or left)
-        waits = waits and not wake
-        found.append(Released(n, wake, waiting))
-    return found
+    return [Released(n, waits and (n > 0 or left), waiting) for n, left in freed]
 
 
 class ReleaseGroups:
