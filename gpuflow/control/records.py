@@ -8,8 +8,9 @@ from gpuflow.services.jobs import gpu_summary, record_status_in
 from gpuflow.workflows.models import JobStatusInput
 
 
-def record_in(session: Session, inp: JobStatusInput) -> None:
-    """The job's status and event, inside the caller's transaction."""
+def record_in(session: Session, inp: JobStatusInput, *, unrecorded: bool = False) -> None:
+    """The job's status and event, inside the caller's transaction. `unrecorded`: the caller
+    knows it was not written yet (services/jobs.py `unrecorded_in`)."""
     placement = inp.placement
     record_status_in(
         session,
@@ -26,4 +27,5 @@ def record_in(session: Session, inp: JobStatusInput) -> None:
         gpus=gpu_summary(placement) if placement else None,
         at=inp.at,
         waiting_for_capacity=inp.waiting_for_capacity,
+        unrecorded=unrecorded,
     )

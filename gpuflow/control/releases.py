@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from gpuflow.control.batches import Batches
 from gpuflow.control.records import record_in
 from gpuflow.services.capacity import release_allocations_in
-from gpuflow.services.jobs import jobs_waiting_for_capacity_in
+from gpuflow.services.jobs import jobs_waiting_for_capacity_in, unrecorded_in
 from gpuflow.services.queue_entries import anyone_waits_in, leave_queues_in
 from gpuflow.store.db import Store
 from gpuflow.workflows.models import ReleaseInput
@@ -63,9 +63,12 @@ def _release_group(store: Store, asks: Sequence[ReleaseInput]) -> list[Released]
     with store.placement_transaction() as session:
         nodes = release_allocations_in(session, job_ids)
         entries = leave_queues_in(session, job_ids)
-        for ask in asks:
-            if ask.record is not None:
-                record_in(session, ask.record)
+        records = [ask.record for ask in asks if ask.record is not None]
+        first = unrecorded_in(session, [(r.job_id, r.event_key) for r in records])
+        with session.no_autoflush:  # the group's records are written together, below
+            for record, new in zip(records, first, strict=True):
+                if new:
+                    record_in(session, record, unrecorded=True)
         freed: list[tuple[int, bool]] = []
         for ask in asks:  # the first release of a job frees what it held; a repeat, nothing
             freed.append((nodes.pop(ask.job_id, 0), ask.job_id in entries))

@@ -3,6 +3,7 @@ these rows are written by idempotent bookkeeping activities."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,6 +39,33 @@ def recorded_in(session: Session, *, job_id: str, event_key: str) -> bool:
     return session.exec(found).first() is not None
 
 
+_READ_JOBS = "gpuflow_read_jobs"
+
+
+def unrecorded_in(session: Session, records: Sequence[tuple[str, str]]) -> list[bool]:
+    """For several (job id, event key)s, in their order: whether it is the first of them not
+    written yet (`recorded_in` for each, and a repeat within them counts as written), with two
+    statements: the jobs' rows (their specs left unloaded) are read into the session, so a
+    `record_status_in` of each reads nothing more."""
+    ids = list(dict.fromkeys(job_id for job_id, _ in records))
+    if not ids:
+        return []
+    unloaded = defer(JobRow.spec)  # type: ignore[arg-type]
+    rows = session.exec(select(JobRow).options(unloaded).where(col(JobRow.id).in_(ids))).all()
+    # held by the session (its identity map holds objects weakly) until it ends
+    session.info.setdefault(_READ_JOBS, []).extend(rows)
+    keys = list(dict.fromkeys(key for _, key in records))
+    found = select(JobEventRow.job_id, JobEventRow.key).where(
+        col(JobEventRow.job_id).in_(ids), col(JobEventRow.key).in_(keys)
+    )
+    written = {(job_id, key) for job_id, key in session.exec(found)}
+    first: list[bool] = []
+    for record in records:
+        first.append(record not in written)
+        written.add(record)
+    return first
+
+
 def record_status_in(
     session: Session,
     *,
@@ -54,10 +82,12 @@ def record_status_in(
     gpus: str | None = None,
     at: datetime | None = None,
     waiting_for_capacity: bool = False,
+    unrecorded: bool = False,
 ) -> None:
     """Create the job's row if needed, set its status and add the event, inside the caller's
-    transaction (which commits); a repeated call (same event key) changes nothing."""
-    if recorded_in(session, job_id=job_id, event_key=event_key):
+    transaction (which commits); a repeated call (same event key) changes nothing.
+    `unrecorded`: the caller knows this record was not written yet (`unrecorded_in`)."""
+    if not unrecorded and recorded_in(session, job_id=job_id, event_key=event_key):
         return  # this very record was written: a later one must not be undone by its repeat
     # The spec is written once and never read back here: leave it unloaded.
     unloaded = [defer(JobRow.spec)]  # type: ignore[arg-type]

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from sqlalchemy import event
 
-from gpuflow.services.jobs import find_job, job_events, record_status_in
+from gpuflow.services.jobs import find_job, job_events, record_status_in, unrecorded_in
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
+from gpuflow.store.tables import JobRow
 
 
 def _record(store: Store, status: JobStatus, key: str) -> list[str]:
@@ -52,3 +53,46 @@ def test_a_repeated_record_changes_nothing(store: Store) -> None:
     again = _record(store, JobStatus.DONE, "1:done")
     assert not [s for s in again if s.startswith(("INSERT", "UPDATE"))]
     assert [e.kind for e in job_events(store, "job-a")] == ["pending", "done"]
+
+
+def test_records_known_unwritten_together_read_nothing_more(store: Store) -> None:
+    """`unrecorded_in`: which of several records are new (a repeat among them is not), in two
+    statements, after which each new record reads nothing and the group writes its rows."""
+    _record(store, JobStatus.PENDING, "1:pending")
+    with store.session() as session:
+        session.add(JobRow(id="job-b", name="b", status=JobStatus.PENDING, spec={}))
+        session.commit()
+    statements: list[str] = []
+
+    def seen(_c: object, _cur: object, statement: str, *_: object) -> None:
+        statements.append(" ".join(statement.split()))
+
+    asks = [("job-a", "1:pending"), ("job-a", "1:done"), ("job-b", "1:done"), ("job-a", "1:done")]
+    event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        with store.session() as session:
+            first = unrecorded_in(session, asks)
+            assert first == [False, True, True, False]
+            reads = [s for s in statements if s.startswith("SELECT")]
+            assert len(reads) == 2 and not [s for s in reads if "jobs.spec" in s]
+            with session.no_autoflush:
+                for (job_id, key), new in zip(asks, first, strict=True):
+                    if new:
+                        record_status_in(
+                            session,
+                            job_id=job_id,
+                            name=job_id[4:],
+                            spec=None,
+                            status=JobStatus.DONE,
+                            event_key=key,
+                            unrecorded=True,
+                        )
+            # the rows were read with the question: the records read nothing more
+            assert [s for s in statements if s.startswith("SELECT")] == reads
+            session.commit()
+    finally:
+        event.remove(store.engine, "before_cursor_execute", seen)
+    assert [e.kind for e in job_events(store, "job-a")] == ["pending", "done"]
+    assert [e.kind for e in job_events(store, "job-b")] == ["done"]
+    assert find_job(store, "job-a").status == find_job(store, "job-b").status == JobStatus.DONE
+    assert find_job(store, "job-a").spec == {"commands": ["x" * 10_000]}

@@ -71,10 +71,10 @@ async def test_one_release_that_fails_fails_alone(
         assert _enqueue(store, name, k).placement is not None
     original = releases.record_in
 
-    def record_in(session: object, inp: JobStatusInput) -> None:
+    def record_in(session: object, inp: JobStatusInput, **flags: bool) -> None:
         if inp.job_id == "job-b":
             raise RuntimeError("the database refused job-b's record")
-        original(session, inp)  # type: ignore[arg-type]
+        original(session, inp, **flags)  # type: ignore[arg-type]
 
     monkeypatch.setattr(releases, "record_in", record_in)
     activities = ControlActivities(store, task_queue="control")
