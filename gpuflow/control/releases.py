@@ -8,11 +8,13 @@ served at once. Each job's ending is recorded in the transaction that frees its 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpuflow.control.batches import Batches
 from gpuflow.control.records import record_in
+from gpuflow.metrics import store as metrics
 from gpuflow.services.capacity import release_allocations_in
 from gpuflow.services.jobs import jobs_waiting_for_capacity_in, unrecorded_in
 from gpuflow.services.queue_entries import anyone_waits_in, leave_queues_in
@@ -59,6 +61,7 @@ def release_all(store: Store, asks: Sequence[ReleaseInput]) -> list[Released | E
 
 
 def _release_group(store: Store, asks: Sequence[ReleaseInput]) -> list[Released]:
+    started = time.perf_counter()
     job_ids = list(dict.fromkeys(ask.job_id for ask in asks))
     with store.placement_transaction() as session:
         nodes = release_allocations_in(session, job_ids)
@@ -77,6 +80,7 @@ def _release_group(store: Store, asks: Sequence[ReleaseInput]) -> list[Released]
         # it is decided on what they freed, and one that entered before is seen.
         waits = any(n > 0 or left for n, left in freed) and anyone_waits_in(session)
         waiting = jobs_waiting_for_capacity_in(session)
+    metrics.observe_release_group(time.perf_counter() - started, len(asks))
     return [Released(n, waits and (n > 0 or left), waiting) for n, left in freed]
 
 

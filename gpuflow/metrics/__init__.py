@@ -5,7 +5,8 @@ Control worker (from the database at scrape time, cached for a second):
   gpuflow_jobs_pending, gpuflow_jobs_waiting_for_capacity, gpuflow_jobs_pending_oldest_seconds,
   gpuflow_gpus / gpuflow_gpus_allocated / gpuflow_gpus_free{fleet,model},
   gpuflow_hosts{fleet,state}, gpuflow_store_up;
-  and as they happen: gpuflow_placement_seconds{outcome}, gpuflow_job_wait_seconds{fleet}.
+  and as they happen: gpuflow_placement_seconds{outcome}, gpuflow_job_wait_seconds{fleet},
+  gpuflow_release_seconds, gpuflow_release_group_size.
 Host agents (and the simulated hosts' agents inside control workers):
   gpuflow_gpu_utilization_percent / gpuflow_gpu_memory_used_bytes /
   gpuflow_gpu_memory_total_bytes{host,gpu,job_id,source}.

@@ -49,6 +49,27 @@ JOB_WAIT_SECONDS = Histogram(
     registry=REGISTRY,
 )
 
+RELEASE_SECONDS = Histogram(
+    "gpuflow_release_seconds",
+    "Time one release takes: the placement transaction it shares with the releases that "
+    "came with it (gpuflow/control/releases.py)",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+    registry=REGISTRY,
+)
+RELEASE_GROUP_SIZE = Histogram(
+    "gpuflow_release_group_size",
+    "Releases served by one placement transaction",
+    buckets=(1, 2, 4, 8, 16, 32, 64),
+    registry=REGISTRY,
+)
+
+
+def observe_release_group(seconds: float, releases: int) -> None:
+    """One transaction served `releases` releases in `seconds`."""
+    RELEASE_GROUP_SIZE.observe(releases)
+    for _ in range(releases):
+        RELEASE_SECONDS.observe(seconds)
+
 
 def observe_placement(seconds: float, result: object) -> None:
     """One place step took `seconds` and ended in `result` (a Placement or Unschedulable)."""

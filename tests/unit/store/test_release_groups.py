@@ -10,6 +10,7 @@ import pytest
 
 from gpuflow.control import releases
 from gpuflow.control.activities import ControlActivities
+from gpuflow.metrics import REGISTRY
 from gpuflow.services.capacity import allocations_of
 from gpuflow.services.jobs import find_job, job_events
 from gpuflow.status import JobStatus, TerminationReason
@@ -17,6 +18,16 @@ from gpuflow.store.db import Store
 from gpuflow.workflows.models import JobStatusInput, ReleaseInput, ReleaseResult
 from tests.unit.store.test_admission_store import _enqueue, _entry, _fleet
 from tests.unit.store.test_warm import _look, _memory_checked
+
+_SAMPLES = (
+    "gpuflow_release_group_size_count",
+    "gpuflow_release_group_size_sum",
+    "gpuflow_release_seconds_count",
+)
+
+
+def _sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
 
 
 def _ended(name: str) -> ReleaseInput:
@@ -48,8 +59,11 @@ async def test_releases_that_arrive_together_are_one_transaction_each_as_if_alon
     assert _enqueue(store, "waiting", 9, resources={"gpu": "A100:2"}).placement is None
     activities = ControlActivities(store, task_queue="control")
     asks = [_ended("a"), _ended("b"), _ended("a"), ReleaseInput(job_id="job-c")]
+    before = [_sample(name) for name in _SAMPLES]
     found = await _together(activities, asks)
     assert activities.releases.groups == 1
+    # one group of 4 in gpuflow_release_group_size, 4 releases in gpuflow_release_seconds
+    assert [_sample(name) - b for name, b in zip(_SAMPLES, before, strict=True)] == [1, 4, 4]
     assert [r.released_nodes for r in found if isinstance(r, ReleaseResult)] == [1, 1, 0, 1]
     assert wakes == ["control"] * 3  # a job waits: each release that freed something asks
     for name in "abc":
