@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, bindparam
+from sqlalchemy import ColumnElement, bindparam
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -23,6 +23,7 @@ from gpuflow.services.snapshot import read_snapshot, use_of
 from gpuflow.services.warm import WarmCapacity, warm_capacity
 from gpuflow.specs.job import JobSpec
 from gpuflow.status import JobStatus
+from gpuflow.store.bulk import delete_rows, flush_pending
 from gpuflow.store.db import Store
 from gpuflow.store.tables import AllocationRow, JobRow
 
@@ -31,8 +32,7 @@ __all__ = ["read_snapshot", "release_allocation", "take_allocation"]
 _VERIFY_TRIES = 3
 
 
-_TABLE: Table = AllocationRow.__table__  # type: ignore[attr-defined]
-_ALLOCATIONS = _TABLE.c
+_ALLOCATIONS = AllocationRow.__table__.c  # type: ignore[attr-defined]
 _HELD_QUERY = (
     sa_select(_ALLOCATIONS.fleet, _ALLOCATIONS.node, _ALLOCATIONS.score, _ALLOCATIONS.scorer)
     .where(_ALLOCATIONS.job_id == bindparam("job_id"), _ALLOCATIONS.attempt == bindparam("attempt"))
@@ -44,8 +44,7 @@ def held_allocation(session: Session, job_id: str, attempt: int) -> Placement | 
     """The placement the job's attempt holds, as it was placed; None when it holds none. Read
     as columns by one prepared statement: every job's first step and every repeated placement
     asks."""
-    if session.new:  # what the session holds but has not written counts, as with ORM reads
-        session.flush()
+    flush_pending(session)  # what the session holds but has not written counts
     found = session.connection().execute(_HELD_QUERY, {"job_id": job_id, "attempt": attempt})
     return placement_of(found.all())
 
@@ -129,11 +128,7 @@ def _release(session: Session, state: WarmCapacity, *where: ColumnElement[bool])
     """Delete the allocation rows that match, keeping the warm state in step: one DELETE that
     returns what it deleted (each release runs under the placement lock, so no rows are loaded
     as objects to be deleted one by one). The job of each row deleted."""
-    if session.new or session.dirty or session.deleted:
-        session.flush()  # rows this session holds unwritten count, as with ORM reads
-    deleted = _TABLE.delete().where(*where)
-    found = deleted.returning(_ALLOCATIONS.id, _ALLOCATIONS.host_id, _ALLOCATIONS.job_id)
-    rows = session.connection().execute(found).all()
+    rows = delete_rows(session, AllocationRow, *where, returning=("id", "host_id", "job_id"))
     for allocation_id, host_id, _ in rows:
         state.released(host_id, allocation_id)
     if rows:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, bindparam
+from sqlalchemy import ColumnElement, bindparam
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, select
 
@@ -31,7 +31,7 @@ from gpuflow.services.verdicts import (
 from gpuflow.specs.job import JobSpec
 from gpuflow.specs.queue import MAX_QUOTA_GPUS, QueueSpec
 from gpuflow.status import JobStatus
-from gpuflow.store.bulk import IDS_PER_STATEMENT
+from gpuflow.store.bulk import IDS_PER_STATEMENT, delete_rows
 from gpuflow.store.tables import AllocationRow, JobRow, QueueEntryRow
 from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
 
@@ -71,8 +71,7 @@ def _verdict_of(
     return QueueVerdict(reason=reason, detail=lines)
 
 
-_ENTRY_TABLE: Table = QueueEntryRow.__table__  # type: ignore[attr-defined]
-_ENTRIES = _ENTRY_TABLE.c
+_ENTRIES = QueueEntryRow.__table__.c  # type: ignore[attr-defined]
 _ALLOCATIONS = AllocationRow.__table__.c  # type: ignore[attr-defined]
 _LOOK = (
     sa_select(
@@ -298,7 +297,4 @@ def leave_queues_in(session: Session, job_ids: Sequence[str]) -> set[str]:
 
 
 def _leave(session: Session, where: list[ColumnElement[bool]]) -> set[str]:
-    if session.new or session.dirty or session.deleted:
-        session.flush()  # an entry this session holds unwritten counts, as with ORM reads
-    deleted = _ENTRY_TABLE.delete().where(*where).returning(_ENTRIES.job_id)
-    return {row[0] for row in session.connection().execute(deleted)}
+    return {row[0] for row in delete_rows(session, QueueEntryRow, *where, returning=("job_id",))}

@@ -1,5 +1,6 @@
-"""Rows written many at a time without the ORM's unit of work, for the writes a group of
-submits makes per job (gpuflow/services/group_entry.py): instead of an object per row and a
+"""Rows written and deleted many at a time without the ORM's unit of work, for the writes a
+group of submits makes per job (gpuflow/services/group_entry.py) and the deletes of a group of
+releases (gpuflow/control/releases.py): instead of an object per row and a
 flush that walks them, one INSERT per table. On PostgreSQL, for several rows, that statement
 takes each column as one binary array (`INSERT ... SELECT * FROM unnest(...)`), so the server
 runs it once for all the rows: psycopg's executemany runs it once per row, and SQLAlchemy's
@@ -17,11 +18,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic_core import PydanticUndefined
-from sqlalchemy import Float, Integer, String, Table, UniqueConstraint, insert
+from sqlalchemy import ColumnElement, Float, Integer, String, Table, UniqueConstraint, insert
 from sqlalchemy.engine import Connection
 from sqlmodel import Session, SQLModel
 
-__all__ = ["ARRAYS_FROM", "IDS_PER_STATEMENT", "insert_rows"]
+__all__ = ["ARRAYS_FROM", "IDS_PER_STATEMENT", "delete_rows", "flush_pending", "insert_rows"]
 
 ARRAYS_FROM = 4
 """Rows from which an INSERT on PostgreSQL takes each column as one array. Its fixed cost (the
@@ -79,8 +80,7 @@ def insert_rows(
             if name not in full:
                 full[name] = factory() if factory is not None else default
         values.append(full)
-    if session.new or session.dirty:
-        session.flush()
+    flush_pending(session)
     table = model.__table__  # type: ignore[attr-defined]
     connection = session.connection()
     key = _unique_key(table, values[0]) if returning is not None else ()
@@ -93,6 +93,25 @@ def insert_rows(
         return []
     statement = insert(table).returning(table.c[returning], sort_by_parameter_order=True)
     return list(session.connection().execute(statement, values).scalars())
+
+
+def flush_pending(session: Session) -> None:
+    """Write what the session holds unwritten (new, changed or deleted objects), so that a
+    statement run beside the ORM sees it, as the ORM's own reads do."""
+    if session.new or session.dirty or session.deleted:
+        session.flush()
+
+
+def delete_rows(
+    session: Session, model: type[SQLModel], *where: ColumnElement[bool], returning: Sequence[str]
+) -> list[tuple[Any, ...]]:
+    """Delete the rows of `model` that match with one `DELETE ... RETURNING` (SQLite 3.35+ and
+    PostgreSQL), what the session holds unwritten written first; those columns of each row
+    deleted. The rows are not loaded as objects: one the session holds already is stale after."""
+    flush_pending(session)
+    table: Table = model.__table__  # type: ignore[attr-defined]
+    statement = table.delete().where(*where).returning(*(table.c[name] for name in returning))
+    return [tuple(row) for row in session.connection().execute(statement)]
 
 
 def _arrays_fit(connection: Connection, rows: Sequence[Mapping[str, Any]]) -> bool:
