@@ -19,6 +19,7 @@ from gpuflow.workflows.job import JobWorkflow
 
 with workflow.unsafe.imports_passed_through():
     from gpuflow.workflows.models import (
+        FleetHost,
         FleetHostsResult,
         FleetInput,
         HostHealthInput,
@@ -33,6 +34,18 @@ with workflow.unsafe.imports_passed_through():
 PING_INTERVAL = timedelta(seconds=30)
 PING_TIMEOUT = timedelta(seconds=10)
 ROUNDS_PER_RUN = 100
+PINGS_AT_ONCE = 500
+"""Pings in flight at once. Temporal fails every workflow task that would leave more than
+2,000 activities pending (`limit.numPendingActivities.error`), so a fleet of more hosts (a
+fleet file may have 4,096) is pinged in batches, the next batch once the last has answered."""
+EVENTS_PER_RUN = 10_000
+"""A run continues as new once its history holds this many events (where Temporal starts to
+warn), or sooner when the server suggests it. Each ping adds three events, so at 1,213 hosts a
+round adds some 3,700 and 100 rounds would pass the 51,200 at which Temporal terminates a
+workflow (its health checks and reconciliation would then stop for good)."""
+BOUNDED_PATCH = "fleet-bounded-rounds"
+"""Runs recorded before pings were batched and runs were cut by their history replay as they
+were: all pings at once, 100 rounds a run."""
 RECONCILE_PATCH = "reconcile-allocations"
 """Histories recorded before reconciliation existed replay without its steps."""
 ORPHAN_STOP_GRACE_S = 10.0
@@ -72,23 +85,7 @@ class FleetWorkflow:
             )
             if hosts.deleted:
                 return
-            answers = await asyncio.gather(
-                *(
-                    workflow.execute_activity(
-                        contract.ping_host,
-                        task_queue=host.task_queue,
-                        summary=f"ping {host.name}",
-                        schedule_to_close_timeout=PING_TIMEOUT,
-                        retry_policy=RetryPolicy(maximum_attempts=1),
-                    )
-                    for host in hosts.hosts
-                ),
-                return_exceptions=True,
-            )
-            pings = [
-                HostPing(host_id=host.host_id, answered=not isinstance(answer, BaseException))
-                for host, answer in zip(hosts.hosts, answers, strict=True)
-            ]
+            pings = await _ping(hosts.hosts, workflow.patched(BOUNDED_PATCH))
             health: HostHealthResult = await workflow.execute_activity(
                 contract.record_host_health,
                 HostHealthInput(fleet=inp.fleet, pings=pings),
@@ -112,6 +109,8 @@ class FleetWorkflow:
                     timeout=_interval(inp),
                     timeout_summary="next health check",
                 )
+            if workflow.patched(BOUNDED_PATCH) and _history_full():
+                break
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(inp)
 
@@ -166,6 +165,39 @@ class FleetWorkflow:
             retry_policy=steps.CONTROL_RETRY,
         )
         return released.waiting_jobs
+
+
+async def _ping(hosts: list[FleetHost], batched: bool) -> list[HostPing]:
+    """Ping each host's agent on its own task queue: who answered, in the hosts' order."""
+    at_once = PINGS_AT_ONCE if batched else max(len(hosts), 1)
+    pings: list[HostPing] = []
+    for start in range(0, len(hosts), at_once):
+        batch = hosts[start : start + at_once]
+        answers = await asyncio.gather(
+            *(
+                workflow.execute_activity(
+                    contract.ping_host,
+                    task_queue=host.task_queue,
+                    summary=f"ping {host.name}",
+                    schedule_to_close_timeout=PING_TIMEOUT,
+                    retry_policy=RetryPolicy(maximum_attempts=1),
+                )
+                for host in batch
+            ),
+            return_exceptions=True,
+        )
+        pings += [
+            HostPing(host_id=host.host_id, answered=not isinstance(answer, BaseException))
+            for host, answer in zip(batch, answers, strict=True)
+        ]
+    return pings
+
+
+def _history_full() -> bool:
+    info = workflow.info()
+    return info.is_continue_as_new_suggested() or (
+        info.get_current_history_length() >= EVENTS_PER_RUN
+    )
 
 
 def _interval(inp: FleetInput) -> timedelta:
