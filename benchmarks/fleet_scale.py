@@ -4,14 +4,16 @@ gpuflow/control/admission.py: the job's first record and its queue entry, admitt
 nobody waits), the workflow's first step (`enqueue_job`, which takes the verdict its submit got
 in the same control worker, or reads what became of the entry), the admission loop's pass
 (`admission_pass`) for a job that waits, and `release_job` for the releases, on a sim fleet of
-openb's 1,213 GPU nodes in a fresh database. Only Temporal is left out: each call is timed as
+openb's 1,213 GPU nodes (`--fleet`: a shape of the same GPUs, as placement.py's) in a fresh
+database. Only Temporal is left out: each call is timed as
 the activity runs it. The job rows it writes feed the fleet's learned request mix, as in the
 product.
 
 Protocol, per database (`--db sqlite,postgresql`; PostgreSQL gets a database of its own on the
 server of `--postgresql URL`, dropped at the end):
 
-- Arrivals are the openb `default` pods in placement.py's seeded order (`arrivals`, seed 42),
+- Arrivals are the openb `default` pods (`--trace`: another of placement.py's traces) in
+  placement.py's seeded order (`arrivals`, seed 42),
   as gpuflow jobs (`job_of`), until the arrived demand (GPUs asked by jobs that arrived and were
   not released) reaches 100% of the fleet's GPUs. They are submitted `--in-flight` at a time
   (default 32, what one client keeps in flight: LANES x IN_FLIGHT in gpuflow/client/api.py),
@@ -47,6 +49,7 @@ server of `--postgresql URL`, dropped at the end):
     python benchmarks/fleet_scale.py --json out.json
     python benchmarks/fleet_scale.py --in-flight 1 --json one-at-a-time.json
     python benchmarks/fleet_scale.py --db sqlite --hosts 300 --no-two-workers
+    python benchmarks/fleet_scale.py --db sqlite --no-two-workers --fleet 2gpu --trace gpushare100
     python benchmarks/fleet_scale.py --db postgresql --no-two-workers --analyze-every 5
 """
 
@@ -56,7 +59,6 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import statistics
 import sys
 import time
 from collections import defaultdict
@@ -79,7 +81,10 @@ from fleet_db import (  # noqa: E402
     record_of,
 )
 from fleet_plan import grouped_releases, pure_run, release_plan  # noqa: E402
+from fleet_report import ms_of, print_result  # noqa: E402
+from openb import FLEETS, LOW_CPUS_PER_GPU, fleet_of  # noqa: E402
 from placement import (  # noqa: E402
+    TRACES,
     Pod,
     arrivals,
     job_of,
@@ -217,8 +222,8 @@ async def product_run(
         "in_flight": in_flight,
         "transactions": entries.groups + passes,
         "wall_s": time.perf_counter() - started,
-        **_ms("", latencies),
-        **_ms("release_", gives),
+        **ms_of("", latencies),
+        **ms_of("release_", gives),
         "releases": len(gives),
         "releases_per_s": len(gives) / sum(giving) if giving else 0.0,
         "release_transactions": getattr(getattr(control, "releases", None), "groups", None),
@@ -228,14 +233,6 @@ async def product_run(
         "reached_100": arrived >= capacity,
         "held_job_ids": [job_id for jobs in due.values() for job_id, _ in jobs],
     }
-
-
-def _ms(prefix: str, values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    ordered = sorted(values)
-    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    return {f"{prefix}p50_ms": statistics.median(ordered) * 1000, f"{prefix}p99_ms": p99 * 1000}
 
 
 def _worker(
@@ -326,7 +323,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", default="sqlite,postgresql", help="sqlite, postgresql or both")
     parser.add_argument("--postgresql", default=POSTGRESQL, help="a server to make databases on")
-    parser.add_argument("--hosts", type=int, default=None, help="the first N openb nodes")
+    parser.add_argument("--hosts", type=int, default=None, help="the first N nodes")
+    parser.add_argument("--trace", default="default", choices=TRACES, help="openb's pods")
+    parser.add_argument("--fleet", default="openb", choices=FLEETS, help="openb's nodes or a shape")
+    parser.add_argument("--cpus-per-gpu", type=int, default=LOW_CPUS_PER_GPU, help="--fleet lowcpu")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--arrivals", type=int, default=None, help="stop after N (quick runs)")
     parser.add_argument("--only-two-workers", action="store_true", help="skip the single runs")
@@ -354,22 +354,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.in_flight < 1:
         parser.error(f"--in-flight: at least 1, got {args.in_flight}")
     trace_dir = args.trace_dir or next((d for d in _TRACE_DIRS if d.exists()), _TRACE_DIRS[0])
-    nodes = load_nodes(trace_dir / "openb_node_list_gpu_node.csv")[: args.hosts]
+    openb = load_nodes(trace_dir / "openb_node_list_gpu_node.csv")
+    nodes = fleet_of(openb, args.fleet, args.cpus_per_gpu)[: args.hosts]
     spec = fleet_spec(nodes)
     args.capacity = capacity = sum(node.gpus for node in nodes) * 1000
-    pods = load_pods(trace_dir / "openb_pod_list_default.csv")
+    pods = load_pods(trace_dir / f"openb_pod_list_{args.trace}.csv")
     sequence = arrivals(pods, capacity, args.seed)
     releases = grouped_releases(release_plan(sequence, args.seed), args.in_flight)
     collector.settle()  # the collector's settings of a control worker's process
     pure, taken = pure_run(nodes, sequence[: args.arrivals], releases, capacity)
     taken = min(taken, args.arrivals or taken)
     sequence, args.after = sequence[:taken], sequence[taken:] or sequence
-    results: dict[str, Any] = {"hosts": len(nodes), "arrivals": taken}
+    results: dict[str, Any] = {
+        "fleet": args.fleet,
+        "trace": args.trace,
+        "hosts": len(nodes),
+        "arrivals": taken,
+    }
     for kind in [] if args.only_two_workers else kinds:
         with fresh_database(kind, args.postgresql) as url:
             results[kind] = one_database(url, spec, sequence, releases, args)
         results[kind]["pure_unallocated_pct_at_100"] = pure
-        _print(kind, results[kind])
+        print_result(kind, results[kind])
     if args.two_workers:
         kind = "postgresql" if "postgresql" in kinds else kinds[0]
         with fresh_database(kind, args.postgresql) as url:
@@ -385,21 +391,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     return 0
-
-
-def _print(kind: str, r: dict[str, Any]) -> None:
-    print(
-        f"{kind}: {r['placements']} placements, {r['placements_per_s']:.1f}/s, "
-        f"p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms; releases "
-        f"{r.get('releases_per_s', 0):.1f}/s, p50 {r.get('release_p50_ms', 0):.1f} / "
-        f"p99 {r.get('release_p99_ms', 0):.1f} ms in {r.get('release_transactions')} "
-        "transactions; "
-        f"unallocated at 100% {r['unallocated_pct_at_100']:.2f}% "
-        f"(pure function {r['pure_unallocated_pct_at_100']:.2f}%), "
-        f"{r['unschedulable']} unschedulable, {r['over_allocations']} over-allocations"
-    )
-    if "cold" in r:
-        print(f"  cold path: p50 {r['cold']['p50_ms']:.1f} ms, p99 {r['cold']['p99_ms']:.1f} ms")
 
 
 if __name__ == "__main__":

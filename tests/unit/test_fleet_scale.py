@@ -40,6 +40,29 @@ def test_a_small_run_writes_the_protocol_s_json(tmp_path: Path) -> None:
     assert sqlite["releases_per_s"] > 0
 
 
+def test_a_run_on_a_shape_of_our_own_places_that_shape(tmp_path: Path) -> None:
+    """`--fleet 1gpu`: openb's first nodes cut into hosts of one GPU. Forty of them hold forty
+    GPUs (forty of openb's own nodes hold over a hundred), and of the `multigpu50` pods only
+    those asking one GPU or less find a host."""
+    found = {}
+    for fleet in ("openb", "1gpu"):
+        out = tmp_path / f"{fleet}.json"
+        argv = ["--db", "sqlite", "--hosts", "40", "--cold", "0", "--no-two-workers"]
+        argv += ["--fleet", fleet, "--trace", "multigpu50", "--trace-dir", str(TRACE)]
+        assert fleet_scale.main([*argv, "--json", str(out)]) == 0
+        found[fleet] = json.loads(out.read_text())
+    one = found["1gpu"]
+    assert (one["fleet"], one["trace"], one["hosts"]) == ("1gpu", "multigpu50", 40)
+    assert one["arrivals"] * 3 < found["openb"]["arrivals"]
+    sqlite = one["sqlite"]
+    assert sqlite["placements"] > 0
+    assert sqlite["placements"] + sqlite["unschedulable"] == one["arrivals"]
+    # the multi-GPU pods: a tenth or more of the arrivals here, next to none on openb's nodes
+    assert sqlite["unschedulable"] * 10 >= one["arrivals"]
+    assert found["openb"]["sqlite"]["unschedulable"] * 10 < found["openb"]["arrivals"]
+    assert sqlite["over_allocations"] == 0
+
+
 def test_release_plan_releases_every_tenth_arrival_later() -> None:
     sequence = list(range(95))
     plan = fleet_scale.release_plan(sequence, 42)  # type: ignore[arg-type]
