@@ -102,6 +102,7 @@ from gpuflow.control.admission import (  # noqa: E402
 from gpuflow.services.fleets import apply_fleet  # noqa: E402
 from gpuflow.services.group_entry import Submitted  # noqa: E402
 from gpuflow.specs import FleetSpec  # noqa: E402
+from gpuflow.specs.fleet import MAX_HOSTS  # noqa: E402
 from gpuflow.status import JobStatus, TerminationReason  # noqa: E402
 from gpuflow.store.db import Store  # noqa: E402
 from gpuflow.workflows.models import ReleaseInput  # noqa: E402
@@ -356,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     trace_dir = args.trace_dir or next((d for d in _TRACE_DIRS if d.exists()), _TRACE_DIRS[0])
     openb = load_nodes(trace_dir / "openb_node_list_gpu_node.csv")
     nodes = fleet_of(openb, args.fleet, args.cpus_per_gpu)[: args.hosts]
+    if len(nodes) > MAX_HOSTS:
+        parser.error(f"{len(nodes)} hosts; a fleet holds at most {MAX_HOSTS}: add --hosts")
     spec = fleet_spec(nodes)
     args.capacity = capacity = sum(node.gpus for node in nodes) * 1000
     pods = load_pods(trace_dir / f"openb_pod_list_{args.trace}.csv")

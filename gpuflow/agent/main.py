@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
 from gpuflow.agent.activities import HostAgent
 from gpuflow.agent.facts import collect_host_facts
@@ -44,9 +44,22 @@ def agent_state_dir(home: Path, host_id: str) -> Path:
     return home / "agents" / host_id.replace("/", "_")
 
 
-def make_agent_worker(client: Client, agent: HostAgent, task_queue: str) -> Worker:
-    """The agent's worker. Every agent goes through here, so here its GPU samples start feeding
-    this process's metrics."""
+AGENT_POLLS = 5
+"""Long polls an agent keeps open on its host's task queue: Temporal's default. Each counts
+against the namespace's limit (`frontend.namespaceCount`, 1,200 by default): a fleet of N
+real hosts needs it above 5N (infra/README.md)."""
+SIMULATED_AGENT_POLLS = 1
+"""Long polls the agent of a simulated host keeps open. A sim fleet's agents all live in the
+control worker's process and poll one server: at 5 each, 240 sim hosts would reach the limit,
+and at openb's 1,213 a quarter of them could not poll and were marked not ready. One poll
+takes a host's few activities a second."""
+
+
+def make_agent_worker(
+    client: Client, agent: HostAgent, task_queue: str, *, polls: int = AGENT_POLLS
+) -> Worker:
+    """The agent's worker, keeping `polls` long polls open. Every agent goes through here, so
+    here its GPU samples start feeding this process's metrics."""
     if not isinstance(agent.sampler, MeteredSampler):
         agent.sampler = MeteredSampler(agent.sampler, host_id=agent.host_id)
         agent.sample_every_s = METRICS_READING_S
@@ -55,6 +68,7 @@ def make_agent_worker(client: Client, agent: HostAgent, task_queue: str) -> Work
         task_queue=task_queue,
         activities=agent.activities(),
         max_concurrent_activities=64,
+        activity_task_poller_behavior=PollerBehaviorSimpleMaximum(maximum=polls),
     )
 
 

@@ -57,6 +57,12 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+LONG_POLLS = 20_000
+"""Long polls the embedded server takes at once in its namespace (`frontend.namespaceCount`;
+Temporal's default, 1,200, is what a sim fleet of 1,200 hosts' agents alone keep open): room
+for a few sim fleets of the 4,096 hosts a fleet file may have."""
+
+
 @dataclass
 class DevServer:
     process: subprocess.Popen[bytes]
@@ -105,6 +111,8 @@ def start_dev_server(home: Path, *, port: int, ui_port: int, timeout_s: float = 
         "journal_mode=wal",
         "--sqlite-pragma",
         "synchronous=normal",
+        "--dynamic-config-value",
+        f"frontend.namespaceCount={LONG_POLLS}",
     ]
     for name, kind in SEARCH_ATTRIBUTES.items():
         command += ["--search-attribute", f"{name}={kind}"]

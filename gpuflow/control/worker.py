@@ -15,7 +15,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from gpuflow.agent.activities import HostAgent
-from gpuflow.agent.main import agent_state_dir, make_agent_worker
+from gpuflow.agent.main import SIMULATED_AGENT_POLLS, agent_state_dir, make_agent_worker
 from gpuflow.agent.samplers import sampler_for_host
 from gpuflow.control.activities import ControlActivities
 from gpuflow.control.api import ApiActivities
@@ -54,7 +54,9 @@ class SimulatedAgents:
                     state_dir=agent_state_dir(self.home, host.id),
                     sampler=sampler_for_host(host.sim_utilization),
                 )
-                worker = make_agent_worker(self.client, agent, host.task_queue)
+                worker = make_agent_worker(
+                    self.client, agent, host.task_queue, polls=SIMULATED_AGENT_POLLS
+                )
                 await self._stack.enter_async_context(worker)
                 self._running[host.id] = worker
                 log.info("serving simulated host %s on %s", host.id, host.task_queue)
