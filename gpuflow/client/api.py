@@ -64,6 +64,12 @@ def error_from(cause: ApplicationError) -> errors.GpuflowError:
     return errors.GpuflowError(cause.message)
 
 
+MAX_REQUEST_BYTES = 2 * 1024 * 1024 - 64 * 1024
+"""The largest request sent: Temporal refuses a payload over 2 MiB (the request travels as one,
+to the API workflow and on to its activity), and leaves a workflow task failing over it. A
+bigger one is refused here, at once and in words."""
+_SPLIT_HINT = {"apply_fleet": "; split its hosts over several fleet files"}
+
 BACKSTOP_S = 5.0
 """After the RPC timeout, how long more the whole call may take before it is cut off."""
 IN_FLIGHT = 8
@@ -73,6 +79,17 @@ LANES = 4
 """API workflows a client spreads its requests over: a lane's updates are one workflow's, run
 one workflow task at a time and at most 10 at once, so one lane caps a burst of submits. A
 client with one request at a time only ever uses the first lane, `gpuflow-api`."""
+
+
+def _check_size(update: str, arg: BaseModel) -> None:
+    """Refuse a request that Temporal would refuse (see MAX_REQUEST_BYTES)."""
+    size = len(arg.__pydantic_serializer__.to_json(arg))  # what the data converter sends
+    if size > MAX_REQUEST_BYTES:
+        raise errors.SpecError(
+            f"{update.replace('_', ' ')}: the request is {size / 1e6:.1f} MB, more than the "
+            f"{MAX_REQUEST_BYTES / 1e6:.1f} MB Temporal takes in one payload"
+            + _SPLIT_HINT.get(update, "")
+        )
 
 
 class _Lane:
@@ -107,6 +124,7 @@ class TemporalApi:
         lane wait their turn, and a request refused because the server's limit of updates in
         flight is reached (other clients' requests) is sent again after a short, growing pause,
         within the same time budget."""
+        _check_size(update, arg)
         deadline = asyncio.get_running_loop().time() + timeout_s
         pause = 0.05
         lane = min(self._lanes, key=lambda lane: lane.asked)  # the first of equals
