@@ -14,8 +14,6 @@ from gpuflow.specs.fleet import FleetSpec
 from gpuflow.specs.job import JobSpec
 from gpuflow.workflows.api import (
     Empty,
-    FleetRecord,
-    FleetRef,
     OffersRequest,
     OptionOffersRecord,
     PlanRecord,
@@ -25,6 +23,7 @@ from gpuflow.workflows.api import (
     SecretNames,
     SecretRef,
 )
+from gpuflow.workflows.api_fleets import HOSTS_PER_PAGE, FleetRecord, FleetRef, FleetsPage
 
 APPLY_TIMEOUT_S = 360.0
 """Reading an ssh fleet's hosts may take minutes (the activity's own limit is 5)."""
@@ -41,6 +40,9 @@ class ControlPlaneCalls:
         checks and wakes the jobs waiting for capacity."""
         # Reading an ssh fleet's hosts may take minutes (the activity's own limit is 5).
         record = await self._api.call("apply_fleet", spec, FleetRecord, timeout_s=APPLY_TIMEOUT_S)
+        if len(record.hosts) < len(spec.hosts):  # its first page: the rest in pages
+            rest = await self._fleet_pages(spec.name, after=len(record.hosts))
+            record.hosts += [host for found in rest for host in found.hosts]
         return FleetInfo.from_record(record)
 
     async def delete_fleet(self, name: str) -> None:
@@ -48,8 +50,26 @@ class ControlPlaneCalls:
         await self._api.call("delete_fleet", FleetRef(name=name), type(None))
 
     async def fleets(self) -> list[FleetInfo]:
-        records = await self._api.call("fleets", Empty(), list[FleetRecord])
-        return [FleetInfo.from_record(record) for record in records]
+        records: dict[str, FleetRecord] = {}
+        for found in await self._fleet_pages(None):
+            known = records.setdefault(found.name, found)
+            if known is not found:  # a fleet whose hosts go on from the last page
+                known.hosts += found.hosts
+        return [FleetInfo.from_record(record) for record in records.values()]
+
+    async def _fleet_pages(self, fleet: str | None, *, after: int = 0) -> list[FleetRecord]:
+        """The fleets' listing (one fleet's, when named) from host `after` on, read a page of
+        HOSTS_PER_PAGE hosts at a time: a big fleet in one answer would pass Temporal's payload
+        limit. A page that is not full is the last."""
+        found: list[FleetRecord] = []
+        while True:
+            page = FleetsPage(fleet=fleet, after=after, most=HOSTS_PER_PAGE)
+            records = await self._api.call("fleets", page, list[FleetRecord])
+            found += records
+            hosts = sum(len(record.hosts) for record in records)
+            if hosts < HOSTS_PER_PAGE:
+                return found
+            after += hosts
 
     async def offers(self, spec: JobSpec) -> Offers:
         """The dry run: what fits (with scores) and why every other host does not, for the

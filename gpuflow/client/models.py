@@ -17,12 +17,12 @@ from gpuflow.scheduler.model import Placement
 from gpuflow.scheduler.offers import Offers
 from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.workflows.api import (
-    FleetRecord,
     JobRecord,
     OptionOffersRecord,
     QueueApplied,
     QueueRecord,
 )
+from gpuflow.workflows.api_fleets import FleetRecord
 from gpuflow.workflows.models import JobProgress, JobResult
 
 

@@ -30,6 +30,7 @@ from gpuflow.control.fleets import host_facts
 from gpuflow.errors import NotFoundError
 from gpuflow.naming import CONTROL_TASK_QUEUE, fleet_workflow_id
 from gpuflow.scheduler import blocks_busy, explain
+from gpuflow.scheduler.model import FleetSnapshot, HostSnapshot
 from gpuflow.scheduler.together import plan_together
 from gpuflow.services.capacity import read_snapshot
 from gpuflow.services.fleets import (
@@ -49,8 +50,6 @@ from gpuflow.store.tables import JobRow
 from gpuflow.workflows.api import (
     JOB_MEMO,
     Empty,
-    FleetRecord,
-    FleetRef,
     HostQueueRequest,
     HostQueueResult,
     JobRecord,
@@ -66,6 +65,7 @@ from gpuflow.workflows.api import (
     SecretRef,
     SubmitRequest,
 )
+from gpuflow.workflows.api_fleets import HOSTS_PER_PAGE, FleetRecord, FleetRef, FleetsPage
 from gpuflow.workflows.fleet import FleetWorkflow
 from gpuflow.workflows.handles import watch_fleet
 from gpuflow.workflows.models import JobInput
@@ -223,7 +223,8 @@ class ApiActivities(QueueActivities):
             ),
             return_exceptions=True,  # one that ended meanwhile needs no signal
         )
-        return next(f for f in await self.fleets(Empty()) if f.name == spec.name)
+        page = FleetsPage(fleet=spec.name, most=HOSTS_PER_PAGE)  # the client reads the rest
+        return next(f for f in await self.fleets(page) if f.name == spec.name)
 
     @activity.defn(name="api_delete_fleet")
     @one_line
@@ -236,8 +237,8 @@ class ApiActivities(QueueActivities):
 
     @activity.defn(name="api_fleets")
     @one_line
-    async def fleets(self, _: Empty) -> list[FleetRecord]:
-        return await asyncio.to_thread(_read_fleets, self.store)
+    async def fleets(self, page: FleetsPage) -> list[FleetRecord]:
+        return await asyncio.to_thread(_read_fleets, self.store, page)
 
     # ---- the scheduler's dry runs ---------------------------------------------------------------
 
@@ -330,14 +331,37 @@ def _has_row(store: Store, job_id: str) -> bool:
         return session.get(JobRow, job_id) is not None
 
 
-def _read_fleets(store: Store) -> list[FleetRecord]:
+def _window(
+    fleets: list[FleetSnapshot], page: FleetsPage
+) -> list[tuple[FleetSnapshot, list[HostSnapshot]]]:
+    """The fleets of the page, each with its hosts in it (see FleetsPage)."""
+    end = None if page.most is None else page.after + page.most
+    found = []
+    first = 0  # the place of the fleet's first host in the listing
+    for fleet in fleets:
+        last = first + len(fleet.hosts)
+        if fleet.hosts:
+            inside = first < (end if end is not None else last + 1) and last > page.after
+        else:
+            inside = page.after <= first and (end is None or first < end)
+        if inside:
+            start = max(page.after - first, 0)
+            stop = len(fleet.hosts) if end is None else min(end - first, len(fleet.hosts))
+            found.append((fleet, fleet.hosts[start:stop]))
+        first = last
+    return found
+
+
+def _read_fleets(store: Store, page: FleetsPage) -> list[FleetRecord]:
     with store.read() as session:
         snapshot = read_snapshot(session)
-        mixes = {f.name: mix_info(session, f) for f in snapshot.fleets}
+        fleets = [f for f in snapshot.fleets if page.fleet in (None, f.name)]
+        window = _window(fleets, page)
+        mixes = {f.name: mix_info(session, f) for f, _ in window}
     out = []
-    for fleet in snapshot.fleets:
+    for fleet, shown in window:
         hosts = []
-        for host in fleet.hosts:
+        for host in shown:
             busy, total = blocks_busy(host)
             hosts.append(
                 {

@@ -12,6 +12,7 @@ PASSTHROUGH_MODULES = (
     "gpuflow.specs",
     "gpuflow.status",
     "gpuflow.utilization",
+    "gpuflow.workflows.api_fleets",
     "gpuflow.workflows.contract",
     "gpuflow.workflows.models",
     "gpuflow.workflows.monitor",

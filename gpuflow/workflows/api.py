@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from gpuflow.specs.fleet import FleetSpec
     from gpuflow.specs.job import JobSpec
     from gpuflow.specs.queue import QueueSpec
+    from gpuflow.workflows.api_fleets import FleetRecord, FleetRef, FleetsPage
 
 API_WORKFLOW_ID = "gpuflow-api"
 JOB_MEMO = "gpuflow_job"
@@ -82,14 +83,6 @@ class JobRecord(BaseModel):
     queue_reason: str | None = None
     """Why a waiting job was not admitted by the last pass: no_capacity, quota,
     reserved_for:<job id> or preempting:<job ids>."""
-
-
-class FleetRecord(BaseModel):
-    name: str
-    kind: str
-    scorer: str
-    hosts: list[dict[str, Any]]
-    workload: dict[str, Any] | None = None
 
 
 class QueueRecord(BaseModel):
@@ -149,10 +142,6 @@ class JobRef(BaseModel):
 
 class JobsRequest(BaseModel):
     include_finished: bool = False
-
-
-class FleetRef(BaseModel):
-    name: str
 
 
 class OffersRequest(BaseModel):
@@ -294,8 +283,8 @@ class ControlApiWorkflow:
         return records
 
     @workflow.update
-    async def fleets(self, _: Empty) -> list[FleetRecord]:
-        records: list[FleetRecord] = await self._call("api_fleets", Empty(), list[FleetRecord])
+    async def fleets(self, page: FleetsPage) -> list[FleetRecord]:
+        records: list[FleetRecord] = await self._call("api_fleets", page, list[FleetRecord])
         return records
 
     @workflow.update

@@ -80,7 +80,8 @@ async def test_an_unrecorded_job_is_listed_from_visibility(
 
 async def test_no_control_worker_is_one_line_not_a_hang(dev_env: WorkflowEnvironment) -> None:
     from gpuflow.errors import ConnectionFailed
-    from gpuflow.workflows.api import Empty, FleetRecord
+    from gpuflow.workflows.api import Empty
+    from gpuflow.workflows.api_fleets import FleetRecord
 
     nobody = TemporalApi(
         dev_env.client,

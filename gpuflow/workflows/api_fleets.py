@@ -1,0 +1,40 @@
+"""The API's fleet records and requests (gpuflow/workflows/api.py serves them): a fleet as the
+client sees it, and which page of the fleets' listing to answer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+__all__ = ["HOSTS_PER_PAGE", "FleetRecord", "FleetRef", "FleetsPage"]
+
+
+class FleetRecord(BaseModel):
+    name: str
+    kind: str
+    scorer: str
+    hosts: list[dict[str, Any]]
+    workload: dict[str, Any] | None = None
+
+
+class FleetRef(BaseModel):
+    name: str
+
+
+HOSTS_PER_PAGE = 500
+"""Hosts in one answer of `fleets`: about 700 bytes each with 8 GPUs, so a page stays under
+Temporal's 512 KB payload warning, far from its 2 MiB limit that a whole big fleet passes."""
+
+
+class FleetsPage(BaseModel):
+    """Which part of the fleets' listing to answer (`Empty`, what clients sent before pages,
+    reads as every host of every fleet)."""
+
+    fleet: str | None = None
+    """Only this fleet."""
+    after: int = 0
+    """Hosts of the listing (fleets in order, each fleet's hosts in order) to skip."""
+    most: int | None = None
+    """Hosts to answer at most (None: all). A fleet is in the page where its first host (or,
+    without hosts, its place) is, and in each page that holds some of its hosts."""

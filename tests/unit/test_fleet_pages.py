@@ -1,0 +1,103 @@
+"""The fleets' listing in pages: a big fleet in one answer would pass Temporal's payload limit
+(about 700 bytes a host with 8 GPUs; 2 MiB at most), so the client reads HOSTS_PER_PAGE hosts
+at a time and puts each fleet back together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuflow.client import Client
+from gpuflow.control import api as control_api
+from gpuflow.control.api import ApiActivities
+from gpuflow.services.fleets import apply_fleet
+from gpuflow.specs import FleetSpec
+from gpuflow.store.db import Store
+from gpuflow.workflows.api_fleets import HOSTS_PER_PAGE, FleetsPage
+from tests.local_api import LocalApi
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+def _fleet(name: str, hosts: int) -> FleetSpec:
+    declared = [
+        {"name": f"{name}-{i:04d}", "gpus": [{"name": "A100", "memory": "80GB", "count": 8}]}
+        for i in range(hosts)
+    ]
+    return FleetSpec.model_validate(
+        {"type": "fleet", "name": name, "kind": "sim", "hosts": declared}
+    )
+
+
+class CountingApi(LocalApi):
+    """LocalApi, keeping the hosts of each answer of `fleets`."""
+
+    def __init__(self, activities: ApiActivities) -> None:
+        super().__init__(activities)
+        self.pages: list[int] = []
+
+    async def call(self, update: str, arg: Any, result_type: Any, **kw: Any) -> Any:
+        found = await super().call(update, arg, result_type, **kw)
+        if update == "fleets":
+            self.pages.append(sum(len(record.hosts) for record in found))
+        return found
+
+
+async def test_fleets_are_read_in_pages_and_put_back_together(
+    sqlite_store: Store, tmp_path: Path
+) -> None:
+    sizes = {"a": HOSTS_PER_PAGE + 200, "b": 1, "c": HOSTS_PER_PAGE - 50}
+    for name, hosts in sizes.items():
+        apply_fleet(sqlite_store, _fleet(name, hosts))
+    activities = ApiActivities(sqlite_store, None, home=tmp_path)  # type: ignore[arg-type]
+    api = CountingApi(activities)
+    client = Client(temporal=None, api=api)  # type: ignore[arg-type]
+
+    fleets = await client.fleets()
+
+    whole = await activities.fleets(FleetsPage())  # every host in one answer, as before pages
+    assert [f.model_dump() for f in fleets] == [r.model_dump() for r in whole]
+    assert {f.name: len(f.hosts) for f in fleets} == sizes
+    assert [host["name"] for host in fleets[0].hosts] == [f"a-{i:04d}" for i in range(sizes["a"])]
+    assert api.pages == [HOSTS_PER_PAGE, HOSTS_PER_PAGE, sum(sizes.values()) - 2 * HOSTS_PER_PAGE]
+
+
+async def test_a_page_holds_the_fleets_its_hosts_belong_to(
+    sqlite_store: Store, tmp_path: Path
+) -> None:
+    for name, hosts in (("a", 3), ("b", 2), ("c", 4)):
+        apply_fleet(sqlite_store, _fleet(name, hosts))
+    activities = ApiActivities(sqlite_store, None, home=tmp_path)  # type: ignore[arg-type]
+
+    async def page(**kw: Any) -> list[tuple[str, list[str]]]:
+        found = await activities.fleets(FleetsPage(**kw))
+        return [(r.name, [h["name"] for h in r.hosts]) for r in found]
+
+    assert await page(after=2, most=3) == [("a", ["a-0002"]), ("b", ["b-0000", "b-0001"])]
+    assert await page(after=5, most=3) == [("c", ["c-0000", "c-0001", "c-0002"])]
+    assert await page(after=8, most=3) == [("c", ["c-0003"])]
+    assert await page(after=9, most=3) == []
+    assert await page(fleet="c", after=1, most=2) == [("c", ["c-0001", "c-0002"])]
+
+
+async def test_applying_a_big_fleet_answers_every_host(
+    sqlite_store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The apply answers the fleet's first page; the client reads the rest."""
+
+    async def no_health_checks(temporal: Any, fleet: str) -> None:
+        return None
+
+    monkeypatch.setattr(control_api, "watch_fleet", no_health_checks)
+    apply_fleet(sqlite_store, _fleet("before", 2))  # another fleet, listed first: not in it
+    activities = ApiActivities(sqlite_store, None, home=tmp_path)  # type: ignore[arg-type]
+    api = CountingApi(activities)
+    client = Client(temporal=None, api=api)  # type: ignore[arg-type]
+
+    applied = await client.apply_fleet(_fleet("big", 2 * HOSTS_PER_PAGE + 10))
+
+    assert applied.name == "big"
+    assert [h["name"] for h in applied.hosts] == [f"big-{i:04d}" for i in range(1010)]
+    assert api.pages == [HOSTS_PER_PAGE, 10]  # after the apply's own first page
