@@ -101,14 +101,47 @@ def refused_values(reason: str, reasons: list[str]) -> dict[str, Any]:
     return {"state": REFUSED, "spec": {}, "reason": reason, "detail": "\n".join(reasons)}
 
 
+MAX_REASON_LINES = 1_000
+"""Lines of a refusal at most, one per host and option. A refusal travels in one Temporal
+payload (2 MiB at most) and is shown to a user: on a fleet of thousands of hosts, and more so
+for a job of several options, hosts that share a reason then share a line, which names the
+first few of them and counts the rest (`gpuflow offers` names every host)."""
+NAMED = 3
+
+
 def no_fit_lines(tries: list[tuple[JobSpec, Placement | Unschedulable]]) -> list[str]:
-    """Per host, why none of a job's options fit (each option's lines labelled when several)."""
-    lines: list[str] = []
-    for k, (option, found) in enumerate(tries):
-        label = f"option {k + 1} ({option.resources.gpu_label}): " if len(tries) > 1 else ""
-        if isinstance(found, Unschedulable):
-            lines.extend(label + line for line in (found.lines or [found.message()]))
+    """Per host, why none of a job's options fit (each option's lines labelled when several);
+    past MAX_REASON_LINES, per reason."""
+    refused = [
+        (f"option {k + 1} ({option.resources.gpu_label}): " if len(tries) > 1 else "", found)
+        for k, (option, found) in enumerate(tries)
+        if isinstance(found, Unschedulable)
+    ]
+    if sum(len(found.rejections) for _, found in refused) > MAX_REASON_LINES:
+        return [
+            label + line
+            for label, found in refused
+            for line in (_by_reason(found) or [found.message()])
+        ]
+    lines = [
+        label + line for label, found in refused for line in (found.lines or [found.message()])
+    ]
     return lines or [NO_CAPACITY_PREFIX.rstrip(": ")]
+
+
+def _by_reason(found: Unschedulable) -> list[str]:
+    """One line per reason, in the order reasons first appear: `N hosts (a, b, c, ...): why`."""
+    hosts: dict[str, list[str]] = {}
+    for rejection in found.rejections:
+        hosts.setdefault(rejection.reason, []).append(rejection.host)
+    lines = []
+    for reason, names in hosts.items():
+        if len(names) == 1:
+            lines.append(f"{names[0]}: {reason}")
+            continue
+        shown = ", ".join(names[:NAMED]) + (", ..." if len(names) > NAMED else "")
+        lines.append(f"{len(names):,} hosts ({shown}): {reason}")
+    return lines
 
 
 def set_values(entry: QueueEntryRow, **values: object) -> None:

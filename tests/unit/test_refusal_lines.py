@@ -1,0 +1,77 @@
+"""A refused job's reasons on a big fleet: one line per host and option while that is short,
+one line per reason past MAX_REASON_LINES, so a refusal of thousands of hosts and several options
+stays far under Temporal's 2 MiB payload limit and still says why for every host."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gpuflow.scheduler import place
+from gpuflow.scheduler.model import Unschedulable
+from gpuflow.services.capacity import read_snapshot
+from gpuflow.services.fleets import apply_fleet
+from gpuflow.services.verdicts import MAX_REASON_LINES, no_fit_lines
+from gpuflow.specs import FleetSpec, JobSpec
+from gpuflow.store.db import Store
+
+
+def _fleet(hosts: int) -> FleetSpec:
+    declared: list[dict[str, Any]] = [
+        {"name": f"node-{i:05d}", "gpus": [{"name": "A100", "memory": "80GB", "count": 8}]}
+        for i in range(hosts)
+    ]
+    declared[7]["gpus"] = [{"name": "L4", "memory": "24GB", "count": 2}]
+    return FleetSpec.model_validate(
+        {"type": "fleet", "name": "f", "kind": "sim", "hosts": declared}
+    )
+
+
+def _tries(store: Store, job: JobSpec, hosts: int) -> list[tuple[JobSpec, Any]]:
+    apply_fleet(store, _fleet(hosts))
+    with store.read() as session:
+        snapshot = read_snapshot(session)
+    return [(option, place(option, snapshot)) for option in job.resource_options()]
+
+
+JOB = JobSpec(
+    name="huge",
+    commands=["x"],
+    resources={"gpu": "A100:16"},
+    alternatives=[{"gpu": "A100:12"}, {"gpu": "H100:1"}],
+)
+
+
+def test_a_small_fleet_gets_a_line_per_host_and_option(sqlite_store: Store) -> None:
+    tries = _tries(sqlite_store, JOB, 8)
+    assert all(isinstance(found, Unschedulable) for _, found in tries)
+    lines = no_fit_lines(tries)
+    assert lines == [
+        f"option {k} ({o.resources.gpu_label}): {line}"
+        for k, (o, found) in enumerate(tries, start=1)
+        for line in found.lines
+    ]
+    assert len(lines) == 3 * 8
+
+
+def test_a_big_fleet_gets_a_line_per_reason_naming_the_first_hosts(sqlite_store: Store) -> None:
+    hosts = MAX_REASON_LINES  # three options: three times as many lines as the limit
+    tries = _tries(sqlite_store, JOB, hosts)
+    per_host = [line for _, found in tries for line in found.lines]
+    lines = no_fit_lines(tries)
+    assert len(per_host) == 3 * hosts
+    assert len(lines) < 12
+    assert len(json.dumps(lines)) < 4_000
+    # every host is counted under its option's reasons, and every reason is there
+    for k, (_, found) in enumerate(tries, start=1):
+        mine = [line for line in lines if line.startswith(f"option {k} ")]
+        counted = 0
+        for line in mine:
+            head = line.split(": ", 1)[1]
+            counted += int(head.split(" hosts")[0].replace(",", "")) if " hosts (" in head else 1
+        assert counted == len(found.rejections)
+        assert {r.reason for r in found.rejections} == {line.rsplit(": ", 1)[1] for line in mine}
+    assert any(
+        f"{hosts - 1:,} hosts (node-00000, node-00001, node-00002, ...)" in line for line in lines
+    )
+    assert any("node-00007: " in line for line in lines)  # the only L4 host: its own reason
