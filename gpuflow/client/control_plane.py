@@ -60,13 +60,16 @@ class ControlPlaneCalls:
     async def _fleet_pages(self, fleet: str | None, *, after: int = 0) -> list[FleetRecord]:
         """The fleets' listing (one fleet's, when named) from host `after` on, read a page of
         HOSTS_PER_PAGE hosts at a time: a big fleet in one answer would pass Temporal's payload
-        limit. A page that is not full is the last."""
+        limit. A page that is not full is the last; one fuller than asked comes from a control
+        worker older than pages, which answers the whole listing every time."""
         found: list[FleetRecord] = []
         while True:
             page = FleetsPage(fleet=fleet, after=after, most=HOSTS_PER_PAGE)
             records = await self._api.call("fleets", page, list[FleetRecord])
-            found += records
             hosts = sum(len(record.hosts) for record in records)
+            if hosts > HOSTS_PER_PAGE:  # the whole listing, from a control worker without pages
+                return records if after == 0 else found
+            found += records
             if hosts < HOSTS_PER_PAGE:
                 return found
             after += hosts

@@ -335,20 +335,16 @@ def _window(
     fleets: list[FleetSnapshot], page: FleetsPage
 ) -> list[tuple[FleetSnapshot, list[HostSnapshot]]]:
     """The fleets of the page, each with its hosts in it (see FleetsPage)."""
-    end = None if page.most is None else page.after + page.most
+    stop = None if page.most is None else page.after + page.most
     found = []
     first = 0  # the place of the fleet's first host in the listing
     for fleet in fleets:
-        last = first + len(fleet.hosts)
-        if fleet.hosts:
-            inside = first < (end if end is not None else last + 1) and last > page.after
-        else:
-            inside = page.after <= first and (end is None or first < end)
-        if inside:
-            start = max(page.after - first, 0)
-            stop = len(fleet.hosts) if end is None else min(end - first, len(fleet.hosts))
-            found.append((fleet, fleet.hosts[start:stop]))
-        first = last
+        hosts = fleet.hosts
+        end = len(hosts) if stop is None else max(0, min(stop - first, len(hosts)))
+        shown = hosts[max(0, page.after - first) : end]
+        if shown or (not hosts and page.after <= first and (stop is None or first < stop)):
+            found.append((fleet, shown))
+        first += len(hosts)
     return found
 
 

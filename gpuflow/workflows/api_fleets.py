@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 __all__ = ["HOSTS_PER_PAGE", "FleetRecord", "FleetRef", "FleetsPage"]
 
@@ -33,8 +33,9 @@ class FleetsPage(BaseModel):
 
     fleet: str | None = None
     """Only this fleet."""
-    after: int = 0
+    after: int = Field(default=0, ge=0)
     """Hosts of the listing (fleets in order, each fleet's hosts in order) to skip."""
-    most: int | None = None
-    """Hosts to answer at most (None: all). A fleet is in the page where its first host (or,
-    without hosts, its place) is, and in each page that holds some of its hosts."""
+    most: int | None = Field(default=None, ge=1)
+    """Hosts to answer at most (None: all). A fleet is in each page that holds some of its
+    hosts, and one without hosts in the page its place falls in. Each page is read on its own:
+    a fleet changed between two pages may show a host twice or miss one in that listing."""

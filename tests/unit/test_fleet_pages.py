@@ -101,3 +101,35 @@ async def test_applying_a_big_fleet_answers_every_host(
     assert applied.name == "big"
     assert [h["name"] for h in applied.hosts] == [f"big-{i:04d}" for i in range(1010)]
     assert api.pages == [HOSTS_PER_PAGE, 10]  # after the apply's own first page
+
+
+class UnpagedApi(CountingApi):
+    """A control worker from before pages: `fleets` answers every host, whatever it is asked."""
+
+    async def call(self, update: str, arg: Any, result_type: Any, **kw: Any) -> Any:
+        if update == "fleets":
+            arg = FleetsPage()
+        return await super().call(update, arg, result_type, **kw)
+
+
+async def test_a_control_worker_without_pages_is_read_once(
+    sqlite_store: Store, tmp_path: Path
+) -> None:
+    """A client newer than the control worker (an upgrade under way) must not ask forever for
+    the next page of a listing that comes whole each time."""
+    for name, hosts in (("a", HOSTS_PER_PAGE + 200), ("b", 3)):
+        apply_fleet(sqlite_store, _fleet(name, hosts))
+    api = UnpagedApi(ApiActivities(sqlite_store, None, home=tmp_path))  # type: ignore[arg-type]
+    client = Client(temporal=None, api=api)  # type: ignore[arg-type]
+
+    fleets = await client.fleets()
+
+    assert {f.name: len(f.hosts) for f in fleets} == {"a": HOSTS_PER_PAGE + 200, "b": 3}
+    assert api.pages == [HOSTS_PER_PAGE + 203]
+
+
+async def test_a_page_out_of_range_is_refused() -> None:
+    with pytest.raises(ValueError):
+        FleetsPage(after=-1)
+    with pytest.raises(ValueError):
+        FleetsPage(most=0)
