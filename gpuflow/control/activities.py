@@ -27,6 +27,7 @@ from gpuflow.services.capacity import take_allocation_in
 from gpuflow.services.changes import bump_hosts
 from gpuflow.services.fleets import get_host, set_host_state
 from gpuflow.services.jobs import jobs_waiting_for_capacity_in
+from gpuflow.services.verdicts import no_fit_lines
 from gpuflow.status import HostState
 from gpuflow.store.db import Store
 from gpuflow.store.tables import FleetRow, HostRow
@@ -113,7 +114,7 @@ class ControlActivities:
         result = await asyncio.to_thread(place)
         metrics.observe_placement(time.perf_counter() - started, result)
         if isinstance(result, Unschedulable):
-            return PlaceResult(reasons=result.lines or [result.message()])
+            return PlaceResult(reasons=no_fit_lines([(inp.spec, result)]))
         return PlaceResult(placement=result)
 
     @activity.defn(name="release_job")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from gpuflow.control.activities import ControlActivities
 from gpuflow.scheduler import place
 from gpuflow.scheduler.model import Unschedulable
 from gpuflow.services.capacity import read_snapshot
@@ -14,6 +15,7 @@ from gpuflow.services.fleets import apply_fleet
 from gpuflow.services.verdicts import MAX_REASON_LINES, no_fit_lines
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.store.db import Store
+from gpuflow.workflows.models import PlaceInput
 
 
 def _fleet(hosts: int) -> FleetSpec:
@@ -75,3 +77,20 @@ def test_a_big_fleet_gets_a_line_per_reason_naming_the_first_hosts(sqlite_store:
         f"{hosts - 1:,} hosts (node-00000, node-00001, node-00002, ...)" in line for line in lines
     )
     assert any("node-00007: " in line for line in lines)  # the only L4 host: its own reason
+
+
+async def test_the_place_step_of_older_jobs_words_a_refusal_the_same_way(
+    sqlite_store: Store,
+) -> None:
+    """`place_job` (the place step of jobs started before queues) answers the same lines as
+    a submit's refusal: per reason on a big fleet."""
+    apply_fleet(sqlite_store, _fleet(MAX_REASON_LINES + 1))
+    job = JobSpec(name="huge", commands=["x"], resources={"gpu": "A100:16"})
+    ask = PlaceInput(job_id="job-huge-1", attempt=1, spec=job)
+    result = await ControlActivities(sqlite_store).place_job(ask)
+    assert result.placement is None
+    assert result.reasons == [
+        f"{MAX_REASON_LINES:,} hosts (node-00000, node-00001, node-00002, ...): "
+        "has 8 GPUs, job needs 16 GPUs",
+        "node-00007: has L4 GPUs, job needs A100",
+    ]
