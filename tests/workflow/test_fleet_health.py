@@ -22,6 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 from gpuflow.workflows import checked_workflow_runner
+from gpuflow.workflows import fleet as fleet_module
 from gpuflow.workflows.fleet import EVENTS_PER_RUN, PINGS_AT_ONCE, FleetWorkflow
 from gpuflow.workflows.models import (
     FleetHost,
@@ -163,3 +164,29 @@ def _is_ping(event: Any) -> bool:
         event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
         and event.activity_task_scheduled_event_attributes.activity_type.name == "ping_host"
     )
+
+
+class _Info:
+    def __init__(self, length: int, suggested: bool) -> None:
+        self.length, self.suggested = length, suggested
+
+    def is_continue_as_new_suggested(self) -> bool:
+        return self.suggested
+
+    def get_current_history_length(self) -> int:
+        return self.length
+
+
+@pytest.mark.parametrize(
+    ("length", "suggested", "full"),
+    [
+        (EVENTS_PER_RUN - 1, False, False),
+        (EVENTS_PER_RUN, False, True),  # a server that never suggests it
+        (100, True, True),
+    ],
+)
+async def test_a_run_is_full_at_events_per_run_or_when_the_server_says(
+    monkeypatch: pytest.MonkeyPatch, length: int, suggested: bool, full: bool
+) -> None:
+    monkeypatch.setattr(fleet_module.workflow, "info", lambda: _Info(length, suggested))
+    assert fleet_module._history_full() is full
