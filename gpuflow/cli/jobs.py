@@ -181,10 +181,13 @@ async def metrics(
 async def offers(
     file: Path = typer.Option(..., "--file", "-f", help="Job file."),
     profile: str | None = typer.Option(None, "--profile"),
+    limit: int = typer.Option(
+        20, "--limit", min=1, help="Hosts that fit to show per option, best first."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Dry run: where the job would go (a gang of N hosts for N nodes), the hosts that fit
-    with their scores, and why the others do not."""
+    """Dry run: where the job would go (a gang of N hosts for N nodes), the best hosts that
+    fit with their scores, and why the others do not (grouped by reason on big fleets)."""
     from gpuflow.cli.plan import print_offers
     from gpuflow.specs.load import load_job
 
@@ -192,7 +195,7 @@ async def offers(
     client = await common.open_client()
     try:
         with common.console.status("reading the fleets…"):
-            per_option = await client.offers_per_option(spec)
+            per_option = await client.offers_per_option(spec, most=limit)
     finally:
         await client.close()
     if as_json:

@@ -113,6 +113,7 @@ def print_offers(console: Console, offers: Any, *, nodes: int) -> None:
         _print_gang(console, offers, nodes=nodes, width=width)
     elif offers.fits:
         console.print(titled("fits", offers_table(offers, width=width)))
+        _more_fit(console, offers)
         if offers.placement is not None:
             console.print(
                 f"goes to {verdict(offers.placement, nodes)}", highlight=False, markup=False
@@ -120,7 +121,11 @@ def print_offers(console: Console, offers: Any, *, nodes: int) -> None:
     else:
         console.print("[bold red]nothing fits[/]")
     if offers.rejections:
-        console.print("[bold]does not fit[/]")
+        grouped = offers.rejections_total
+        console.print(
+            "[bold]does not fit[/]"
+            + (f" ({grouped:,} hosts, grouped by reason)" if grouped is not None else "")
+        )
         for rejection in offers.rejections:
             console.print(f"  {rejection}", highlight=False, markup=False)
 
@@ -138,3 +143,14 @@ def _print_gang(console: Console, offers: Any, *, nodes: int, width: int) -> Non
     if offers.fits:
         title = f"idle hosts that could each take one node (fewer than {nodes} in each fleet)"
         console.print(titled(title, offers_table(offers, width=width)))
+        _more_fit(console, offers)
+
+
+def _more_fit(console: Console, offers: Any) -> None:
+    """Says so when the table shows only the best of the hosts that fit."""
+    if offers.fits_total is not None:
+        console.print(
+            f"the best {len(offers.fits):,} of {offers.fits_total:,} hosts that fit "
+            "(--limit shows more)",
+            highlight=False,
+        )

@@ -74,17 +74,24 @@ class ControlPlaneCalls:
                 return found
             after += hosts
 
-    async def offers(self, spec: JobSpec) -> Offers:
+    async def offers(self, spec: JobSpec, *, most: int | None = None) -> Offers:
         """The dry run: what fits (with scores) and why every other host does not, for the
         resource option the job would take now (the first that fits anywhere; the first
         option when none does). `offers_per_option` has them all."""
-        per_option = await self.offers_per_option(spec)
+        per_option = await self.offers_per_option(spec, most=most)
         return (taken_option(per_option) or per_option[0]).offers
 
-    async def offers_per_option(self, spec: JobSpec) -> list[OptionOffers]:
+    async def offers_per_option(
+        self, spec: JobSpec, *, most: int | None = None
+    ) -> list[OptionOffers]:
         """The dry run of each resource option (`resources`, then `alternatives`), in the
-        order a job tries them, all on one snapshot."""
-        records = await self._api.call("offers", OffersRequest(spec=spec), list[OptionOffersRecord])
+        order a job tries them, all on one snapshot. At most `most` hosts that fit per option
+        (best first), and never more than one answer may carry (workflows/api.py
+        `ANSWER_LINES`): `fits_total` and `rejections_total` say what a long list left out."""
+        if most is not None and most < 1:
+            raise SpecError(f"most must be at least 1, not {most}")
+        request = OffersRequest(spec=spec, most=most)
+        records = await self._api.call("offers", request, list[OptionOffersRecord])
         return [OptionOffers.from_record(record) for record in records]
 
     async def plan(self, specs: list[JobSpec]) -> list[JobPlan]:

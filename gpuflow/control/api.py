@@ -64,6 +64,7 @@ from gpuflow.workflows.api import (
     SecretNames,
     SecretRef,
     SubmitRequest,
+    answer_lines,
 )
 from gpuflow.workflows.api_fleets import HOSTS_PER_PAGE, FleetRecord, FleetRef, FleetsPage
 from gpuflow.workflows.fleet import FleetWorkflow
@@ -248,11 +249,16 @@ class ApiActivities(QueueActivities):
         def read() -> list[OptionOffersRecord]:
             with self.store.read() as session:
                 snapshot = read_snapshot(session)
+            options = req.spec.resource_options()
+            most = answer_lines(len(options))
+            fits = most if req.most is None else min(req.most, most)
             return [
                 OptionOffersRecord(
-                    option=k + 1, gpu=option.resources.gpu_label, offers=explain(option, snapshot)
+                    option=k + 1,
+                    gpu=option.resources.gpu_label,
+                    offers=explain(option, snapshot).bounded(most, fits=fits),
                 )
-                for k, option in enumerate(req.spec.resource_options())
+                for k, option in enumerate(options)
             ]
 
         return await asyncio.to_thread(read)
@@ -265,15 +271,17 @@ class ApiActivities(QueueActivities):
         def read() -> list[PlanRecord]:
             with self.store.read() as session:
                 snapshot = read_snapshot(session)
+            plans = plan_together(req.specs, snapshot)
+            most = answer_lines(sum(len(p.options) for p in plans))
             return [
                 PlanRecord(
                     job=p.job,
-                    options=p.options,
+                    options=[offers.bounded(most) for offers in p.options],
                     taken=p.taken,
                     alone=p.alone,
                     alone_fits=p.alone_fits,
                 )
-                for p in plan_together(req.specs, snapshot)
+                for p in plans
             ]
 
         return await asyncio.to_thread(read)

@@ -141,16 +141,22 @@ class Placement(BaseModel):
 
 
 class Rejection(BaseModel):
-    """Why one host (or a whole fleet) cannot take the job; rendered as `host: reason`."""
+    """Why one host (or a whole fleet) cannot take the job; rendered as `host: reason`. A
+    long list grouped by reason (scheduler/offers.py `by_reason`) has lines that stand for
+    several hosts: `hosts` counts them and `host` names the first few."""
 
     model_config = ConfigDict(frozen=True)
 
     host: str
     filter: str
     reason: str
+    hosts: int = 1
 
     def __str__(self) -> str:
-        return f"{self.host}: {self.reason}"
+        if self.hosts == 1:
+            return f"{self.host}: {self.reason}"
+        named = f" ({self.host})" if self.host else ""
+        return f"{self.hosts:,} hosts{named}: {self.reason}"
 
 
 class Unschedulable(BaseModel):

@@ -42,11 +42,59 @@ class Offers(BaseModel):
     """Hosts that fit, best first within each fleet (fleets in the order they are tried)."""
     rejections: list[Rejection]
     placement: Placement | None = None
+    fits_total: int | None = None
+    """How many hosts fit, when `fits` holds only the first of them (`bounded`)."""
+    rejections_total: int | None = None
+    """How many hosts (and fleets) do not fit, when `rejections` is grouped by reason."""
 
     def verdict(self) -> Placement | Unschedulable:
         if self.placement is not None:
             return self.placement
         return Unschedulable(rejections=self.rejections)
+
+    def bounded(self, most: int, *, fits: int | None = None) -> Offers:
+        """At most `fits` (default `most`) hosts that fit and `most` lines of rejections,
+        grouped by reason when there are more (`by_reason`); the totals say what was left out.
+        A dry run's answer travels in one Temporal payload (2 MiB at most): on a fleet of
+        thousands of hosts, every host of every option would not fit in it."""
+        shown = most if fits is None else fits
+        update: dict[str, object] = {}
+        if len(self.fits) > shown:
+            update.update(fits=self.fits[:shown], fits_total=len(self.fits))
+        if len(self.rejections) > most:
+            update.update(
+                rejections=by_reason(self.rejections, most),
+                rejections_total=sum(r.hosts for r in self.rejections),
+            )
+        return self.model_copy(update=update) if update else self
+
+
+NAMED = 3
+"""Hosts a line of rejections grouped by reason names; it counts the rest."""
+
+
+def by_reason(rejections: list[Rejection], most: int | None = None) -> list[Rejection]:
+    """One line per reason, in the order reasons first appear, naming the first NAMED hosts
+    (`N hosts (a, b, c, ...): why`); past `most` lines, the last counts the rest."""
+    groups: dict[str, list[Rejection]] = {}
+    for rejection in rejections:
+        groups.setdefault(rejection.reason, []).append(rejection)
+    lines: list[Rejection] = []
+    for reason, group in groups.items():
+        if len(group) == 1:
+            lines.append(group[0])
+            continue
+        names = [r.host for r in group if r.hosts == 1][:NAMED]
+        hosts = sum(r.hosts for r in group)
+        shown = ", ".join(names) + (", ..." if hosts > len(names) else "")
+        lines.append(Rejection(host=shown, filter=group[0].filter, reason=reason, hosts=hosts))
+    if most is not None and len(lines) > most:
+        rest = lines[max(0, most - 1) :]
+        other = f"{len(rest):,} other reasons"
+        lines[max(0, most - 1) :] = [
+            Rejection(host="", filter="", reason=other, hosts=sum(r.hosts for r in rest))
+        ]
+    return lines
 
 
 def offer_of(scored: Scored) -> Offer:

@@ -13,6 +13,7 @@ from typing import Any
 from sqlmodel import Session
 
 from gpuflow.scheduler.model import Placement, Unschedulable
+from gpuflow.scheduler.offers import by_reason
 from gpuflow.services.capacity import commit_placement_in
 from gpuflow.services.jobs import gpu_summary, record_status_in
 from gpuflow.specs.job import JobSpec
@@ -105,8 +106,7 @@ MAX_REASON_LINES = 1_000
 """Lines of a refusal at most, one per host and option. A refusal travels in one Temporal
 payload (2 MiB at most) and is shown to a user: on a fleet of thousands of hosts, and more so
 for a job of several options, hosts that share a reason then share a line, which names the
-first few of them and counts the rest (`gpuflow offers` names every host)."""
-NAMED = 3
+first few of them and counts the rest (scheduler/offers.py `by_reason`)."""
 
 
 def no_fit_lines(tries: list[tuple[JobSpec, Placement | Unschedulable]]) -> list[str]:
@@ -118,30 +118,16 @@ def no_fit_lines(tries: list[tuple[JobSpec, Placement | Unschedulable]]) -> list
         if isinstance(found, Unschedulable)
     ]
     if sum(len(found.rejections) for _, found in refused) > MAX_REASON_LINES:
+        most = max(1, MAX_REASON_LINES // len(refused))
         return [
             label + line
             for label, found in refused
-            for line in (_by_reason(found) or [found.message()])
+            for line in ([str(r) for r in by_reason(found.rejections, most)] or [found.message()])
         ]
     lines = [
         label + line for label, found in refused for line in (found.lines or [found.message()])
     ]
     return lines or [NO_CAPACITY_PREFIX.rstrip(": ")]
-
-
-def _by_reason(found: Unschedulable) -> list[str]:
-    """One line per reason, in the order reasons first appear: `N hosts (a, b, c, ...): why`."""
-    hosts: dict[str, list[str]] = {}
-    for rejection in found.rejections:
-        hosts.setdefault(rejection.reason, []).append(rejection.host)
-    lines = []
-    for reason, names in hosts.items():
-        if len(names) == 1:
-            lines.append(f"{names[0]}: {reason}")
-            continue
-        shown = ", ".join(names[:NAMED]) + (", ..." if len(names) > NAMED else "")
-        lines.append(f"{len(names):,} hosts ({shown}): {reason}")
-    return lines
 
 
 def set_values(entry: QueueEntryRow, **values: object) -> None:
