@@ -23,7 +23,7 @@ from gpuflow.control.records import record_in
 from gpuflow.control.releases import ReleaseGroups
 from gpuflow.metrics import store as metrics
 from gpuflow.scheduler.model import Placement, Unschedulable
-from gpuflow.services.capacity import take_allocation_in
+from gpuflow.services.capacity import HeldKey, take_allocation_in
 from gpuflow.services.changes import bump_hosts
 from gpuflow.services.fleets import get_host, set_host_state
 from gpuflow.services.jobs import jobs_waiting_for_capacity_in
@@ -81,6 +81,8 @@ class ControlActivities:
         )
         self.tell = AdmissionTell(temporal)
         self.releases = ReleaseGroups(store)
+        self._orphans_after: dict[str, HeldKey | None] = {}
+        """Per fleet, where reconciliation's next look at its allocations starts."""
         """Releases that arrive together share a placement transaction (releases.py)."""
 
     @activity.defn(name="place_job")
@@ -227,8 +229,13 @@ class ControlActivities:
 
     @activity.defn(name="find_orphans")
     async def find_orphans(self, inp: FleetInput) -> OrphansResult:
-        """Allocations in the fleet whose job ended or whose workflow is closed."""
-        return await reconcile.find_orphans(self.store, self.temporal, fleet=inp.fleet)
+        """Allocations in the fleet whose job ended or whose workflow is closed, a page of
+        the fleet's allocations at a time (where the last look ended is kept here)."""
+        after = self._orphans_after.get(inp.fleet)
+        found, self._orphans_after[inp.fleet] = await reconcile.find_orphans(
+            self.store, self.temporal, fleet=inp.fleet, after=after
+        )
+        return found
 
     @activity.defn(name="release_orphans")
     async def release_orphans(self, inp: ReleaseOrphansInput) -> ReleaseResult:

@@ -14,7 +14,7 @@ from datetime import timedelta
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from gpuflow.services.capacity import HeldAttempt, held_attempts, release_attempt_in
+from gpuflow.services.capacity import HeldAttempt, HeldKey, held_page, release_attempt_in
 from gpuflow.services.jobs import jobs_waiting_for_capacity, record_reconciled_in
 from gpuflow.services.queue_entries import leave_queue_in
 from gpuflow.status import TerminationReason
@@ -87,12 +87,28 @@ def _orphan(held: HeldAttempt, message: str) -> Orphan:
     )
 
 
-async def find_orphans(store: Store, temporal: Client | None, *, fleet: str) -> OrphansResult:
-    """Every (job, attempt) holding capacity in the fleet that is not live. Jobs whose row has
-    ended need no question to Temporal; the others' workflows are described, a few at once.
-    Without a Temporal client only ended jobs are found."""
-    held = await asyncio.to_thread(held_attempts, store, fleet=fleet)
-    asked = sorted({h.job_id for h in held if not h.ended})
+ORPHAN_NODES_PER_STEP = 500
+"""Orphaned nodes one reconciliation step stops at most: the fleet's workflow stops them all at
+once, and Temporal fails every workflow task that would leave more than 2,000 activities
+pending. The step says when it left some out (`more`); the workflow then takes the next."""
+
+
+async def find_orphans(
+    store: Store, temporal: Client | None, *, fleet: str, after: HeldKey | None = None
+) -> tuple[OrphansResult, HeldKey | None]:
+    """The (job, attempt)s holding capacity in the fleet that are not live, among a page of
+    them after `after` (services/capacity.py `held_page`), up to ORPHAN_NODES_PER_STEP nodes;
+    and where the next look starts: here again while orphans were left out, else after this
+    page (None: from the first). Jobs whose row has ended need no question to Temporal; the
+    others' workflows are described, a few at once, unless ended jobs fill the step already.
+    Without a Temporal client only ended jobs are found. `more` is set while orphans were left
+    out, so that the fleet's workflow asks again at once; the next page waits for the next
+    round, so a round describes at most a page's workflows (a fleet of 8,000 allocations is
+    looked at in full every four rounds)."""
+    held, following = await asyncio.to_thread(held_page, store, fleet=fleet, after=after)
+    ended_nodes = sum(len(h.nodes) for h in held if h.ended)
+    full = ended_nodes >= ORPHAN_NODES_PER_STEP  # the live ones wait for the next step
+    asked = [] if full else sorted({h.job_id for h in held if not h.ended})
     states = await workflow_states(temporal, asked) if temporal is not None and asked else {}
     orphans = []
     for attempt in held:
@@ -102,7 +118,16 @@ async def find_orphans(store: Store, temporal: Client | None, *, fleet: str) -> 
             message = closed_message(states[attempt.job_id])
             if message is not None:
                 orphans.append(_orphan(attempt, message))
-    return OrphansResult(orphans=orphans, checked=len(held))
+    kept: list[Orphan] = []
+    nodes = 0
+    for orphan in orphans:
+        if kept and nodes + len(orphan.nodes) > ORPHAN_NODES_PER_STEP:
+            break
+        kept.append(orphan)
+        nodes += len(orphan.nodes)
+    left_out = len(kept) < len(orphans) or (full and any(not h.ended for h in held))
+    found = OrphansResult(orphans=kept, checked=len(held), more=left_out)
+    return found, (after if left_out else following)
 
 
 def release_orphans(store: Store, inp: ReleaseOrphansInput) -> ReleaseResult:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam
+from sqlalchemy import ColumnElement, and_, bindparam, or_
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
@@ -205,17 +205,35 @@ class HeldAttempt:
         )
 
 
-def held_attempts(store: Store, *, fleet: str, limit: int = 2000) -> list[HeldAttempt]:
-    """Every (job, attempt) holding capacity in the fleet, oldest first, with its nodes and
-    the job's recorded status: what reconciliation checks. At most `limit` allocation rows."""
+HeldKey = tuple[str, int]
+"""(job id, attempt): where a page of held attempts ends."""
+
+
+def held_attempts(
+    store: Store, *, fleet: str, limit: int = 2000, after: HeldKey | None = None
+) -> list[HeldAttempt]:
+    """The (job, attempt)s holding capacity in the fleet after `after` (job id, then attempt
+    order), with their nodes and the job's recorded status: what reconciliation checks. At
+    most `limit` allocation rows, and only whole attempts: an attempt whose rows a full page
+    cut is left for the next (`held_page`)."""
+    return held_page(store, fleet=fleet, limit=limit, after=after)[0]
+
+
+def held_page(
+    store: Store, *, fleet: str, limit: int = 2000, after: HeldKey | None = None
+) -> tuple[list[HeldAttempt], HeldKey | None]:
+    """`held_attempts`, and the key the next page starts after (None: this was the last)."""
     with store.read() as session:
-        query = (
-            sa_select(*_columns(AllocationRow, "job_id attempt rank node"))
-            .where(col(AllocationRow.fleet) == fleet)
-            .order_by(col(AllocationRow.created_at), col(AllocationRow.job_id))
-            .limit(limit)
+        query = sa_select(*_columns(AllocationRow, "job_id attempt rank node")).where(
+            col(AllocationRow.fleet) == fleet
         )
-        rows = session.connection().execute(query).all()
+        if after is not None:
+            job_id, attempt = col(AllocationRow.job_id), col(AllocationRow.attempt)
+            query = query.where(
+                or_(job_id > after[0], and_(job_id == after[0], attempt > after[1]))
+            )
+        query = query.order_by(col(AllocationRow.job_id), col(AllocationRow.attempt))
+        rows = session.connection().execute(query.limit(limit)).all()
         nodes: dict[tuple[str, int], list[HeldNode]] = {}
         for job_id, attempt, rank, node in rows:
             nodes.setdefault((job_id, attempt), []).append(
@@ -225,6 +243,12 @@ def held_attempts(store: Store, *, fleet: str, limit: int = 2000) -> list[HeldAt
                     task_queue=str(node.get("task_queue", "")),
                 )
             )
+        following: HeldKey | None = None
+        if len(rows) >= limit:  # the last attempt may go on past the page: the next reads it
+            last = (rows[-1][0], rows[-1][1])
+            if len(nodes) > 1:
+                del nodes[last]
+            following = list(nodes)[-1]  # the database's order, which its collation decides
         job_ids = sorted({job_id for job_id, _ in nodes})
         recorded = sa_select(*_columns(JobRow, "id status attempt")).where(
             col(JobRow.id).in_(job_ids)
@@ -233,7 +257,7 @@ def held_attempts(store: Store, *, fleet: str, limit: int = 2000) -> list[HeldAt
             job_id: (JobStatus(status), attempt)
             for job_id, status, attempt in session.connection().execute(recorded).all()
         }
-    return [
+    attempts = [
         HeldAttempt(
             job_id=job_id,
             attempt=attempt,
@@ -243,6 +267,7 @@ def held_attempts(store: Store, *, fleet: str, limit: int = 2000) -> list[HeldAt
         )
         for (job_id, attempt), held in nodes.items()
     ]
+    return attempts, following
 
 
 def commit_placement_in(

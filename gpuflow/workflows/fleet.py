@@ -51,6 +51,9 @@ RECONCILE_PATCH = "reconcile-allocations"
 ORPHAN_STOP_GRACE_S = 10.0
 ORPHAN_STOP_TIMEOUT = timedelta(seconds=30)
 """A host that does not answer in this time must not keep an orphan's GPUs allocated."""
+STEPS_PER_ROUND = 20
+"""Reconciliation steps a round takes at most (each stops and releases up to 500 orphaned
+nodes: control/reconcile.py `ORPHAN_NODES_PER_STEP`); the next round goes on."""
 RECONCILE_STEP_TIMEOUT = timedelta(minutes=2)
 """Retries of a reconciliation step stop here: the fleet's health loop must not wait on it."""
 
@@ -125,16 +128,27 @@ class FleetWorkflow:
             return []
 
     async def _reconcile_once(self, inp: FleetInput) -> list[str]:
-        found: OrphansResult = await workflow.execute_activity(
-            contract.find_orphans,
-            inp,
-            summary=f"reconcile allocations of {inp.fleet}",
-            start_to_close_timeout=timedelta(seconds=60),
-            schedule_to_close_timeout=RECONCILE_STEP_TIMEOUT,
-            retry_policy=steps.CONTROL_RETRY,
-        )
-        if not found.orphans:
-            return []
+        """Steps of at most a few hundred orphaned nodes each, while the step says it left
+        some out (`OrphansResult.more`), up to STEPS_PER_ROUND or until the run's history is
+        full (the next round, or run, goes on)."""
+        waiting: list[str] = []
+        for _ in range(STEPS_PER_ROUND):
+            found: OrphansResult = await workflow.execute_activity(
+                contract.find_orphans,
+                inp,
+                summary=f"reconcile allocations of {inp.fleet}",
+                start_to_close_timeout=timedelta(seconds=60),
+                schedule_to_close_timeout=RECONCILE_STEP_TIMEOUT,
+                retry_policy=steps.CONTROL_RETRY,
+            )
+            if found.orphans:
+                released = await self._stop_and_release(inp, found)
+                waiting += [j for j in released if j not in waiting]
+            if not found.more or _history_full():
+                break
+        return waiting
+
+    async def _stop_and_release(self, inp: FleetInput, found: OrphansResult) -> list[str]:
         # Errors are kept, not raised: a lost host must not keep the orphan's GPUs allocated.
         await steps.on_nodes(
             contract.stop_process,

@@ -188,6 +188,9 @@ class OrphansResult(BaseModel):
     orphans: list[Orphan] = Field(default_factory=list)
     checked: int = 0
     """How many held (job, attempt)s were looked at."""
+    more: bool = False
+    """Orphans were left out to keep the step small (control/reconcile.py
+    `ORPHAN_NODES_PER_STEP`): ask again once these are released."""
 
 
 class ReleaseOrphansInput(BaseModel):
