@@ -70,6 +70,7 @@ async def apply(
 @run
 async def ps(
     all_jobs: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
+    limit: int = typer.Option(200, "--limit", min=0, help="The newest N jobs (0: every one)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List jobs: where they run, or why they wait and where they stand in line."""
@@ -78,9 +79,12 @@ async def ps(
 
     client = await common.open_client()
     try:
-        jobs = await client.jobs(include_finished=all_jobs)
+        with common.err.status("reading the jobs…"):
+            jobs = await client.jobs(include_finished=all_jobs, limit=limit + 1 if limit else None)
     finally:
         await client.close()
+    more = bool(limit) and len(jobs) > limit
+    jobs = jobs[:limit] if limit else jobs
     if as_json:
         positions = line_positions(jobs)
         common.print_json(
@@ -93,6 +97,8 @@ async def ps(
         common.console.print("no jobs" + ("" if all_jobs else " running (gpuflow ps -a shows all)"))
     else:
         common.console.print(jobs_table(jobs, width=common.console.width))
+    if more and not as_json:
+        common.err.print(f"the newest {limit:,} jobs; more exist (--limit N, or 0 for all)")
 
 
 @run

@@ -14,7 +14,7 @@ import contextlib
 import os
 import secrets
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from temporalio.client import Client as TemporalClient
@@ -54,6 +54,7 @@ from gpuflow.status import TerminationReason, capacity_reasons
 from gpuflow.utilization import UtilizationState
 from gpuflow.workflows.api import (
     JOB_MEMO,
+    JOBS_PER_PAGE,
     HostQueueRequest,
     HostQueueResult,
     JobRecord,
@@ -131,12 +132,26 @@ class Client(ControlPlaneCalls, QueueCalls):
         """A job by id, or the newest job of that name."""
         return JobInfo.from_record(await self._api.call("job", JobRef(ref=job), JobRecord))
 
-    async def jobs(self, *, include_finished: bool = False) -> list[JobInfo]:
-        """The jobs not ended yet (with `include_finished`, the ended ones too), newest first."""
-        records = await self._api.call(
-            "jobs", JobsRequest(include_finished=include_finished), list[JobRecord]
-        )
-        return [JobInfo.from_record(record) for record in records]
+    async def jobs(
+        self, *, include_finished: bool = False, limit: int | None = None
+    ) -> list[JobInfo]:
+        """The jobs not ended yet (with `include_finished`, the ended ones too), newest first:
+        the newest `limit`, or all of them (None), read JOBS_PER_PAGE at a time."""
+        if limit is not None and limit < 1:
+            raise SpecError(f"limit must be at least 1, not {limit}")
+        found: list[JobRecord] = []
+        before: tuple[datetime, str] | None = None
+        while limit is None or len(found) < limit:
+            most = JOBS_PER_PAGE if limit is None else min(JOBS_PER_PAGE, limit - len(found))
+            request = JobsRequest(include_finished=include_finished, most=most, before=before)
+            page = await self._api.call("jobs", request, list[JobRecord])
+            if before is not None and any((r.submitted_at, r.id) >= before for r in page):
+                break  # a control worker older than pages answers the newest jobs every time
+            found += page
+            if len(page) < most:
+                break
+            before = (page[-1].submitted_at, page[-1].id)
+        return [JobInfo.from_record(record) for record in found[:limit]]
 
     async def progress(self, job: str) -> Progress:
         info = await self.get(job)

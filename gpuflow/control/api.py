@@ -49,6 +49,7 @@ from gpuflow.store.db import Store
 from gpuflow.store.tables import JobRow
 from gpuflow.workflows.api import (
     JOB_MEMO,
+    JOBS_PER_PAGE,
     Empty,
     HostQueueRequest,
     HostQueueResult,
@@ -168,12 +169,19 @@ class ApiActivities(QueueActivities):
     @activity.defn(name="api_jobs")
     @one_line
     async def jobs(self, req: JobsRequest) -> list[JobRecord]:
-        rows = await asyncio.to_thread(list_jobs, self.store, include_finished=req.include_finished)
+        rows = await asyncio.to_thread(
+            list_jobs,
+            self.store,
+            include_finished=req.include_finished,
+            limit=min(req.most, JOBS_PER_PAGE),
+            before=req.before,
+        )
         pending = [row.id for row in rows if row.status == JobStatus.PENDING]
         places = await asyncio.to_thread(self._places, pending)
         records = [job_record(row, places.get(row.id)) for row in rows]
-        records += await self._open_unrecorded({r.id for r in records})
-        return sorted(records, key=lambda r: r.submitted_at, reverse=True)
+        if req.before is None:
+            records += await self._open_unrecorded({r.id for r in records})
+        return sorted(records, key=lambda r: (r.submitted_at, r.id), reverse=True)
 
     def _places(self, job_ids: list[str]) -> dict[str, WaitingPlace]:
         with self.store.read() as session:

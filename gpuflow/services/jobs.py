@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import and_, or_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
@@ -204,12 +205,24 @@ def jobs_waiting_for_capacity_in(session: Session, *, limit: int = 500) -> list[
     return list(rows)
 
 
-def list_jobs(store: Store, *, include_finished: bool = False, limit: int = 200) -> list[JobRow]:
+def list_jobs(
+    store: Store,
+    *,
+    include_finished: bool = False,
+    limit: int = 200,
+    before: tuple[datetime, str] | None = None,
+) -> list[JobRow]:
+    """The newest jobs (not ended, unless `include_finished`), newest first (submission time,
+    then id), older than `before` (a submission time and id) when given: a page of a listing."""
     with store.read() as session:
-        query = select(JobRow).order_by(col(JobRow.submitted_at).desc()).limit(limit)
+        submitted, job_id = col(JobRow.submitted_at), col(JobRow.id)
+        query = select(JobRow).order_by(submitted.desc(), job_id.desc()).limit(limit)
         if not include_finished:
             finals = [s.value for s in JobStatus if s.is_final]
             query = query.where(col(JobRow.status).not_in(finals))
+        if before is not None:
+            at, last = before
+            query = query.where(or_(submitted < at, and_(submitted == at, job_id < last)))
         return list(session.exec(query))
 
 

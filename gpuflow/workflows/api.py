@@ -140,8 +140,20 @@ class JobRef(BaseModel):
     """A job id, or a job name (the newest job of that name)."""
 
 
+JOBS_PER_PAGE = 500
+"""Jobs one answer of the jobs' listing holds at most (a job's record is under 1 KB but for a
+refused or waiting job's reasons; MAX_REASON_LINES bounds those): the client reads a long
+listing a page at a time, each older than the last."""
+
+
 class JobsRequest(BaseModel):
     include_finished: bool = False
+    most: int = Field(default=200, ge=1)
+    """Jobs to answer at most (JOBS_PER_PAGE whatever is asked; older clients ask nothing and
+    get the newest 200, as before pages)."""
+    before: tuple[datetime, str] | None = None
+    """The submission time and id of the last job of the page before: this page's are older.
+    Open workflows not recorded yet are on the first page only."""
 
 
 ANSWER_LINES = 1_000

@@ -1,0 +1,31 @@
+"""`gpuflow ps --limit`: the newest N jobs (200 unless asked), saying when there are more."""
+
+from __future__ import annotations
+
+import json
+
+from gpuflow.status import JobStatus
+from tests.unit.cli.conftest import Cli, lines_fit
+
+
+def test_ps_shows_the_newest_jobs_and_says_when_there_are_more(cli: Cli) -> None:
+    for k in range(12):
+        cli.job(f"j{k:02d}", JobStatus.RUNNING, suffix=f"{k:06d}", minutes_ago=20 - k, hosts=["b"])
+
+    out = cli("ps", "--limit", "5")
+    lines_fit(out)
+    assert [name for name in (f"j{k:02d}" for k in range(12)) if name in out] == [
+        "j07",
+        "j08",
+        "j09",
+        "j10",
+        "j11",
+    ]
+    assert "the newest 5 jobs; more exist (--limit N, or 0 for all)" in out
+    listed = json.loads(cli("ps", "--limit", "5", "--json"))
+    assert [job["name"] for job in listed] == ["j11", "j10", "j09", "j08", "j07"]
+
+    for limit in ("0", "12", "200"):
+        out = cli("ps", "--limit", limit)
+        assert all(f"j{k:02d}" in out for k in range(12)) and "more exist" not in out
+    assert "--limit" in cli("ps", "--limit", "-1", code=2)

@@ -1,0 +1,129 @@
+"""The jobs' listing in pages, on SQLite and PostgreSQL: the client reads JOBS_PER_PAGE jobs at a
+time, each page older than the last (submission time, then id, so jobs submitted in the same
+instant are neither lost nor repeated), up to a limit or all of them. Before, the listing was the
+newest 200 jobs whatever there were: `gpuflow ps` left the rest out without a word, and
+`gpuflow down` neither stopped nor reported running jobs past the newest 200."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuflow.client import Client
+from gpuflow.control.api import ApiActivities
+from gpuflow.errors import SpecError
+from gpuflow.services.jobs import list_jobs
+from gpuflow.status import JobStatus
+from gpuflow.store.bulk import insert_rows
+from gpuflow.store.db import Store
+from gpuflow.store.tables import JobRow
+from gpuflow.workflows.api import JOBS_PER_PAGE, JobsRequest
+from tests.local_api import LocalApi
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+JOBS = 2 * JOBS_PER_PAGE + 203
+
+
+class NoOpenWorkflows:
+    """A Temporal client whose visibility lists no open workflow."""
+
+    def list_workflows(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        async def none() -> AsyncIterator[Any]:
+            for _ in ():
+                yield _
+
+        return none()
+
+
+class PagesApi(LocalApi):
+    """LocalApi, keeping the jobs of each answer of `jobs`."""
+
+    def __init__(self, activities: ApiActivities) -> None:
+        super().__init__(activities)
+        self.pages: list[int] = []
+
+    async def call(self, update: str, arg: Any, result_type: Any, **kw: Any) -> Any:
+        found = await super().call(update, arg, result_type, **kw)
+        if update == "jobs":
+            self.pages.append(len(found))
+        return found
+
+
+def _jobs(store: Store) -> None:
+    """JOBS jobs, ten submitted in each instant, a third of them ended."""
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    statuses = [JobStatus.RUNNING, JobStatus.PENDING, JobStatus.DONE]
+    rows = [
+        {
+            "id": f"job-j{k:05d}-abcdef",
+            "name": f"j{k:05d}",
+            "status": statuses[k % 3].value,
+            "spec": {"name": f"j{k:05d}", "commands": ["x"]},
+            "attempt": 1,
+            "submitted_at": start + timedelta(seconds=k // 10),
+        }
+        for k in range(JOBS)
+    ]
+    with store.session() as session:
+        insert_rows(session, JobRow, rows)
+        session.commit()
+
+
+def _client(store: Store, tmp_path: Path) -> tuple[Client, PagesApi]:
+    activities = ApiActivities(store, NoOpenWorkflows(), home=tmp_path)  # type: ignore[arg-type]
+    api = PagesApi(activities)
+    return Client(temporal=None, api=api), api  # type: ignore[arg-type]
+
+
+async def test_every_job_is_listed_a_page_at_a_time(store: Store, tmp_path: Path) -> None:
+    _jobs(store)
+    client, api = _client(store, tmp_path)
+
+    listed = await client.jobs(include_finished=True)
+    assert api.pages == [JOBS_PER_PAGE, JOBS_PER_PAGE, JOBS - 2 * JOBS_PER_PAGE]
+    whole = list_jobs(store, include_finished=True, limit=10 * JOBS)
+    assert [j.id for j in listed] == [row.id for row in whole]
+    assert len({j.id for j in listed}) == JOBS
+    assert [j.id for j in listed[:3]] == [
+        f"job-j{k:05d}-abcdef" for k in (JOBS - 1, JOBS - 2, 1200)
+    ]
+
+    active = await client.jobs()
+    assert len(active) == JOBS - len(range(2, JOBS, 3))
+    assert all(j.status != JobStatus.DONE for j in active)
+
+
+async def test_a_limit_reads_only_the_pages_it_needs(store: Store, tmp_path: Path) -> None:
+    _jobs(store)
+    client, api = _client(store, tmp_path)
+    newest = await client.jobs(include_finished=True, limit=JOBS_PER_PAGE + 5)
+    assert api.pages == [JOBS_PER_PAGE, 5]
+    assert [j.id for j in newest] == [
+        row.id for row in list_jobs(store, include_finished=True, limit=JOBS_PER_PAGE + 5)
+    ]
+    with pytest.raises(SpecError, match="at least 1"):
+        await client.jobs(limit=0)
+
+
+async def test_a_control_worker_without_pages_is_read_once(
+    sqlite_store: Store, tmp_path: Path
+) -> None:
+    _jobs(sqlite_store)
+    client, api = _client(sqlite_store, tmp_path)
+    activities = api.activities
+    answer = activities.jobs
+
+    async def newest_200(req: JobsRequest) -> Any:  # what a control worker before pages did
+        return await answer(JobsRequest(include_finished=req.include_finished))
+
+    activities.jobs = newest_200  # type: ignore[method-assign]
+    listed = await client.jobs(include_finished=True, limit=JOBS)
+    assert len(listed) == 200
+    assert api.pages == [200]  # a short page: the last; nothing asked again
+    listed = await client.jobs(include_finished=True, limit=150)
+    assert len(listed) == 150
