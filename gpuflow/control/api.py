@@ -50,6 +50,7 @@ from gpuflow.store.tables import JobRow
 from gpuflow.workflows.api import (
     JOB_MEMO,
     JOBS_PER_PAGE,
+    LISTED_MESSAGE_CHARS,
     Empty,
     HostQueueRequest,
     HostQueueResult,
@@ -178,7 +179,8 @@ class ApiActivities(QueueActivities):
         )
         pending = [row.id for row in rows if row.status == JobStatus.PENDING]
         places = await asyncio.to_thread(self._places, pending)
-        records = [job_record(row, places.get(row.id)) for row in rows]
+        chars = LISTED_MESSAGE_CHARS
+        records = [job_record(row, places.get(row.id), message_chars=chars) for row in rows]
         if req.before is None:
             records += await self._open_unrecorded({r.id for r in records})
         return sorted(records, key=lambda r: (r.submitted_at, r.id), reverse=True)

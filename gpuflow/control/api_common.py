@@ -36,16 +36,22 @@ def one_line(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     return wrapper
 
 
-def job_record(row: JobRow, place: WaitingPlace | None = None) -> JobRecord:
-    """The job's record; `place`: where it waits in its queue (gpuflow/services/queues.py)."""
+def job_record(
+    row: JobRow, place: WaitingPlace | None = None, *, message_chars: int | None = None
+) -> JobRecord:
+    """The job's record; `place`: where it waits in its queue (gpuflow/services/queues.py);
+    `message_chars`: the message cut there (a listing's: see LISTED_MESSAGE_CHARS)."""
     spec = row.spec or {}
     queue = place.queue if place else (str(spec.get("queue", DEFAULT_QUEUE)) if spec else None)
+    message = row.message
+    if message is not None and message_chars is not None and len(message) > message_chars:
+        message = f"{message[:message_chars]}… ({len(message) - message_chars:,} more characters)"
     return JobRecord(
         id=row.id,
         name=row.name,
         status=row.status,
         reason=row.termination_reason,
-        message=row.message,
+        message=message,
         fleet=row.fleet,
         hosts=list(row.hosts),
         gpus=row.gpus,

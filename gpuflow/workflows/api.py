@@ -141,9 +141,11 @@ class JobRef(BaseModel):
 
 
 JOBS_PER_PAGE = 500
-"""Jobs one answer of the jobs' listing holds at most (a job's record is under 1 KB but for a
-refused or waiting job's reasons; MAX_REASON_LINES bounds those): the client reads a long
-listing a page at a time, each older than the last."""
+"""Jobs one answer of the jobs' listing holds at most: the client reads a long listing a page
+at a time, each older than the last. A record is under 1 KB but for its message, which a
+listing cuts at LISTED_MESSAGE_CHARS (a waiting job's reasons can be a line per host)."""
+LISTED_MESSAGE_CHARS = 1_000
+"""A listed job's message is cut here (the Python client's `get` has it whole)."""
 
 
 class JobsRequest(BaseModel):

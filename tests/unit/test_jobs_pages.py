@@ -21,7 +21,7 @@ from gpuflow.status import JobStatus
 from gpuflow.store.bulk import insert_rows
 from gpuflow.store.db import Store
 from gpuflow.store.tables import JobRow
-from gpuflow.workflows.api import JOBS_PER_PAGE, JobsRequest
+from gpuflow.workflows.api import JOBS_PER_PAGE, LISTED_MESSAGE_CHARS, JobsRequest
 from tests.local_api import LocalApi
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -127,3 +127,25 @@ async def test_a_control_worker_without_pages_is_read_once(
     assert api.pages == [200]  # a short page: the last; nothing asked again
     listed = await client.jobs(include_finished=True, limit=150)
     assert len(listed) == 150
+
+
+async def test_a_listing_cuts_long_messages_and_get_has_them_whole(
+    sqlite_store: Store, tmp_path: Path
+) -> None:
+    """A waiting job's message holds a line per host that does not fit (up to 1,000): 500 of
+    them in one page would pass Temporal's payload limit."""
+    _jobs(sqlite_store)
+    reasons = "; ".join(f"node-{i:04d}: needs 8 free GPUs, has 3" for i in range(900))
+    with sqlite_store.session() as session:
+        row = session.get(JobRow, "job-j00001-abcdef")
+        assert row is not None
+        row.message = "waiting: " + reasons
+        session.add(row)
+        session.commit()
+    client, _ = _client(sqlite_store, tmp_path)
+    listed = {j.id: j for j in await client.jobs()}
+    cut = listed["job-j00001-abcdef"].message
+    whole = (await client.get("job-j00001-abcdef")).message
+    assert whole == "waiting: " + reasons
+    more = len(whole) - LISTED_MESSAGE_CHARS
+    assert cut == whole[:LISTED_MESSAGE_CHARS] + f"… ({more:,} more characters)"
