@@ -259,6 +259,7 @@ class AdmissionActivities:
                 held=outcome.held,
                 reservation=outcome.reservation,
                 waiting=outcome.waiting,
+                more=outcome.more,
             )
 
         started = time.perf_counter()

@@ -67,6 +67,29 @@ class PassOutcome:
     """Jobs newly left waiting (or for a new reason), with why in words."""
     reservation: ReservationState | None = None
     waiting: int = 0
+    more: bool = False
+    """The pass left admissions or words for a next pass (see NODES_ADMITTED_PER_PASS)."""
+
+
+NODES_ADMITTED_PER_PASS = 1_000
+"""Nodes a pass admits at most (the first admissions of its order; one at least), and
+TOLD_PER_PASS the jobs it words a refusal or a wait for, each in at most TOLD_LINES lines: the
+pass's result is one Temporal payload (2 MiB at most; some 350 bytes a node, 80 a line). A
+pass that leaves some for the next says so (`more`), and the loop passes again at once. Before,
+a burst of 884 jobs newly waiting on openb's 1,213 hosts made a result of 1.27 MB (14,007
+lines), and on a fleet of some hundreds of hosts (a line per host) 45 such jobs passed 2 MiB:
+the loop's workflow task then failed on every retry and nothing was admitted any more."""
+TOLD_PER_PASS = 500
+TOLD_LINES = 10
+
+
+def told(reasons: list[str]) -> list[str]:
+    """A job's reasons as a pass tells them: the first TOLD_LINES, the last counting the rest
+    (the job's queue entry and its row keep them all)."""
+    if len(reasons) <= TOLD_LINES:
+        return reasons
+    rest = len(reasons) - TOLD_LINES + 1
+    return [*reasons[: TOLD_LINES - 1], f"... and {rest:,} more lines"]
 
 
 SpecCache = dict[tuple[str, int], tuple[JobSpec, tuple[JobSpec, ...]]]
@@ -263,7 +286,12 @@ def _commit(
 ) -> None:
     """Admitted jobs take their allocation now; one that preempts waits for its victims to
     release theirs (the next pass admits it), so no GPU is ever held twice."""
+    nodes = 0
     for admitted in decision.admitted:
+        nodes += len(admitted.placement.nodes)
+        if nodes > NODES_ADMITTED_PER_PASS and (outcome.admitted or outcome.preempted):
+            outcome.more = True  # the rest waits for the next pass, which decides again
+            break
         entry = by_id[admitted.job.name]
         if admitted.victims:
             set_values(entry, reason=PREEMPTING + ",".join(admitted.victims), detail=None)
@@ -302,24 +330,36 @@ def _hold(
                 continue  # its victims are stopping: it keeps its claim
             if entry.reason != item.reason or entry.job_id not in worded:
                 # Newly held, or held for another reason: say why in words, once.
+                if _told_enough(outcome):
+                    continue
                 reasons = _reasons(item, snapshot)
                 set_values(
                     entry, position=item.position, reason=item.reason, detail="\n".join(reasons)
                 )
                 say_waiting(session, entry.job_id, reasons)
                 outcome.held.append(
-                    RefusedJob(job_id=entry.job_id, attempt=entry.attempt, reasons=reasons)
+                    RefusedJob(job_id=entry.job_id, attempt=entry.attempt, reasons=told(reasons))
                 )
                 session.add(entry)
             elif entry.position != item.position:
                 entry.position = item.position
                 session.add(entry)
             continue
+        if _told_enough(outcome):
+            continue
         reasons = _reasons(item, snapshot)
         refuse_in(session, entry, item.reason, reasons)
         outcome.refused.append(
-            RefusedJob(job_id=entry.job_id, attempt=entry.attempt, reasons=reasons)
+            RefusedJob(job_id=entry.job_id, attempt=entry.attempt, reasons=told(reasons))
         )
+
+
+def _told_enough(outcome: PassOutcome) -> bool:
+    """Whether the pass has worded TOLD_PER_PASS jobs already (the rest: the next pass)."""
+    if len(outcome.held) + len(outcome.refused) < TOLD_PER_PASS:
+        return False
+    outcome.more = True
+    return True
 
 
 def _reasons(item: Held, snapshot: Snapshot) -> list[str]:

@@ -72,6 +72,8 @@ class AdmissionWorkflow:
             local = workflow.patched(PATCH_LOCAL_PASS)
             result = await _pass(PassInput(reservation=state.reservation), local=local)
             state.reservation = result.reservation
+            if result.more:  # it left some for the next pass (older results never do)
+                self._asked = True
             await _tell(result, only=await _tell_from_worker(result) if local else None)
             if workflow.info().is_continue_as_new_suggested():
                 break

@@ -91,6 +91,8 @@ class PassResult(BaseModel):
     refused: list[RefusedJob] = Field(default_factory=list)
     held: list[RefusedJob] = Field(default_factory=list)
     """Jobs newly left waiting, or for a new reason: why, in words (told once)."""
+    more: bool = False
+    """The pass left admissions or words for the next one: pass again at once."""
     reservation: ReservationState | None = None
     waiting: int = 0
     """Jobs still waiting after the pass."""
