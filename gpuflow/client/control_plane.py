@@ -14,14 +14,16 @@ from gpuflow.specs.fleet import FleetSpec
 from gpuflow.specs.job import JobSpec
 from gpuflow.workflows.api import (
     Empty,
-    OffersRequest,
-    OptionOffersRecord,
-    PlanRecord,
-    PlanRequest,
     SecretDeleted,
     SecretKey,
     SecretNames,
     SecretRef,
+)
+from gpuflow.workflows.api_dry_runs import (
+    OffersRequest,
+    OptionOffersRecord,
+    PlanRecord,
+    PlanRequest,
 )
 from gpuflow.workflows.api_fleets import HOSTS_PER_PAGE, FleetRecord, FleetRef, FleetsPage
 

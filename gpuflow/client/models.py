@@ -18,9 +18,11 @@ from gpuflow.scheduler.offers import Offers
 from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.workflows.api import (
     JobRecord,
-    OptionOffersRecord,
     QueueApplied,
     QueueRecord,
+)
+from gpuflow.workflows.api_dry_runs import (
+    OptionOffersRecord,
 )
 from gpuflow.workflows.api_fleets import FleetRecord
 from gpuflow.workflows.models import JobProgress, JobResult

@@ -25,13 +25,13 @@ from gpuflow import sealed, secrets
 from gpuflow.control.admission import GroupCommit
 from gpuflow.control.admission_wake import wake_admission
 from gpuflow.control.api_common import job_record, one_line, unrecorded_job
+from gpuflow.control.api_dry_runs import DryRunActivities
 from gpuflow.control.api_queues import QueueActivities, check_known
 from gpuflow.control.fleets import host_facts
 from gpuflow.errors import NotFoundError
 from gpuflow.naming import CONTROL_TASK_QUEUE, fleet_workflow_id
-from gpuflow.scheduler import blocks_busy, explain
+from gpuflow.scheduler import blocks_busy
 from gpuflow.scheduler.model import FleetSnapshot, HostSnapshot
-from gpuflow.scheduler.together import plan_together
 from gpuflow.services.capacity import read_snapshot
 from gpuflow.services.fleets import (
     apply_fleet,
@@ -57,16 +57,11 @@ from gpuflow.workflows.api import (
     JobRecord,
     JobRef,
     JobsRequest,
-    OffersRequest,
-    OptionOffersRecord,
-    PlanRecord,
-    PlanRequest,
     SecretDeleted,
     SecretKey,
     SecretNames,
     SecretRef,
     SubmitRequest,
-    answer_lines,
 )
 from gpuflow.workflows.api_fleets import HOSTS_PER_PAGE, FleetRecord, FleetRef, FleetsPage
 from gpuflow.workflows.fleet import FleetWorkflow
@@ -75,7 +70,7 @@ from gpuflow.workflows.models import JobInput
 from gpuflow.workflows.ui import initial_search_attributes
 
 
-class ApiActivities(QueueActivities):
+class ApiActivities(QueueActivities, DryRunActivities):
     """The API's activities, over the control worker's store and Temporal client."""
 
     def __init__(
@@ -251,51 +246,6 @@ class ApiActivities(QueueActivities):
     async def fleets(self, page: FleetsPage) -> list[FleetRecord]:
         return await asyncio.to_thread(_read_fleets, self.store, page)
 
-    # ---- the scheduler's dry runs ---------------------------------------------------------------
-
-    @activity.defn(name="api_offers")
-    @one_line
-    async def offers(self, req: OffersRequest) -> list[OptionOffersRecord]:
-        def read() -> list[OptionOffersRecord]:
-            with self.store.read() as session:
-                snapshot = read_snapshot(session)
-            options = req.spec.resource_options()
-            most = answer_lines(len(options))
-            fits = most if req.most is None else min(req.most, most)
-            return [
-                OptionOffersRecord(
-                    option=k + 1,
-                    gpu=option.resources.gpu_label,
-                    offers=explain(option, snapshot).bounded(most, fits=fits),
-                )
-                for k, option in enumerate(options)
-            ]
-
-        return await asyncio.to_thread(read)
-
-    @activity.defn(name="api_plan")
-    @one_line
-    async def plan(self, req: PlanRequest) -> list[PlanRecord]:
-        await check_known(self.store, queues=[spec.queue for spec in req.specs])
-
-        def read() -> list[PlanRecord]:
-            with self.store.read() as session:
-                snapshot = read_snapshot(session)
-            plans = plan_together(req.specs, snapshot)
-            most = answer_lines(sum(len(p.options) for p in plans))
-            return [
-                PlanRecord(
-                    job=p.job,
-                    options=[offers.bounded(most) for offers in p.options],
-                    taken=p.taken,
-                    alone=p.alone,
-                    alone_fits=p.alone_fits,
-                )
-                for p in plans
-            ]
-
-        return await asyncio.to_thread(read)
-
     # ---- secrets (sealed by the client to this control plane's key) ----------------------------
 
     @activity.defn(name="api_secret_key")
@@ -335,8 +285,7 @@ class ApiActivities(QueueActivities):
             self.delete_fleet,
             self.fleets,
             *self.queue_activities(),
-            self.offers,
-            self.plan,
+            *self.dry_run_activities(),
             self.secret_key,
             self.set_secret,
             self.secret_names,

@@ -23,7 +23,7 @@ from gpuflow.services.capacity import read_snapshot
 from gpuflow.services.fleets import apply_fleet
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.store.db import Store
-from gpuflow.workflows.api import (
+from gpuflow.workflows.api_dry_runs import (
     ANSWER_LINES,
     LEAST_LINES,
     OffersRequest,

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from gpuflow.workflows.api import answer_lines
+from gpuflow.workflows.api_dry_runs import (
+    answer_lines,
+)
 from tests.unit.cli.conftest import Cli, lines_fit
 
 

@@ -1,0 +1,79 @@
+"""The API's dry runs (gpuflow/workflows/api_dry_runs.py): where jobs would go, on a snapshot
+of the fleets read for the purpose, each answer bounded to one Temporal payload (at most
+ANSWER_LINES hosts over all its options in each list). `ApiActivities` has them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import activity
+
+from gpuflow.control.api_common import one_line
+from gpuflow.control.api_queues import check_known
+from gpuflow.scheduler import explain
+from gpuflow.scheduler.together import plan_together
+from gpuflow.services.capacity import read_snapshot
+from gpuflow.store.db import Store
+from gpuflow.workflows.api_dry_runs import (
+    OffersRequest,
+    OptionOffersRecord,
+    PlanRecord,
+    PlanRequest,
+    answer_lines,
+)
+
+
+class DryRunActivities:
+    """Dry-run activities over the control worker's store."""
+
+    store: Store
+
+    @activity.defn(name="api_offers")
+    @one_line
+    async def offers(self, req: OffersRequest) -> list[OptionOffersRecord]:
+        """Every resource option's fits (the best first, at most `req.most`) and rejections."""
+
+        def read() -> list[OptionOffersRecord]:
+            with self.store.read() as session:
+                snapshot = read_snapshot(session)
+            options = req.spec.resource_options()
+            most = answer_lines(len(options))
+            fits = most if req.most is None else min(req.most, most)
+            return [
+                OptionOffersRecord(
+                    option=k + 1,
+                    gpu=option.resources.gpu_label,
+                    offers=explain(option, snapshot).bounded(most, fits=fits),
+                )
+                for k, option in enumerate(options)
+            ]
+
+        return await asyncio.to_thread(read)
+
+    @activity.defn(name="api_plan")
+    @one_line
+    async def plan(self, req: PlanRequest) -> list[PlanRecord]:
+        """The jobs planned together, in order: each counts what the jobs before it take."""
+        await check_known(self.store, queues=[spec.queue for spec in req.specs])
+
+        def read() -> list[PlanRecord]:
+            with self.store.read() as session:
+                snapshot = read_snapshot(session)
+            plans = plan_together(req.specs, snapshot)
+            most = answer_lines(sum(len(p.options) for p in plans))
+            return [
+                PlanRecord(
+                    job=p.job,
+                    options=[offers.bounded(most) for offers in p.options],
+                    taken=p.taken,
+                    alone=p.alone,
+                    alone_fits=p.alone_fits,
+                )
+                for p in plans
+            ]
+
+        return await asyncio.to_thread(read)
+
+    def dry_run_activities(self) -> list[Any]:
+        return [self.offers, self.plan]
