@@ -28,8 +28,10 @@ server of `--postgresql URL`, dropped at the end):
   waiting reasons, the warm state's resync), `transaction` (the rest of the activity: the
   placement lock, the database commit, metrics, the thread hop).
 - Reported per W: pass p50 / p99 ms, passes/s (passes over the time spent in them), mean ms
-  per stage, jobs admitted per pass, running and waiting jobs; per database, GPUs over-allocated
-  at the end (fleet_scale.py's `over_allocations`).
+  per stage, jobs admitted per pass, running and waiting jobs, the largest pass result (the
+  payload Temporal carries, 2 MiB at most; the untimed passes after the top-up included, which
+  word the newly waiting jobs, each followed at once by another while it left some, as the loop
+  does); per database, GPUs over-allocated at the end (fleet_scale.py's `over_allocations`).
 
     python benchmarks/admission_scale.py --json out.json
     python benchmarks/admission_scale.py --db sqlite --waiting 10,100 --hosts 300 --passes 10
@@ -64,6 +66,7 @@ from fleet_db import (  # noqa: E402
     record_of,
 )
 from placement import Pod, arrivals, job_of, load_nodes, load_pods  # noqa: E402
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
 import gpuflow.control.admission as control_admission  # noqa: E402
 import gpuflow.scheduler.admission as scheduler_admission  # noqa: E402
@@ -133,6 +136,11 @@ class Bench:
 
     def __init__(self, store: Store, pods: list[Pod], capacity: int, seed: int) -> None:
         self.store, self.pods, self.capacity = store, pods, capacity
+        self.more = False
+        """The last pass left admissions or words for the next."""
+        self.largest = 0
+        """The largest pass result since the queue was last topped up to a new W, in bytes as
+        Temporal carries it (one payload: 2 MiB at most)."""
         self.rng = random.Random(seed)
         self.control = ControlActivities(store)
         self.admission = AdmissionActivities(store)
@@ -181,6 +189,9 @@ class Bench:
     async def admission_pass(self) -> int:
         result = await self.admission.admission_pass(PassInput(reservation=self.reservation))
         self.reservation = result.reservation
+        self.more = result.more
+        payload = pydantic_data_converter.payload_converter.to_payloads([result])[0]
+        self.largest = max(self.largest, len(payload.SerializeToString()))
         for job in result.admitted:
             self.waiting.discard(job.job_id)
             self.running[job.job_id] = self.asks[job.job_id][0]
@@ -192,7 +203,10 @@ class Bench:
 
     async def passes(self, waiting: int, count: int, stages: Stages) -> dict[str, Any]:
         self.top_up(waiting)
+        self.largest = 0
         await self.admission_pass()
+        while self.more:  # as the loop does: a pass that left some is followed at once
+            await self.admission_pass()
         self.top_up(waiting)
         at_start = {"running": len(self.running), "held_pct": round(self.held_pct, 2)}
         took: list[float] = []
@@ -216,6 +230,7 @@ class Bench:
             "p99_ms": ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))] * 1000,
             "passes_per_s": count / sum(took),
             "admitted_per_pass": admitted / count,
+            "largest_result_kb": self.largest / 1024,
             "stages_ms": {
                 name: statistics.fmean(s.get(name, 0.0) for s in spent) * 1000 for name in names
             },
@@ -253,7 +268,8 @@ def _print(r: dict[str, Any]) -> None:
     print(
         f"  W={r['waiting']}: {r['running']} running ({r['held_pct']:.1f}% GPUs), pass p50 "
         f"{r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, {r['passes_per_s']:.1f} passes/s, "
-        f"{r['admitted_per_pass']:.2f} admitted/pass; ms: {stages}",
+        f"{r['admitted_per_pass']:.2f} admitted/pass, largest result "
+        f"{r['largest_result_kb']:,.0f} KB; ms: {stages}",
         flush=True,
     )
 
