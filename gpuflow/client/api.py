@@ -121,9 +121,10 @@ class TemporalApi:
         self, update: str, arg: BaseModel, result_type: type[R], *, timeout_s: float = API_TIMEOUT_S
     ) -> R:
         """One request, on the lane with most room. Requests of this client beyond IN_FLIGHT per
-        lane wait their turn, and a request refused because the server's limit of updates in
-        flight is reached (other clients' requests) is sent again after a short, growing pause,
-        within the same time budget."""
+        lane wait their turn, and a request refused before the server accepted it (its limit
+        of updates in flight reached by other clients' requests, or the API workflow's last
+        task failed: `_refused_for_now`) is sent again after a short, growing pause, within the
+        same time budget."""
         _check_size(update, arg)
         deadline = asyncio.get_running_loop().time() + timeout_s
         pause = 0.05
@@ -138,7 +139,7 @@ class TemporalApi:
                         )
                     except RPCError as exc:
                         left = deadline - asyncio.get_running_loop().time()
-                        if exc.status != RPCStatusCode.RESOURCE_EXHAUSTED or left <= pause:
+                        if not _refused_for_now(exc) or left <= pause:
                             raise
                     await asyncio.sleep(pause * (0.5 + random.random()))
                     pause = min(pause * 2, 1.0)
@@ -186,3 +187,17 @@ class TemporalApi:
                 "running? (`gpuflow up`, or `python -m gpuflow.worker.control_main`)"
             ) from None
         return result  # type: ignore[no-any-return]
+
+
+TASK_FAILED = "Workflow Task in failed state"
+"""What the server says of an update it refused because the API workflow's last task failed
+or timed out (a control worker restarting, or too busy to answer in the task's 10 s): the
+next task decides, and nothing of the refused update was recorded."""
+
+
+def _refused_for_now(exc: RPCError) -> bool:
+    """An update the server refused before accepting it, which the same update sent again can
+    get through: its limit of updates in flight, or a failed workflow task."""
+    if exc.status == RPCStatusCode.RESOURCE_EXHAUSTED:
+        return True
+    return exc.status == RPCStatusCode.FAILED_PRECONDITION and TASK_FAILED in exc.message

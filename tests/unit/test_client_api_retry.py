@@ -22,8 +22,13 @@ class _Temporal:
     """Refuses the first `refusals` updates as the server does at its limit; counts how many
     are in flight at once."""
 
-    def __init__(self, refusals: int, status: RPCStatusCode) -> None:
-        self.refusals, self.status = refusals, status
+    def __init__(
+        self,
+        refusals: int,
+        status: RPCStatusCode,
+        message: str = "limit on number of concurrent in-flight updates",
+    ) -> None:
+        self.refusals, self.status, self.message = refusals, status, message
         self.calls = self.in_flight = self.most = 0
         self.lanes: Counter[str] = Counter()  # in flight per API workflow
         self.most_per_lane: Counter[str] = Counter()
@@ -41,7 +46,7 @@ class _Temporal:
             await asyncio.sleep(0.01)
             if self.refusals > 0:
                 self.refusals -= 1
-                raise RPCError("limit on number of concurrent in-flight updates", self.status, b"")
+                raise RPCError(self.message, self.status, b"")
             return arg.value
         finally:
             self.in_flight -= 1
@@ -53,6 +58,20 @@ async def test_a_refusal_at_the_servers_limit_is_sent_again() -> None:
     api = TemporalApi(temporal)  # type: ignore[arg-type]
     assert await api.call("job", Arg(value=7), int, timeout_s=10) == 7
     assert temporal.calls == 4
+
+
+async def test_an_update_refused_for_a_failed_workflow_task_is_sent_again() -> None:
+    """The API workflow's task failed or timed out (a control worker restarting, or too busy):
+    the server refused the update before recording it, and the next task takes it."""
+    refused = "Unable to perform workflow execution update due to Workflow Task in failed state."
+    temporal = _Temporal(refusals=2, status=RPCStatusCode.FAILED_PRECONDITION, message=refused)
+    api = TemporalApi(temporal)  # type: ignore[arg-type]
+    assert await api.call("job", Arg(value=5), int, timeout_s=10) == 5
+    assert temporal.calls == 3
+    other = _Temporal(refusals=1, status=RPCStatusCode.FAILED_PRECONDITION, message="other")
+    with pytest.raises(RPCError):
+        await TemporalApi(other).call("job", Arg(), int, timeout_s=10)  # type: ignore[arg-type]
+    assert other.calls == 1
 
 
 async def test_other_errors_are_not_retried() -> None:
