@@ -4,6 +4,8 @@ load or a constant, always marked simulated. Linux only for process_cpu (reads /
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 from gpuflow.agent.gpus import SamplingError
@@ -25,24 +27,31 @@ class ProcessCpuSampler:
         """Resident memory of the tree at the last reading."""
         self._ticks: dict[tuple[int, int], int] = {}
         self._at: float | None = None
+        self._percent: float | None = None
 
-    def cpu_percent(self, now: float) -> float | None:
-        """Percent of one core the tree used since the previous call (at most 100). None on
-        the first call, which only sets the baseline, or when the root process is gone."""
-        tree = _process_tree(self.root_pid)
-        if tree is None:
-            self._at = None
+    def cpu_percent(self) -> float | None:
+        """Percent of one core the tree used between the scans of /proc of this call and the
+        previous one (at most 100; the last figure again when both read the same scan). None
+        on the first call, which only sets the baseline, or when the root process is gone."""
+        found = _process_tree(self.root_pid)
+        if found is None:
+            self._at = self._percent = None
             return None
+        at, tree = found
+        if at == self._at:
+            return self._percent
         ticks = {(pid, start): cpu for pid, start, cpu, _ in tree}
         self.memory_used_mib = sum(rss for *_, rss in tree) >> 20
         previous, previous_at = self._ticks, self._at
-        self._ticks, self._at = ticks, now
-        if previous_at is None or now <= previous_at:
+        self._ticks, self._at = ticks, at
+        if previous_at is None or at < previous_at:
+            self._percent = None
             return None
         # A process new to the tree started during the interval: all its time is in it.
         used = sum(max(0, cpu - previous.get(key, 0)) for key, cpu in ticks.items())
         seconds = used / _CLOCK_TICKS
-        return min(100.0, 100.0 * seconds / (now - previous_at))
+        self._percent = min(100.0, 100.0 * seconds / (at - previous_at))
+        return self._percent
 
 
 class SimulatedSampler:
@@ -66,7 +75,7 @@ class SimulatedSampler:
         if self.source.source == "constant" or self._cpu is None:
             load, memory = self.source.value, 0
         else:
-            reading = self._cpu.cpu_percent(now)
+            reading = self._cpu.cpu_percent()
             if reading is None:  # baseline, or the job's process is gone: a gap, never idle
                 return SampleBatch()
             load, memory = reading, min(self._cpu.memory_used_mib, self.memory_total_mib)
@@ -92,36 +101,75 @@ _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _PROC = Path("/proc")
 
 
-def _process_tree(root_pid: int) -> list[tuple[int, int, int, int]] | None:
-    """(pid, start time, CPU ticks, RSS bytes) of every process of the job; None if the root
-    is gone."""
+SCAN_REUSE_S = 1.0
+"""A scan of /proc serves every job sampled within this long after it. Each job's tree is found
+by reading every process's stat (its session may hold reparented children), and a sim fleet's
+jobs all run on this machine: without sharing, a round of samples read J x P files for J jobs
+among P processes, which grew with the square of the jobs (benchmarks/sampler_cost.py
+--simulated)."""
+Stat = tuple[int, int, int, int, int]
+"""(ppid, session, start time, CPU ticks, RSS bytes) of a process (`_read_stat`)."""
+
+
+class _Scan:
+    """Every process's stat as one scan of /proc read them, with who is whose child and who
+    is in which session, for each job's tree to be found without another pass."""
+
+    def __init__(self, at: float, stats: dict[int, Stat]) -> None:
+        self.at, self.stats = at, stats
+        self.children: dict[int, list[int]] = {}
+        self.sessions: dict[int, list[int]] = {}
+        for pid, (ppid, session, *_) in stats.items():
+            self.children.setdefault(ppid, []).append(pid)
+            self.sessions.setdefault(session, []).append(pid)
+
+
+_scanned: _Scan | None = None
+_scanning = threading.Lock()
+
+
+def _scan(root_pid: int) -> _Scan:
+    """Every process's stat: the last scan while it is fresh (SCAN_REUSE_S) and knows the
+    root (a job started since is not in it: only a new scan tells new from gone)."""
+    global _scanned
+    with _scanning:
+        last = _scanned
+        if last is not None and root_pid in last.stats and time.time() - last.at < SCAN_REUSE_S:
+            return last
+        stats = {}
+        for entry in os.listdir(_PROC):
+            if entry.isdigit():
+                stat = _read_stat(int(entry))
+                if stat is not None:
+                    stats[int(entry)] = stat
+        _scanned = _Scan(time.time(), stats)
+        return _scanned
+
+
+def _process_tree(root_pid: int) -> tuple[float, list[tuple[int, int, int, int]]] | None:
+    """When /proc was read, and (pid, start time, CPU ticks, RSS bytes) of every process of
+    the job then; None if the root is gone."""
     if not _PROC.is_dir():
         raise SamplingError("simulated utilization from process_cpu needs Linux (/proc)")
-    stats = {}
-    for entry in os.listdir(_PROC):
-        if entry.isdigit():
-            stat = _read_stat(int(entry))
-            if stat is not None:
-                stats[int(entry)] = stat
+    scan = _scan(root_pid)
+    stats = scan.stats
     root = stats.get(root_pid)
     if root is None:
         return None
-    leads_session = root[1] == root_pid
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, *_) in stats.items():
-        children.setdefault(ppid, []).append(pid)
-    members = {pid for pid, stat in stats.items() if leads_session and stat[1] == root_pid}
-    members.add(root_pid)
+    members = {root_pid}
+    if root[1] == root_pid:  # it leads its session: reparented children still count
+        members.update(scan.sessions.get(root_pid, ()))
     todo = list(members)
     while todo:
-        for child in children.get(todo.pop(), []):
+        for child in scan.children.get(todo.pop(), ()):
             if child not in members:
                 members.add(child)
                 todo.append(child)
-    return [(pid, stats[pid][2], stats[pid][3], stats[pid][4]) for pid in sorted(members)]
+    tree = [(pid, stats[pid][2], stats[pid][3], stats[pid][4]) for pid in sorted(members)]
+    return scan.at, tree
 
 
-def _read_stat(pid: int) -> tuple[int, int, int, int, int] | None:
+def _read_stat(pid: int) -> Stat | None:
     """(ppid, session, start time, CPU ticks, RSS bytes) from /proc/<pid>/stat."""
     try:
         text = (_PROC / str(pid) / "stat").read_text()

@@ -227,9 +227,9 @@ def _start(spawn: list[subprocess.Popen[bytes]], *argv: str) -> int:
 
 
 def _load_after(sampler: ProcessCpuSampler, seconds: float) -> float:
-    assert sampler.cpu_percent(time.time()) is None  # the first reading is the baseline
+    assert sampler.cpu_percent() is None  # the first reading is the baseline
     time.sleep(seconds)
-    load = sampler.cpu_percent(time.time())
+    load = sampler.cpu_percent()
     assert load is not None
     return load
 
@@ -240,11 +240,11 @@ def test_process_cpu_reads_a_busy_process_high_and_an_idle_one_low(
     busy = ProcessCpuSampler(_start(spawn, sys.executable, "-c", BUSY))
     idle = ProcessCpuSampler(_start(spawn, sys.executable, "-c", IDLE))
     time.sleep(0.3)
-    busy.cpu_percent(time.time())
-    idle.cpu_percent(time.time())
+    busy.cpu_percent()
+    idle.cpu_percent()
     time.sleep(1.5)
-    busy_load = busy.cpu_percent(time.time())
-    idle_load = idle.cpu_percent(time.time())
+    busy_load = busy.cpu_percent()
+    idle_load = idle.cpu_percent()
     # Other work on the machine takes its share of the busy process's core: compare loosely.
     assert busy_load is not None and idle_load is not None
     assert busy_load > max(10, 4 * idle_load)
@@ -262,22 +262,53 @@ def test_process_cpu_counts_the_whole_tree(spawn: list[subprocess.Popen[bytes]])
 
 def test_process_cpu_is_cpu_seconds_over_wall_seconds(monkeypatch: pytest.MonkeyPatch) -> None:
     # (pid, start time, CPU ticks, RSS bytes); 100 ticks a second.
+    # (scan time, tree); the rate is over the times /proc was read
     readings = iter(
         [
-            [(10, 1, 100, 0)],
-            [(10, 1, 300, 0), (11, 5, 50, 2 << 20)],  # +200 ticks, and a new child with 50
-            [(10, 1, 900, 0), (11, 5, 50, 2 << 20)],  # +600 ticks in 5 s: capped at one core
+            (1000.0, [(10, 1, 100, 0)]),
+            (1005.0, [(10, 1, 300, 0), (11, 5, 50, 2 << 20)]),  # +200 ticks, a new child: 50
+            (1005.0, [(10, 1, 300, 0), (11, 5, 50, 2 << 20)]),  # the same scan: the same
+            (1010.0, [(10, 1, 900, 0), (11, 5, 50, 2 << 20)]),  # +600 in 5 s: one core at most
             None,  # the root exited
         ]
     )
     monkeypatch.setattr(simulated, "_process_tree", lambda root: next(readings))
     monkeypatch.setattr(simulated, "_CLOCK_TICKS", 100)
     sampler = ProcessCpuSampler(10)
-    assert sampler.cpu_percent(1000.0) is None
-    assert sampler.cpu_percent(1005.0) == pytest.approx(50.0)  # 2.5 CPU s over 5 s
+    assert sampler.cpu_percent() is None
+    assert sampler.cpu_percent() == pytest.approx(50.0)  # 2.5 CPU s over 5 s
     assert sampler.memory_used_mib == 2
-    assert sampler.cpu_percent(1010.0) == 100.0
-    assert sampler.cpu_percent(1015.0) is None
+    assert sampler.cpu_percent() == pytest.approx(50.0)
+    assert sampler.cpu_percent() == 100.0
+    assert sampler.cpu_percent() is None
+
+
+def test_jobs_sampled_together_share_one_scan_of_proc(
+    spawn: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sim fleet runs every job on this machine: each job read every process's stat, so a
+    round of samples cost jobs x processes reads. Jobs sampled within SCAN_REUSE_S of a scan
+    share it, and each still reads its own tree (busy high, idle low)."""
+    scans = [0]
+    listdir = os.listdir
+
+    def counted(path: Any) -> list[str]:
+        if str(path) == "/proc":
+            scans[0] += 1
+        return listdir(path)
+
+    monkeypatch.setattr(simulated.os, "listdir", counted)
+    monkeypatch.setattr(simulated, "SCAN_REUSE_S", 0.5)
+    busy = [ProcessCpuSampler(_start(spawn, sys.executable, "-c", BUSY)) for _ in range(2)]
+    idle = [ProcessCpuSampler(_start(spawn, sys.executable, "-c", IDLE)) for _ in range(6)]
+    time.sleep(0.6)
+    assert all(sampler.cpu_percent() is None for sampler in busy + idle)
+    assert scans[0] == 1
+    time.sleep(1.5)
+    loads = [sampler.cpu_percent() for sampler in busy + idle]
+    assert scans[0] == 2
+    assert all(load is not None for load in loads)
+    assert min(loads[:2]) > max(10, 4 * max(loads[2:]))  # type: ignore[type-var]
 
 
 def test_process_cpu_of_a_finished_job_is_no_sample(spawn: list[subprocess.Popen[bytes]]) -> None:
