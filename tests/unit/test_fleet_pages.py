@@ -32,16 +32,19 @@ def _fleet(name: str, hosts: int) -> FleetSpec:
 
 
 class CountingApi(LocalApi):
-    """LocalApi, keeping the hosts of each answer of `fleets`."""
+    """LocalApi, keeping the size of each answer of one update: the hosts of `fleets` unless
+    told otherwise (`jobs`: the jobs)."""
 
-    def __init__(self, activities: ApiActivities) -> None:
+    def __init__(self, activities: ApiActivities, update: str = "fleets") -> None:
         super().__init__(activities)
+        self.counted = update
         self.pages: list[int] = []
 
     async def call(self, update: str, arg: Any, result_type: Any, **kw: Any) -> Any:
         found = await super().call(update, arg, result_type, **kw)
-        if update == "fleets":
-            self.pages.append(sum(len(record.hosts) for record in found))
+        if update == self.counted:
+            hosts = update == "fleets"
+            self.pages.append(sum(len(r.hosts) for r in found) if hosts else len(found))
         return found
 
 

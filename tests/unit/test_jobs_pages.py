@@ -22,7 +22,7 @@ from gpuflow.store.bulk import insert_rows
 from gpuflow.store.db import Store
 from gpuflow.store.tables import JobRow
 from gpuflow.workflows.api import JOBS_PER_PAGE, LISTED_MESSAGE_CHARS, JobsRequest
-from tests.local_api import LocalApi
+from tests.unit.test_fleet_pages import CountingApi
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -38,20 +38,6 @@ class NoOpenWorkflows:
                 yield _
 
         return none()
-
-
-class PagesApi(LocalApi):
-    """LocalApi, keeping the jobs of each answer of `jobs`."""
-
-    def __init__(self, activities: ApiActivities) -> None:
-        super().__init__(activities)
-        self.pages: list[int] = []
-
-    async def call(self, update: str, arg: Any, result_type: Any, **kw: Any) -> Any:
-        found = await super().call(update, arg, result_type, **kw)
-        if update == "jobs":
-            self.pages.append(len(found))
-        return found
 
 
 def _jobs(store: Store) -> None:
@@ -74,9 +60,9 @@ def _jobs(store: Store) -> None:
         session.commit()
 
 
-def _client(store: Store, tmp_path: Path) -> tuple[Client, PagesApi]:
+def _client(store: Store, tmp_path: Path) -> tuple[Client, CountingApi]:
     activities = ApiActivities(store, NoOpenWorkflows(), home=tmp_path)  # type: ignore[arg-type]
-    api = PagesApi(activities)
+    api = CountingApi(activities, "jobs")
     return Client(temporal=None, api=api), api  # type: ignore[arg-type]
 
 

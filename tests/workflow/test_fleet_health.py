@@ -6,9 +6,10 @@ events; a round adds three events per host)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import uuid
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
@@ -75,12 +76,37 @@ async def ping_host() -> str:
     return "pong"
 
 
-def most_pings_pending(history: WorkflowHistory) -> int:
-    """The most ping activities scheduled and not yet closed at any point of the history."""
+@contextlib.asynccontextmanager
+async def fleet_workers(
+    client: Client, task_queue: str, control: list[Any], hosts: list[Any]
+) -> AsyncIterator[None]:
+    """A worker of FleetWorkflow with these control activities, and one of these host
+    activities on the hosts' task queue (`<task_queue>-hosts`)."""
+    async with (
+        Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[FleetWorkflow],
+            workflow_runner=checked_workflow_runner(),
+            activities=control,
+        ),
+        Worker(
+            client,
+            task_queue=f"{task_queue}-hosts",
+            activities=hosts,
+            max_concurrent_activities=1000,
+        ),
+    ):
+        yield
+
+
+def most_pings_pending(history: WorkflowHistory, activity_type: str = "ping_host") -> int:
+    """The most activities of this type scheduled and not yet closed at any point of the
+    history."""
     scheduled: set[int] = set()
     most = 0
     for event in history.events:
-        if _is_ping(event):
+        if _is_ping(event, activity_type):
             scheduled.add(event.event_id)
             most = max(most, len(scheduled))
         for closed in _closed(event):
@@ -104,21 +130,7 @@ async def test_a_big_fleet_is_pinged_in_batches_and_its_runs_stay_short(
 ) -> None:
     fleet = BigFleet(f"{task_queue}-hosts")
     client = time_env.client
-    async with (
-        Worker(
-            client,
-            task_queue=task_queue,
-            workflows=[FleetWorkflow],
-            workflow_runner=checked_workflow_runner(),
-            activities=fleet.control(),
-        ),
-        Worker(
-            client,
-            task_queue=f"{task_queue}-hosts",
-            activities=[ping_host],
-            max_concurrent_activities=1000,
-        ),
-    ):
+    async with fleet_workers(client, task_queue, fleet.control(), [ping_host]):
         handle = await client.start_workflow(
             FleetWorkflow.run,
             FleetInput(fleet="big", health_interval_s=1),
@@ -159,10 +171,10 @@ async def test_a_run_recorded_before_batches_replays() -> None:
     await replayer.replay_workflow(history)
 
 
-def _is_ping(event: Any) -> bool:
+def _is_ping(event: Any, activity_type: str = "ping_host") -> bool:
     return (
         event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        and event.activity_task_scheduled_event_attributes.activity_type.name == "ping_host"
+        and event.activity_task_scheduled_event_attributes.activity_type.name == activity_type
     )
 
 

@@ -13,11 +13,8 @@ from typing import Any
 
 import pytest
 from temporalio import activity
-from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
-from gpuflow.workflows import checked_workflow_runner
 from gpuflow.workflows.fleet import FleetWorkflow
 from gpuflow.workflows.models import (
     FleetHost,
@@ -33,7 +30,7 @@ from gpuflow.workflows.models import (
     StopProcessInput,
     StopProcessResult,
 )
-from tests.workflow.test_fleet_health import _closed
+from tests.workflow.test_fleet_health import fleet_workers, most_pings_pending
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -110,21 +107,7 @@ async def test_many_orphans_are_stopped_a_step_at_a_time_in_one_round(
 ) -> None:
     fleet = ManyOrphans(f"{task_queue}-hosts")
     client = time_env.client
-    async with (
-        Worker(
-            client,
-            task_queue=task_queue,
-            workflows=[FleetWorkflow],
-            workflow_runner=checked_workflow_runner(),
-            activities=fleet.control(),
-        ),
-        Worker(
-            client,
-            task_queue=fleet.hosts_queue,
-            activities=fleet.hosts(),
-            max_concurrent_activities=1000,
-        ),
-    ):
+    async with fleet_workers(client, task_queue, fleet.control(), fleet.hosts()):
         handle = await client.start_workflow(
             FleetWorkflow.run,
             FleetInput(fleet="f", health_interval_s=3600),  # one round in this test
@@ -142,15 +125,4 @@ async def test_many_orphans_are_stopped_a_step_at_a_time_in_one_round(
     assert fleet.steps == [STEP // 2, STEP // 2, ORPHANS - STEP]  # in one round
     assert fleet.finds == 3
     assert len(fleet.stopped) == 2 * ORPHANS
-    pending: set[int] = set()
-    most = 0
-    for event in history.events:
-        if (
-            event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-            and event.activity_task_scheduled_event_attributes.activity_type.name == "stop_process"
-        ):
-            pending.add(event.event_id)
-            most = max(most, len(pending))
-        for closed in _closed(event):
-            pending.discard(closed)
-    assert most == STEP
+    assert most_pings_pending(history, "stop_process") == STEP
