@@ -77,8 +77,9 @@ TOLD_PER_PASS the jobs it words a refusal or a wait for, each in at most TOLD_LI
 pass's result is one Temporal payload (2 MiB at most; some 350 bytes a node, 80 a line). A
 pass that leaves some for the next says so (`more`), and the loop passes again at once. Before,
 a burst of 884 jobs newly waiting on openb's 1,213 hosts made a result of 1.27 MB (14,007
-lines), and on a fleet of some hundreds of hosts (a line per host) 45 such jobs passed 2 MiB:
-the loop's workflow task then failed on every retry and nothing was admitted any more."""
+lines), and 88 on 800 of its hosts (a line per host) 3.69 MB, past 2 MiB, where the loop's
+workflow task cannot complete and nothing is admitted any more (benchmarks/admission_scale.py
+reports the largest result)."""
 TOLD_PER_PASS = 500
 TOLD_LINES = 10
 
