@@ -81,9 +81,9 @@ class ControlActivities:
         )
         self.tell = AdmissionTell(temporal)
         self.releases = ReleaseGroups(store)
+        """Releases that arrive together share a placement transaction (releases.py)."""
         self._orphans_after: dict[str, HeldKey | None] = {}
         """Per fleet, where reconciliation's next look at its allocations starts."""
-        """Releases that arrive together share a placement transaction (releases.py)."""
 
     @activity.defn(name="place_job")
     async def place_job(self, inp: PlaceInput) -> PlaceResult:
