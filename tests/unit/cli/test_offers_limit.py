@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from gpuflow.workflows import api_dry_runs
 from gpuflow.workflows.api_dry_runs import (
     answer_lines,
 )
@@ -45,7 +48,10 @@ def test_offers_show_the_best_hosts_and_how_many_fit(cli: Cli) -> None:
     assert "--limit" in cli("offers", "-f", job, "--limit", "0", code=2)
 
 
-def test_offers_group_rejections_past_the_answer_s_lines(cli: Cli) -> None:
+def test_offers_group_rejections_past_the_answer_s_lines(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(api_dry_runs, "ANSWER_LINES", 40)  # 1,000 in the product
     hosts = answer_lines(1) + 2  # more refused hosts than one option's answer names
     cli.fleet(_fleet(2 * hosts))
     job = cli.write("j.yaml", "name: j\ncommands: [x]\nresources: {gpu: A100:4}\n")
