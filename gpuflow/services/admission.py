@@ -85,8 +85,9 @@ TOLD_LINES = 10
 
 
 def told(reasons: list[str]) -> list[str]:
-    """A job's reasons as a pass tells them: the first TOLD_LINES, the last counting the rest
-    (the job's queue entry and its row keep them all)."""
+    """A job's reasons as a pass tells them: the first TOLD_LINES, the last counting the rest.
+    The job's queue entry keeps them all, and so does a waiting job's row; a refused job ends
+    with the message it was told (`gpuflow offers` says why for every option, by reason)."""
     if len(reasons) <= TOLD_LINES:
         return reasons
     rest = len(reasons) - TOLD_LINES + 1
