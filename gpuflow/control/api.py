@@ -165,19 +165,27 @@ class ApiActivities(QueueActivities, DryRunActivities):
     @activity.defn(name="api_jobs")
     @one_line
     async def jobs(self, req: JobsRequest) -> list[JobRecord]:
+        most = min(req.most, JOBS_PER_PAGE)
         rows = await asyncio.to_thread(
             list_jobs,
             self.store,
             include_finished=req.include_finished,
-            limit=min(req.most, JOBS_PER_PAGE),
+            limit=most,
             before=req.before,
         )
         pending = [row.id for row in rows if row.status == JobStatus.PENDING]
         places = await asyncio.to_thread(self._places, pending)
         chars = LISTED_MESSAGE_CHARS
         records = [job_record(row, places.get(row.id), message_chars=chars) for row in rows]
-        if req.before is None:
-            records += await self._open_unrecorded({r.id for r in records})
+        # An open workflow without a row goes on the page whose span holds its start: the
+        # client's next page starts below this page's oldest job, so one older than a full
+        # page's oldest row waits for the page that reaches it (else the rows between would be
+        # skipped), and the last page (not full) takes every older one.
+        oldest = (records[-1].submitted_at, records[-1].id) if len(rows) >= most else None
+        for record in await self._open_unrecorded({r.id for r in records}):
+            key = (record.submitted_at, record.id)
+            if (req.before is None or key < req.before) and (oldest is None or key > oldest):
+                records.append(record)
         return sorted(records, key=lambda r: (r.submitted_at, r.id), reverse=True)
 
     def _places(self, job_ids: list[str]) -> dict[str, WaitingPlace]:

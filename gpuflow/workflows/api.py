@@ -143,7 +143,7 @@ class JobsRequest(BaseModel):
     get the newest 200, as before pages)."""
     before: tuple[datetime, str] | None = None
     """The submission time and id of the last job of the page before: this page's are older.
-    Open workflows not recorded yet are on the first page only."""
+    An open workflow not recorded yet is on the page whose span holds its start."""
 
 
 class HostQueueRequest(BaseModel):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.client import WorkflowExecutionStatus
 
 from gpuflow.client import Client
 from gpuflow.control.api import ApiActivities
@@ -40,6 +41,29 @@ class NoOpenWorkflows:
         return none()
 
 
+class OpenWorkflows:
+    """A Temporal client whose visibility lists these open JobWorkflows (id, start)."""
+
+    def __init__(self, started: dict[str, datetime]) -> None:
+        self.started = started
+
+    def list_workflows(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        async def listed() -> AsyncIterator[Any]:
+            for job_id, at in self.started.items():
+                yield _Open(job_id, at)
+
+        return listed()
+
+
+class _Open:
+    def __init__(self, job_id: str, start_time: datetime) -> None:
+        self.id, self.start_time = job_id, start_time
+        self.status = WorkflowExecutionStatus.RUNNING
+
+    async def memo_value(self, key: str, default: Any) -> Any:
+        return {"name": self.id.split("-")[1]}
+
+
 def _jobs(store: Store) -> None:
     """JOBS jobs, ten submitted in each instant, a third of them ended."""
     start = datetime(2026, 11, 1, tzinfo=UTC)
@@ -60,8 +84,9 @@ def _jobs(store: Store) -> None:
         session.commit()
 
 
-def _client(store: Store, tmp_path: Path) -> tuple[Client, CountingApi]:
-    activities = ApiActivities(store, NoOpenWorkflows(), home=tmp_path)  # type: ignore[arg-type]
+def _client(store: Store, tmp_path: Path, temporal: Any = None) -> tuple[Client, CountingApi]:
+    temporal = temporal or NoOpenWorkflows()
+    activities = ApiActivities(store, temporal, home=tmp_path)
     api = CountingApi(activities, "jobs")
     return Client(temporal=None, api=api), api  # type: ignore[arg-type]
 
@@ -135,3 +160,37 @@ async def test_a_listing_cuts_long_messages_and_get_has_them_whole(
     assert whole == "waiting: " + reasons
     more = len(whole) - LISTED_MESSAGE_CHARS
     assert cut == whole[:LISTED_MESSAGE_CHARS] + f"… ({more:,} more characters)"
+
+
+async def test_open_workflows_without_rows_are_listed_once_where_they_belong(
+    store: Store, tmp_path: Path
+) -> None:
+    """A job whose workflow is open and has no row yet is listed by its start, on the page whose
+    span holds it: one older than the first page's oldest row used to be put on the first page,
+    and the next page started below it, skipping the rows between."""
+    _jobs(store)
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    at = {  # seconds after the first row's instant (rows: ten per second, 0..120)
+        "job-newest-000001": 500.0,  # newer than every row: the first page
+        "job-pageone-000002": 100.5,  # within the first page (rows 1203..704)
+        "job-pagetwo-000003": 60.5,  # older than the first page's oldest row
+        "job-oldest-000004": -5.0,  # older than every row: the last page
+    }
+    started = {job_id: start + timedelta(seconds=s) for job_id, s in at.items()}
+    client, api = _client(store, tmp_path, OpenWorkflows(started))
+
+    listed = await client.jobs(include_finished=True)
+    rows = list_jobs(store, include_finished=True, limit=10 * JOBS)
+    assert len(listed) == JOBS + len(started)
+    assert len({j.id for j in listed}) == len(listed)
+    assert {j.id for j in listed} == {row.id for row in rows} | set(started)
+    keys = [(j.submitted_at, j.id) for j in listed]
+    assert keys == sorted(keys, reverse=True)
+    assert listed[0].id == "job-newest-000001"
+    assert listed[-1].id == "job-oldest-000004"
+    # each page holds the open workflows of its span beside its rows
+    assert api.pages == [JOBS_PER_PAGE + 2, JOBS_PER_PAGE + 1, JOBS - 2 * JOBS_PER_PAGE + 1]
+
+    newest = await client.jobs(include_finished=True, limit=JOBS_PER_PAGE)
+    assert {"job-newest-000001", "job-pageone-000002"} <= {j.id for j in newest}
+    assert "job-pagetwo-000003" not in {j.id for j in newest}
