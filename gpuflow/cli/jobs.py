@@ -97,7 +97,7 @@ async def ps(
         common.console.print("no jobs" + ("" if all_jobs else " running (gpuflow ps -a shows all)"))
     else:
         common.console.print(jobs_table(jobs, width=common.console.width))
-    if more and not as_json:
+    if more:  # on stderr, so that --json stays one document
         common.err.print(f"the newest {limit:,} jobs; more exist (--limit N, or 0 for all)")
 
 

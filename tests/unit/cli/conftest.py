@@ -110,6 +110,12 @@ class Cli:
         assert "Traceback" not in result.output
         return result.output
 
+    def streams(self, *args: str) -> tuple[str, str]:
+        """What the command wrote to stdout and to stderr, apart."""
+        result = self.runner.invoke(main.app, list(args), env={"COLUMNS": str(WIDTH)})
+        assert result.exit_code == 0, result.output
+        return result.stdout, result.stderr
+
     def fleet(self, yaml_text: str) -> None:
         import yaml
 

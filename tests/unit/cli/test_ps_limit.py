@@ -22,8 +22,11 @@ def test_ps_shows_the_newest_jobs_and_says_when_there_are_more(cli: Cli) -> None
         "j11",
     ]
     assert "the newest 5 jobs; more exist (--limit N, or 0 for all)" in out
-    listed = json.loads(cli("ps", "--limit", "5", "--json"))
-    assert [job["name"] for job in listed] == ["j11", "j10", "j09", "j08", "j07"]
+    out, notice = cli.streams("ps", "--limit", "5", "--json")
+    assert [job["name"] for job in json.loads(out)] == ["j11", "j10", "j09", "j08", "j07"]
+    assert "the newest 5 jobs; more exist" in notice  # a script reading stdout is told too
+    out, notice = cli.streams("ps", "--limit", "12", "--json")
+    assert len(json.loads(out)) == 12 and "more exist" not in notice
 
     for limit in ("0", "12", "200"):
         out = cli("ps", "--limit", limit)
