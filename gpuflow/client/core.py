@@ -11,27 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import secrets
 from collections.abc import AsyncIterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from temporalio.client import Client as TemporalClient
 from temporalio.client import (
-    Schedule,
-    ScheduleActionStartWorkflow,
-    ScheduleAlreadyRunningError,
-    ScheduleIntervalSpec,
-    ScheduleOverlapPolicy,
-    SchedulePolicy,
-    ScheduleSpec,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import TypedSearchAttributes
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -45,10 +36,11 @@ from gpuflow.client.models import (
     StopStep,
 )
 from gpuflow.client.queues import QueueCalls
+from gpuflow.client.schedules import ScheduleCalls, search_attributes_enabled
 from gpuflow.config import TemporalConfig, connect_temporal
 from gpuflow.errors import GpuflowError, NotFoundError, SpecError, UnschedulableError
 from gpuflow.log_reader import LogReader
-from gpuflow.naming import CONTROL_TASK_QUEUE, fleet_workflow_id, job_workflow_id
+from gpuflow.naming import fleet_workflow_id, job_workflow_id
 from gpuflow.specs.job import JobSpec
 from gpuflow.status import TerminationReason, capacity_reasons
 from gpuflow.utilization import UtilizationState
@@ -63,9 +55,8 @@ from gpuflow.workflows.api import (
     SubmitRequest,
 )
 from gpuflow.workflows.fleet import FleetWorkflow
-from gpuflow.workflows.models import JobInput, JobProgress, JobResult, LogsInput
+from gpuflow.workflows.models import JobProgress, JobResult, LogsInput
 from gpuflow.workflows.outcome import job_result
-from gpuflow.workflows.ui import initial_search_attributes
 
 LOG_WAIT_S = 5.0
 """How long a followed log read waits on the host for new output before answering empty."""
@@ -97,14 +88,7 @@ async def _closes(handle: Any, within_s: float) -> bool:
     return True
 
 
-def _search_attributes_enabled() -> bool:
-    return os.environ.get("GPUFLOW_SEARCH_ATTRIBUTES", "1") not in ("0", "false", "no")
-
-
-ScheduleList = list[dict[str, Any]]
-
-
-class Client(ControlPlaneCalls, QueueCalls):
+class Client(ControlPlaneCalls, QueueCalls, ScheduleCalls):
     """Async, typed access to gpuflow. Keyword-only arguments throughout. It holds a Temporal
     connection and nothing else: no database, no SSH key (see gpuflow/workflows/api.py)."""
 
@@ -124,7 +108,7 @@ class Client(ControlPlaneCalls, QueueCalls):
         request = SubmitRequest(
             job_id=job_workflow_id(spec.name, secrets.token_hex(3)),
             spec=spec,
-            search_attributes=_search_attributes_enabled(),
+            search_attributes=search_attributes_enabled(),
         )
         return JobInfo.from_record(await self._api.call("submit", request, JobRecord))
 
@@ -332,81 +316,6 @@ class Client(ControlPlaneCalls, QueueCalls):
             "host_queue", HostQueueRequest(job_id=info.id, rank=rank), HostQueueResult
         )
         return found.task_queue
-
-    # ---- schedules ----------------------------------------------------------------------------
-
-    async def schedule(
-        self,
-        spec: JobSpec,
-        *,
-        cron: str | None = None,
-        every_s: int | None = None,
-        schedule_id: str | None = None,
-    ) -> str:
-        """A Temporal Schedule that submits the job on a cron or every `every_s` seconds.
-        Each run is a job of its own, `job-<name>-<time>`."""
-        if (cron is None) == (every_s is None):
-            raise SpecError("give exactly one of cron or every")
-        if every_s is not None and every_s < 60:
-            raise SpecError(f"every is {every_s}s; a schedule runs at most once a minute")
-        schedule_id = schedule_id or f"schedule-{spec.name}"
-        action = ScheduleActionStartWorkflow(
-            "JobWorkflow",
-            JobInput(spec=spec, search_attributes=_search_attributes_enabled()),
-            id=f"job-{spec.name}",
-            typed_search_attributes=(
-                initial_search_attributes(spec)
-                if _search_attributes_enabled()
-                else TypedSearchAttributes.empty
-            ),
-            task_queue=CONTROL_TASK_QUEUE,
-            memo={JOB_MEMO: {"name": spec.name, "priority": spec.priority, "queue": spec.queue}},
-            static_summary=f"job {spec.name} (from {schedule_id})",
-        )
-        calendar = (
-            ScheduleSpec(cron_expressions=[cron])
-            if cron
-            else ScheduleSpec(
-                intervals=[ScheduleIntervalSpec(every=timedelta(seconds=every_s or 0))]
-            )
-        )
-        try:
-            await self.temporal.create_schedule(
-                schedule_id,
-                Schedule(
-                    action=action,
-                    spec=calendar,
-                    policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-                ),
-            )
-        except ScheduleAlreadyRunningError:
-            raise SpecError(f"schedule {schedule_id} exists; delete it first") from None
-        except RPCError as exc:
-            raise SpecError(f"schedule {schedule_id}: {exc.message}") from None
-        return schedule_id
-
-    async def schedules(self) -> ScheduleList:
-        out = []
-        async for item in await self.temporal.list_schedules():
-            info = item.info
-            out.append(
-                {
-                    "id": item.id,
-                    "next": [t.isoformat() for t in (info.next_action_times if info else [])][:3],
-                    "recent": [
-                        a.action.workflow_id
-                        for a in (info.recent_actions if info else [])
-                        if hasattr(a.action, "workflow_id")
-                    ][-3:],
-                }
-            )
-        return out
-
-    async def delete_schedule(self, schedule_id: str) -> None:
-        try:
-            await self.temporal.get_schedule_handle(schedule_id).delete()
-        except RPCError as exc:
-            raise NotFoundError(f"schedule {schedule_id}: {exc.message}") from None
 
     async def close(self) -> None:
         """Nothing to release: the Temporal connection closes with its last reference."""

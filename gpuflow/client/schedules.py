@@ -1,0 +1,113 @@
+"""The client's schedule calls: a Temporal Schedule that submits a job on a cron or an interval,
+the schedules there are, and deleting one. They talk to Temporal alone (a scheduled run starts a
+JobWorkflow as a submit does); `Client` has them all."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client as TemporalClient
+from temporalio.client import (
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+)
+from temporalio.common import TypedSearchAttributes
+from temporalio.service import RPCError
+
+from gpuflow.errors import NotFoundError, SpecError
+from gpuflow.naming import CONTROL_TASK_QUEUE
+from gpuflow.specs.job import JobSpec
+from gpuflow.workflows.api import JOB_MEMO
+from gpuflow.workflows.models import JobInput
+from gpuflow.workflows.ui import initial_search_attributes
+
+ScheduleList = list[dict[str, Any]]
+
+
+def search_attributes_enabled() -> bool:
+    """Whether jobs are started with gpuflow's search attributes (GPUFLOW_SEARCH_ATTRIBUTES)."""
+    return os.environ.get("GPUFLOW_SEARCH_ATTRIBUTES", "1") not in ("0", "false", "no")
+
+
+class ScheduleCalls:
+    temporal: TemporalClient
+
+    async def schedule(
+        self,
+        spec: JobSpec,
+        *,
+        cron: str | None = None,
+        every_s: int | None = None,
+        schedule_id: str | None = None,
+    ) -> str:
+        """A Temporal Schedule that submits the job on a cron or every `every_s` seconds.
+        Each run is a job of its own, `job-<name>-<time>`."""
+        if (cron is None) == (every_s is None):
+            raise SpecError("give exactly one of cron or every")
+        if every_s is not None and every_s < 60:
+            raise SpecError(f"every is {every_s}s; a schedule runs at most once a minute")
+        schedule_id = schedule_id or f"schedule-{spec.name}"
+        action = ScheduleActionStartWorkflow(
+            "JobWorkflow",
+            JobInput(spec=spec, search_attributes=search_attributes_enabled()),
+            id=f"job-{spec.name}",
+            typed_search_attributes=(
+                initial_search_attributes(spec)
+                if search_attributes_enabled()
+                else TypedSearchAttributes.empty
+            ),
+            task_queue=CONTROL_TASK_QUEUE,
+            memo={JOB_MEMO: {"name": spec.name, "priority": spec.priority, "queue": spec.queue}},
+            static_summary=f"job {spec.name} (from {schedule_id})",
+        )
+        calendar = (
+            ScheduleSpec(cron_expressions=[cron])
+            if cron
+            else ScheduleSpec(
+                intervals=[ScheduleIntervalSpec(every=timedelta(seconds=every_s or 0))]
+            )
+        )
+        try:
+            await self.temporal.create_schedule(
+                schedule_id,
+                Schedule(
+                    action=action,
+                    spec=calendar,
+                    policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+                ),
+            )
+        except ScheduleAlreadyRunningError:
+            raise SpecError(f"schedule {schedule_id} exists; delete it first") from None
+        except RPCError as exc:
+            raise SpecError(f"schedule {schedule_id}: {exc.message}") from None
+        return schedule_id
+
+    async def schedules(self) -> ScheduleList:
+        out = []
+        async for item in await self.temporal.list_schedules():
+            info = item.info
+            out.append(
+                {
+                    "id": item.id,
+                    "next": [t.isoformat() for t in (info.next_action_times if info else [])][:3],
+                    "recent": [
+                        a.action.workflow_id
+                        for a in (info.recent_actions if info else [])
+                        if hasattr(a.action, "workflow_id")
+                    ][-3:],
+                }
+            )
+        return out
+
+    async def delete_schedule(self, schedule_id: str) -> None:
+        try:
+            await self.temporal.get_schedule_handle(schedule_id).delete()
+        except RPCError as exc:
+            raise NotFoundError(f"schedule {schedule_id}: {exc.message}") from None
