@@ -9,35 +9,49 @@ collection runs every few seconds, 100-250 ms each; a submit that meets one wait
 (benchmarks/README.md, "Fleet scale": the p99 of a submit under load was mostly these).
 
 So, once the process has imported what it runs, what is alive then (modules, classes,
-functions: about 100,000 objects) is frozen out of every later collection (`gc.freeze`), and a
-young collection runs every `YOUNG` new container objects: the long-lived ones are promoted, and
-so walked by full collections, 70 times less often. Memory freed by reference counting, nearly
-all of it, is freed as before; only garbage cycles wait longer.
+functions: about 100,000 objects) is frozen out of every later collection (`gc.freeze`), and
+collections are spaced by three thresholds, each for the pause it bounds:
 
-A middle collection walks what the young collections since the last one promoted: with
-CPython's default of one every 10 young collections, up to ten young collections' survivors at
-once (the memo tables a placement burst fills), 140-160 ms on openb's fleet. One every `MIDDLE`
-+ 1 young collections walks the same objects in all, in pieces of at most two young
-collections' survivors: 37-64 ms each. More survivors reach the old generation before they
-die, so full collections come a little more often and walk more (4 a run of up to 164 ms
-against 3 of up to 54), and the collector's time in all is about the same (1.1-1.3 s a run
-against 1.1); a submit's p99 under load (32 in flight, SQLite) is 89-122 ms instead of
-148-154 (benchmarks/README.md, "Fleet scale", eighth pass).
+- `YOUNG`: a young collection walks the new container objects still alive, at most this many.
+  At 15,000 the longest took 7-10 ms in a run here; at 50,000 (this module's value before),
+  21-25 ms.
+- `MIDDLE`: a middle collection runs after `MIDDLE` + 1 young ones, so it walks at most two
+  young collections' survivors (the longest 12-19 ms a run here; at 50,000 young, 43-70 ms).
+  CPython's default, one every 10, walked ten at once: 140-160 ms on openb's fleet.
+- `OLD`: a full collection walks every long-lived object, the warm state and the scheduler's
+  memo tables: about 450,000 on openb's 1,213 hosts, 150-230 ms. CPython runs one after 10
+  middle collections once the survivors since the last are a quarter of the long-lived; the
+  memo tables are rebuilt whenever a fleet's mix in use changes, so that quarter came every few
+  seconds under load, and each full collection found almost nothing to free (475 objects in
+  the 4 of a `fleet_scale.py` run, against 15,000 freed by the young and middle ones). Now at
+  least `OLD` middle collections come between two full ones (the quarter rule still applies):
+  3 million new containers (a `fleet_scale.py` run, 8,552 placements and the pure function's
+  beside them, makes about 87 middle collections). Garbage cycles that outlive two collections
+  wait that long; the process's peak memory in that run did not move (212-224 MB either way).
+
+`python benchmarks/fleet_scale.py --no-two-workers --cold 0` (SQLite, one run each, the same
+hour; benchmarks/README.md, "Fleet scale", fifteenth pass): with 32 submits in flight, p99
+81.4 ms at (50,000, 1, 10) against 59.9 at (15,000, 1, 100); with 8 in flight, 35.3 against
+20.8 ms; PostgreSQL with 32 in flight 93.5 against 57.8 ms. Placements a second did not drop
+(1,515 against 1,598; 1,280 against 1,307 on PostgreSQL), and the collector's time in all fell
+from 1.1 s a run to 0.7-0.9 s. Memory freed by reference counting, nearly all of it, is
+freed as before; only garbage cycles wait longer.
 """
 
 from __future__ import annotations
 
 import gc
 
-YOUNG = 50_000
+YOUNG = 15_000
 """New container objects between young collections (CPython's default: 700)."""
 MIDDLE = 1
 """Young collections between middle collections, past which one runs (CPython's default: 10)."""
+OLD = 100
+"""Middle collections between full collections, past which one may run (CPython's default: 10)."""
 
 
 def settle() -> None:
     """Apply the settings above to this process (idempotent)."""
     gc.collect()
     gc.freeze()
-    old = gc.get_threshold()[2]
-    gc.set_threshold(YOUNG, MIDDLE, old)
+    gc.set_threshold(YOUNG, MIDDLE, OLD)

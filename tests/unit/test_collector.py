@@ -1,6 +1,7 @@
 """A control worker's process takes the collector settings of gpuflow/control/collector.py:
-what is alive at start is frozen, young collections are far apart and middle ones come every
-`MIDDLE` + 1 young ones; both entry points apply them first."""
+what is alive at start is frozen, young collections are far apart, middle ones come every
+`MIDDLE` + 1 young ones and full ones only after `OLD` middle ones; both entry points apply
+them first."""
 
 from __future__ import annotations
 
@@ -24,14 +25,46 @@ def restored() -> Iterator[None]:
 def test_settle_freezes_what_is_alive_and_spaces_the_collections(restored: None) -> None:
     gc.unfreeze()
     kept = [[n] for n in range(1000)]  # alive when the process settles
-    old = gc.get_threshold()[2]
     collector.settle()
     assert gc.get_freeze_count() >= len(kept)
-    assert gc.get_threshold() == (collector.YOUNG, collector.MIDDLE, old)
+    assert gc.get_threshold() == (collector.YOUNG, collector.MIDDLE, collector.OLD)
     collected = {id(o) for o in gc.get_objects()}  # the permanent generation is not listed
     assert all(gc.is_tracked(x) for x in kept) and not any(id(x) in collected for x in kept)
     collector.settle()  # again: the same settings
-    assert gc.get_threshold() == (collector.YOUNG, collector.MIDDLE, old)
+    assert gc.get_threshold() == (collector.YOUNG, collector.MIDDLE, collector.OLD)
+
+
+def _growing_table(middles: int) -> list[int]:
+    """The generations collected while a long-lived table grows through `middles` middle
+    collections."""
+    runs: list[int] = []
+
+    def counted(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            runs.append(info["generation"])
+
+    gc.callbacks.append(counted)
+    table: list[list[int]] = []
+    try:
+        while runs.count(1) < middles and len(table) < 10_000_000:
+            table.extend([n] for n in range(collector.YOUNG))
+    finally:
+        gc.callbacks.remove(counted)
+    return runs
+
+
+def test_memo_tables_growing_run_middle_collections_but_no_full_one(restored: None) -> None:
+    """A long-lived table that keeps growing (the scheduler's memo tables) is walked by young
+    and middle collections as it grows; a full collection, which would walk all of it, waits
+    for `OLD` middle ones. With CPython's 10 one runs in the same growth."""
+    middles = 20
+    assert 10 < middles < collector.OLD
+    collector.settle()
+    runs = _growing_table(middles)
+    assert runs.count(1) >= middles and runs.count(2) == 0
+    gc.set_threshold(collector.YOUNG, collector.MIDDLE, 10)
+    runs = _growing_table(middles)
+    assert runs.count(1) >= middles and runs.count(2) >= 1
 
 
 class _Stop(Exception):
