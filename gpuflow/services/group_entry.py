@@ -21,8 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import bindparam
-from sqlalchemy import select as sa_select
-from sqlmodel import Session, col
+from sqlmodel import Session
 
 from gpuflow.scheduler import apply_placement, place
 from gpuflow.scheduler.admission import NO_CAPACITY
@@ -52,7 +51,7 @@ from gpuflow.services.verdicts import (
 from gpuflow.services.warm import warm_capacity
 from gpuflow.specs.job import JobSpec
 from gpuflow.status import JobStatus
-from gpuflow.store.bulk import insert_rows
+from gpuflow.store.bulk import insert_new_rows, insert_rows
 from gpuflow.store.db import SUBMITTED
 from gpuflow.store.tables import AllocationRow, JobEventRow, JobRow, QueueEntryRow
 from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
@@ -93,13 +92,11 @@ def enter_group_in(
 def _new_rows(session: Session, jobs: Sequence[Submitted]) -> dict[str, dict[str, Any]]:
     """The rows of the group's jobs not entered before, written (pending, `submitted`) before
     anything is placed, so the fleets' mix counts them as a submit alone counts its own job: one
-    INSERT (store/bulk.py). Returns their values by job id."""
-    ids = [job.job_id for job in jobs]
-    known = sa_select(JobRow.id).where(col(JobRow.id).in_(ids))  # type: ignore[call-overload]
-    entered = {row[0] for row in session.connection().execute(known)}
+    INSERT that leaves a job entered before as it is (store/bulk.py `insert_new_rows`). Returns
+    the values of the rows written, by job id."""
     rows: dict[str, dict[str, Any]] = {}
     for job in jobs:
-        if job.job_id not in entered and job.job_id not in rows:
+        if job.job_id not in rows:
             spec = job.spec
             rows[job.job_id] = {
                 "id": job.job_id,
@@ -110,7 +107,8 @@ def _new_rows(session: Session, jobs: Sequence[Submitted]) -> dict[str, dict[str
                 "message": "submitted",
                 "submitted_at": datetime.now(UTC),
             }
-    insert_rows(session, JobRow, list(rows.values()))
+    written = insert_new_rows(session, JobRow, list(rows.values()))
+    rows = {job_id: row for job_id, row in rows.items() if job_id in written}
     # The admission metric reads a placed job's submission time from here, not from its row.
     submitted = {job_id: row["submitted_at"] for job_id, row in rows.items()}
     session.info.setdefault(SUBMITTED, {}).update(submitted)

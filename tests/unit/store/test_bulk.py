@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import event
 from sqlmodel import select
 
-from gpuflow.store.bulk import ARRAYS_FROM, insert_rows
+from gpuflow.store.bulk import ARRAYS_FROM, insert_new_rows, insert_rows
 from gpuflow.store.db import Store
-from gpuflow.store.tables import AllocationRow, JobEventRow
+from gpuflow.store.tables import AllocationRow, JobEventRow, JobRow
 
 
 def test_rows_take_the_model_defaults(store: Store) -> None:
@@ -142,3 +142,47 @@ def test_a_value_not_of_its_column_s_type_is_written_as_the_driver_writes_it(
     with postgres_store.read() as session:
         found = session.exec(select(AllocationRow).order_by(AllocationRow.rank)).all()
     assert [a.memory_mib for a in found] == [1537, 2048, 512, 1024]
+
+
+@pytest.mark.parametrize("count", [2, ARRAYS_FROM + 3])
+def test_new_rows_leave_the_taken_keys_as_they_are(store: Store, count: int) -> None:
+    """`insert_new_rows` writes the rows whose key is free, in one statement (arrays on
+    PostgreSQL from ARRAYS_FROM rows), leaves a row whose key is taken as it was, and says
+    which it wrote."""
+
+    def job(n: int, message: str) -> dict[str, Any]:
+        return {
+            "id": f"job-n{n}-000000",
+            "name": f"n{n}",
+            "status": "pending",
+            "spec": {"name": f"n{n}", "commands": ["true"]},
+            "attempt": 1,
+            "message": message,
+        }
+
+    with store.session() as session:
+        insert_rows(session, JobRow, [job(0, "before"), job(2, "before")])
+        session.commit()
+    statements: list[str] = []
+
+    def seen(_c: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement.split()[0])
+
+    event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        with store.session() as session:
+            written = insert_new_rows(session, JobRow, [job(n, "new") for n in range(count)])
+            session.commit()
+    finally:
+        event.remove(store.engine, "before_cursor_execute", seen)
+    assert written == {f"job-n{n}-000000" for n in range(count) if n not in (0, 2)}
+    assert statements.count("INSERT") == 1 and "SELECT" not in statements
+    with store.read() as session:
+        messages = {row.id: row.message for row in session.exec(select(JobRow))}
+    assert messages == {
+        f"job-n{n}-000000": "before" if n in (0, 2) else "new" for n in range(max(count, 3))
+    }
+    with store.session() as session:
+        assert insert_new_rows(session, JobRow, []) == set()
+        assert insert_new_rows(session, JobRow, [job(1, "again")]) == set()
+        session.commit()
