@@ -24,7 +24,7 @@ from temporalio.service import RPCError
 from gpuflow.errors import NotFoundError, SpecError
 from gpuflow.naming import CONTROL_TASK_QUEUE
 from gpuflow.specs.job import JobSpec
-from gpuflow.workflows.api import JOB_MEMO
+from gpuflow.workflows.api import job_memo
 from gpuflow.workflows.models import JobInput
 from gpuflow.workflows.ui import initial_search_attributes
 
@@ -64,7 +64,7 @@ class ScheduleCalls:
                 else TypedSearchAttributes.empty
             ),
             task_queue=CONTROL_TASK_QUEUE,
-            memo={JOB_MEMO: {"name": spec.name, "priority": spec.priority, "queue": spec.queue}},
+            memo=job_memo(spec),
             static_summary=f"job {spec.name} (from {schedule_id})",
         )
         calendar = (

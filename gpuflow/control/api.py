@@ -62,6 +62,7 @@ from gpuflow.workflows.api import (
     SecretNames,
     SecretRef,
     SubmitRequest,
+    job_memo,
 )
 from gpuflow.workflows.api_fleets import HOSTS_PER_PAGE, FleetRecord, FleetRef, FleetsPage
 from gpuflow.workflows.fleet import FleetWorkflow
@@ -106,9 +107,7 @@ class ApiActivities(QueueActivities, DryRunActivities):
                 search_attributes=(
                     initial_search_attributes(spec) if req.search_attributes else None
                 ),
-                memo={
-                    JOB_MEMO: {"name": spec.name, "priority": spec.priority, "queue": spec.queue}
-                },
+                memo=job_memo(spec),
                 task_queue=CONTROL_TASK_QUEUE,
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
                 request_eager_start=self.eager_start,

@@ -43,7 +43,15 @@ with workflow.unsafe.imports_passed_through():
 
 API_WORKFLOW_ID = "gpuflow-api"
 JOB_MEMO = "gpuflow_job"
-"""Memo of a JobWorkflow: its name and priority, for listing the job before its row exists."""
+"""Memo of a JobWorkflow: its name, priority and queue, for listing the job before its row
+exists (`job_memo`)."""
+
+
+def job_memo(spec: JobSpec) -> dict[str, Any]:
+    """The memo a JobWorkflow is started with, by a submit or by a schedule."""
+    return {JOB_MEMO: {"name": spec.name, "priority": spec.priority, "queue": spec.queue}}
+
+
 API_ACTIVITY_TIMEOUT = timedelta(seconds=30)
 """How long one request's activity may run: each reads or writes a little of the database. A
 control worker killed in the middle of one costs the caller this much before the request is
