@@ -113,7 +113,9 @@ Stat = tuple[int, int, int, int, int]
 
 class _Scan:
     """Every process's stat as one scan of /proc read them, with who is whose child and who
-    is in which session, for each job's tree to be found without another pass."""
+    is in which session, for each job's tree to be found without another pass. `at` is by the
+    monotonic clock: a load is CPU seconds over the seconds between two scans, which a step of
+    the wall clock would stretch into a false idle reading (or shrink to nothing)."""
 
     def __init__(self, at: float, stats: dict[int, Stat]) -> None:
         self.at, self.stats = at, stats
@@ -134,7 +136,11 @@ def _scan(root_pid: int) -> _Scan:
     global _scanned
     with _scanning:
         last = _scanned
-        if last is not None and root_pid in last.stats and time.time() - last.at < SCAN_REUSE_S:
+        if (
+            last is not None
+            and root_pid in last.stats
+            and time.monotonic() - last.at < SCAN_REUSE_S
+        ):
             return last
         stats = {}
         for entry in os.listdir(_PROC):
@@ -142,7 +148,7 @@ def _scan(root_pid: int) -> _Scan:
                 stat = _read_stat(int(entry))
                 if stat is not None:
                     stats[int(entry)] = stat
-        _scanned = _Scan(time.time(), stats)
+        _scanned = _Scan(time.monotonic(), stats)
         return _scanned
 
 

@@ -428,3 +428,19 @@ def test_the_agent_sampler_names_the_job_process_group(
         (0, 45.0, 150),
         (1, 95.0, 0),
     ]
+
+
+def test_a_step_of_the_wall_clock_does_not_read_as_idle(
+    spawn: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The load is CPU seconds over the seconds between two scans of /proc, by the monotonic
+    clock: the wall clock set an hour forward between two samples (NTP, a suspended VM) would
+    have read a busy job as idle, which the utilization policy ends."""
+    busy = ProcessCpuSampler(_start(spawn, sys.executable, "-c", BUSY))
+    time.sleep(0.3)
+    assert busy.cpu_percent() is None
+    wall = time.time
+    monkeypatch.setattr(simulated.time, "time", lambda: wall() + 3600)
+    time.sleep(1.5)
+    load = busy.cpu_percent()
+    assert load is not None and load > 10
