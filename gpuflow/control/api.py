@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -181,7 +182,11 @@ class ApiActivities(QueueActivities, DryRunActivities):
         # page's oldest row waits for the page that reaches it (else the rows between would be
         # skipped), and the last page (not full) takes every older one.
         oldest = (records[-1].submitted_at, records[-1].id) if len(rows) >= most else None
-        for record in await self._open_unrecorded({r.id for r in records}):
+        span = (
+            oldest[0] if oldest is not None else None,
+            req.before[0] if req.before is not None else None,
+        )
+        for record in await self._open_unrecorded({r.id for r in records}, span):
             key = (record.submitted_at, record.id)
             if (req.before is None or key < req.before) and (oldest is None or key > oldest):
                 records.append(record)
@@ -191,10 +196,21 @@ class ApiActivities(QueueActivities, DryRunActivities):
         with self.store.read() as session:
             return waiting_places(session, job_ids)
 
-    async def _open_unrecorded(self, recorded: set[str]) -> list[JobRecord]:
-        """Open JobWorkflows without a row (submitted, not yet through their first place step)."""
+    async def _open_unrecorded(
+        self,
+        recorded: set[str],
+        span: tuple[datetime | None, datetime | None] = (None, None),
+    ) -> list[JobRecord]:
+        """Open JobWorkflows without a row (submitted, not yet through their first place step);
+        `span`: those started from, and up to, these times only (a page's, so that each page
+        asks visibility for its own few, not for every open job)."""
         out: list[JobRecord] = []
         query = "WorkflowType = 'JobWorkflow' AND ExecutionStatus = 'Running'"
+        # A millisecond wider than asked: visibility may keep finer times than a row's.
+        if span[0] is not None:
+            query += f" AND StartTime >= '{_rfc3339(span[0] - _MARGIN)}'"
+        if span[1] is not None:
+            query += f" AND StartTime <= '{_rfc3339(span[1] + _MARGIN)}'"
         try:
             async for wf in self.temporal.list_workflows(query, limit=500):
                 if wf.id in recorded or wf.status != WorkflowExecutionStatus.RUNNING:
@@ -298,6 +314,14 @@ class ApiActivities(QueueActivities, DryRunActivities):
             self.secret_names,
             self.delete_secret,
         ]
+
+
+_MARGIN = timedelta(milliseconds=1)
+
+
+def _rfc3339(at: datetime) -> str:
+    """A time as a visibility query takes it (UTC)."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _has_row(store: Store, job_id: str) -> bool:

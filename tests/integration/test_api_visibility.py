@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,20 @@ async def test_an_unrecorded_job_is_listed_from_visibility(
             assert listed is not None
             assert (listed.name, listed.status, listed.priority) == ("early", "pending", 3)
             assert (await client.get("early")).id == job.id
+            # A page asks visibility for the workflows started within its span (the query's
+            # StartTime bounds, on the real server)
+            started = (await job.describe()).start_time
+            second = timedelta(seconds=1)
+            spans = {
+                (started - second, started + second): True,
+                (None, started + second): True,
+                (started - second, None): True,
+                (started + second, None): False,
+                (None, started - second): False,
+            }
+            for span, found in spans.items():
+                ids = {r.id for r in await activities._open_unrecorded(set(), span)}
+                assert (job.id in ids) is found, span
         finally:
             await dev_env.client.get_workflow_handle(job.id).terminate("test over")
             await dev_env.client.get_workflow_handle(f"fleet-{fleet}").terminate("test over")

@@ -6,6 +6,7 @@ newest 200 jobs whatever there were: `gpuflow ps` left the rest out without a wo
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -42,14 +43,24 @@ class NoOpenWorkflows:
 
 
 class OpenWorkflows:
-    """A Temporal client whose visibility lists these open JobWorkflows (id, start)."""
+    """A Temporal client whose visibility lists these open JobWorkflows (id, start), within
+    the StartTime bounds a query gives, as the server does; it keeps the queries."""
 
     def __init__(self, started: dict[str, datetime]) -> None:
         self.started = started
+        self.queries: list[str] = []
 
-    def list_workflows(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+    def list_workflows(self, query: str, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        self.queries.append(query)
+        bounds = {
+            op: datetime.fromisoformat(at.replace("Z", "+00:00"))
+            for op, at in re.findall(r"StartTime (>=|<=) '([^']+)'", query)
+        }
+
         async def listed() -> AsyncIterator[Any]:
             for job_id, at in self.started.items():
+                if (">=" in bounds and at < bounds[">="]) or ("<=" in bounds and at > bounds["<="]):
+                    continue
                 yield _Open(job_id, at)
 
         return listed()
@@ -177,7 +188,8 @@ async def test_open_workflows_without_rows_are_listed_once_where_they_belong(
         "job-oldest-000004": -5.0,  # older than every row: the last page
     }
     started = {job_id: start + timedelta(seconds=s) for job_id, s in at.items()}
-    client, api = _client(store, tmp_path, OpenWorkflows(started))
+    temporal = OpenWorkflows(started)
+    client, api = _client(store, tmp_path, temporal)
 
     listed = await client.jobs(include_finished=True)
     rows = list_jobs(store, include_finished=True, limit=10 * JOBS)
@@ -190,6 +202,12 @@ async def test_open_workflows_without_rows_are_listed_once_where_they_belong(
     assert listed[-1].id == "job-oldest-000004"
     # each page holds the open workflows of its span beside its rows
     assert api.pages == [JOBS_PER_PAGE + 2, JOBS_PER_PAGE + 1, JOBS - 2 * JOBS_PER_PAGE + 1]
+
+    # each page asked visibility for the workflows started within its own span only
+    first, middle, last = temporal.queries
+    assert "StartTime >=" in first and "StartTime <=" not in first
+    assert "StartTime >=" in middle and "StartTime <=" in middle
+    assert "StartTime >=" not in last and "StartTime <=" in last
 
     newest = await client.jobs(include_finished=True, limit=JOBS_PER_PAGE)
     assert {"job-newest-000001", "job-pageone-000002"} <= {j.id for j in newest}
