@@ -116,9 +116,8 @@ def insert_new_rows(
     if _arrays_fit(connection, values):
         arrays = _arrays(connection, table, list(values[0]), values)
         if arrays is not None:
-            statement = _arrays_statement(table, arrays)
+            statement, parameters = _arrays_statement(table, arrays)
             statement += f' ON CONFLICT ("{key}") DO NOTHING RETURNING "{key}"'
-            parameters = tuple(values for values, _ in arrays.values())
             return {row[0] for row in connection.exec_driver_sql(statement, parameters)}
     if connection.dialect.name == "postgresql":
         dialect_insert: Any = postgresql_insert
@@ -215,8 +214,7 @@ def _insert_arrays(
     """`insert_rows` on PostgreSQL: one `INSERT ... SELECT * FROM unnest(...)` of the columns'
     arrays. The rows the database numbered are matched back to the caller's by a unique key
     they carry (as sent), since the order of RETURNING is not promised."""
-    statement = _arrays_statement(table, arrays)
-    parameters = tuple(values for values, _ in arrays.values())
+    statement, parameters = _arrays_statement(table, arrays)
     if returning is None:
         connection.exec_driver_sql(statement, parameters)
         return []
@@ -226,11 +224,15 @@ def _insert_arrays(
     return [given[row_key] for row_key in zip(*(arrays[name][0] for name in key), strict=True)]
 
 
-def _arrays_statement(table: Table, arrays: dict[str, tuple[list[Any], str]]) -> str:
-    """`INSERT ... SELECT * FROM unnest(...)` of the columns' arrays, one parameter each."""
+def _arrays_statement(
+    table: Table, arrays: dict[str, tuple[list[Any], str]]
+) -> tuple[str, tuple[list[Any], ...]]:
+    """`INSERT ... SELECT * FROM unnest(...)` of the columns' arrays, and its parameters: one
+    array a column."""
     source = ", ".join(f"%b::{kind}[]" for _, kind in arrays.values())
     columns = ", ".join(f'"{name}"' for name in arrays)
-    return f'INSERT INTO "{table.name}" ({columns}) SELECT * FROM unnest({source})'
+    statement = f'INSERT INTO "{table.name}" ({columns}) SELECT * FROM unnest({source})'
+    return statement, tuple(column for column, _ in arrays.values())
 
 
 def _unique_key(table: Table, names: Iterable[str]) -> tuple[str, ...]:

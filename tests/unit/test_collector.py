@@ -46,7 +46,10 @@ def _growing_table(middles: int) -> list[int]:
     gc.callbacks.append(counted)
     table: list[list[int]] = []
     try:
-        while runs.count(1) < middles and len(table) < 10_000_000:
+        # at most four times what `middles` middle collections need (a few hundred MB at most)
+        while runs.count(1) < middles and len(table) < 4 * middles * (collector.MIDDLE + 1) * (
+            collector.YOUNG
+        ):
             table.extend([n] for n in range(collector.YOUNG))
     finally:
         gc.callbacks.remove(counted)
