@@ -106,7 +106,7 @@ def over_allocations(store: Store) -> int:
         }
     over = sum(used > 1 + EPSILON for used in gpus.values())
     over += sum(cpus[h] > hosts[h].cpus + EPSILON for h in cpus)
-    return over + sum(memory[h] > hosts[h].memory_mib for h in memory)
+    return int(over + sum(memory[h] > hosts[h].memory_mib for h in memory))
 
 
 @contextmanager

@@ -82,9 +82,8 @@ from fleet_db import (  # noqa: E402
 )
 from fleet_plan import grouped_releases, pure_run, release_plan  # noqa: E402
 from fleet_report import ms_of, print_result  # noqa: E402
-from openb import FLEETS, LOW_CPUS_PER_GPU, fleet_of  # noqa: E402
+from openb import FLEETS, LOW_CPUS_PER_GPU, fleet_of, unknown_traces  # noqa: E402
 from placement import (  # noqa: E402
-    TRACES,
     Pod,
     arrivals,
     job_of,
@@ -168,8 +167,8 @@ async def product_run(
         for job in result.admitted:
             waiting.discard(job.job_id)
             placed(job.job_id)
-        for job in result.refused:
-            waiting.discard(job.job_id)
+        for refused in result.refused:
+            waiting.discard(refused.job_id)
             unschedulable += 1
 
     async def submit(i: int, pod: Pod) -> QueueVerdict:
@@ -325,7 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--db", default="sqlite,postgresql", help="sqlite, postgresql or both")
     parser.add_argument("--postgresql", default=POSTGRESQL, help="a server to make databases on")
     parser.add_argument("--hosts", type=int, default=None, help="the first N nodes")
-    parser.add_argument("--trace", default="default", choices=TRACES, help="openb's pods")
+    parser.add_argument(
+        "--trace", default="default", help="openb's pods: openb_pod_list_NAME.csv in --trace-dir"
+    )
     parser.add_argument("--fleet", default="openb", choices=FLEETS, help="openb's nodes or a shape")
     parser.add_argument("--cpus-per-gpu", type=int, default=LOW_CPUS_PER_GPU, help="--fleet lowcpu")
     parser.add_argument("--seed", type=int, default=42)
@@ -355,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.in_flight < 1:
         parser.error(f"--in-flight: at least 1, got {args.in_flight}")
     trace_dir = args.trace_dir or next((d for d in _TRACE_DIRS if d.exists()), _TRACE_DIRS[0])
+    missing = unknown_traces(trace_dir, [args.trace])
+    if missing:
+        parser.error(missing)
     openb = load_nodes(trace_dir / "openb_node_list_gpu_node.csv")
     nodes = fleet_of(openb, args.fleet, args.cpus_per_gpu)[: args.hosts]
     if len(nodes) > MAX_HOSTS:

@@ -170,7 +170,7 @@ def main() -> None:
     signal.signal(signal.SIGALRM, _alarm)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        result = {
+        result: dict[str, Any] = {
             "job files": run("job", args.jobs, args.seed, Path(tmp)),
             "fleet files": run("fleet", args.fleets, args.seed, Path(tmp)),
             "1 MB fleet file": megabyte(Path(tmp)),

@@ -64,6 +64,31 @@ def load_nodes(path: Path) -> list[Node]:
         ]
 
 
+POD_LISTS = "openb_pod_list_"
+
+
+def trace_names(trace_dir: Path) -> list[str]:
+    """The traces in a folder: NAME for each `openb_pod_list_NAME.csv` (the openb release has
+    24: `default` and its variants with more GPU sharing, multi-GPU, GPU-model-bound or CPU-only
+    pods)."""
+    found = sorted(trace_dir.glob(f"{POD_LISTS}*.csv"))
+    return [path.name[len(POD_LISTS) : -len(".csv")] for path in found]
+
+
+def unknown_traces(trace_dir: Path, names: list[str]) -> str | None:
+    """Why some of these traces cannot be read from the folder, or None when all can."""
+    if not (trace_dir / "openb_node_list_gpu_node.csv").is_file():
+        return f"{trace_dir}: no openb_node_list_gpu_node.csv (--trace-dir: openb's csv folder)"
+    known = trace_names(trace_dir)
+    missing = [name for name in names if name not in known]
+    if not missing:
+        return None
+    return (
+        f"no {', '.join(POD_LISTS + name + '.csv' for name in missing)} in {trace_dir}; "
+        f"traces there: {', '.join(known) or 'none'}"
+    )
+
+
 def load_pods(path: Path) -> list[Pod]:
     with path.open() as handle:
         return [pod_of(row) for row in csv.DictReader(handle)]

@@ -212,8 +212,8 @@ async def measure(home: Path, address: str, n: int) -> dict[str, Any]:
         for b in high
         if queued[b.job_id][0] < queued[a.job_id][1] < queued[b.job_id][1]
     )
-    (big,) = [s for s in submitted if s.big]
-    after_big = [s for s in submitted if s.at > big.at and s.priority <= big.priority]
+    (whole,) = [s for s in submitted if s.big]
+    after_big = [s for s in submitted if s.at > whole.at and s.priority <= whole.priority]
     ideal = n * SLEEP_S / GPUS + SLEEP_S
     makespan = finished - submitted[0].at
     return {
@@ -227,7 +227,9 @@ async def measure(home: Path, address: str, n: int) -> dict[str, Any]:
         "ideal_s": ideal,
         "makespan_ratio": round(makespan / ideal, 3),
         "makespan_target_s": round(1.15 * ideal + 10, 1),
-        "big_job_start_rank": sum(1 for s in after_big if started[s.job_id] < started[big.job_id]),
+        "big_job_start_rank": sum(
+            1 for s in after_big if started[s.job_id] < started[whole.job_id]
+        ),
         "over_allocations": watch.found,
         "allocation_samples": watch.samples,
     }

@@ -40,11 +40,19 @@ class TracePod:
         return self.priority == 0
 
 
+TIMED = ("qos", "creation_time", "deletion_time", "scheduled_time")
+"""The columns the queue replays a trace by (the multigpu variants of openb list none)."""
+
+
 def load_trace(path: Path) -> list[TracePod]:
     jobs: dict[tuple[int, int, int, int, str], JobSpec] = {}
     pods: list[TracePod] = []
     with path.open() as handle:
-        for row in csv.DictReader(handle):
+        reader = csv.DictReader(handle)
+        missing = [column for column in TIMED if column not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path.name} has no {', '.join(missing)}: nothing to replay in time")
+        for row in reader:
             pod = pod_of(row)
             shape = (pod.cpu_milli, pod.memory_mib, pod.num_gpu, pod.gpu_milli, pod.gpu_spec)
             job = jobs.get(shape) or jobs.setdefault(shape, job_of(pod))
@@ -297,10 +305,11 @@ def simulate(
     *,
     offset: int = 0,
     shape: str = "openb",
+    trace: str = "default",
 ) -> tuple[dict[str, object], int]:
     nodes = sorted(load_nodes(data / "openb_node_list_gpu_node.csv"), key=lambda n: n.name)
     nodes = fleet_of(nodes[offset::nodes_every], shape)
-    pods = load_trace(data / "openb_pod_list_default.csv")[:limit]
+    pods = load_trace(data / f"openb_pod_list_{trace}.csv")[:limit]
     empty = snapshot_of(nodes, "fragmentation", [])
     fitting = [p for p in pods if isinstance(place(p.job, empty), Placement)]
     sim = Simulation(snapshot_of(nodes, "fragmentation", []), fitting, policy)

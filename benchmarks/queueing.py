@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.openb import FLEETS  # noqa: E402
+from benchmarks.openb import FLEETS, unknown_traces  # noqa: E402
 from benchmarks.queue_sim import POLICIES, simulate  # noqa: E402
 
 
@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--limit", type=int, help="only the first N pods (by arrival)")
     parser.add_argument("--trace-dir", type=Path, default=_data_dir())
+    parser.add_argument(
+        "--trace", default="default", help="trace: openb_pod_list_NAME.csv in --trace-dir"
+    )
     parser.add_argument("--policies", default=",".join(POLICIES))
     args = parser.parse_args(argv)
     if args.mode == "e2e":
@@ -105,14 +108,26 @@ def main(argv: list[str] | None = None) -> int:
 
         main_e2e(args.n, args.json)
         return 0
+    missing = unknown_traces(args.trace_dir, [args.trace])
+    if missing:
+        parser.error(missing)
     results: dict[str, dict[str, object]] = {}
     for policy in args.policies.split(","):
         if policy not in POLICIES:
             parser.error(f"unknown policy {policy!r}; allowed: {', '.join(POLICIES)}")
         began = time.perf_counter()
-        report, left_out = simulate(
-            args.trace_dir, args.every, args.limit, policy, offset=args.offset, shape=args.fleet
-        )
+        try:
+            report, left_out = simulate(
+                args.trace_dir,
+                args.every,
+                args.limit,
+                policy,
+                offset=args.offset,
+                shape=args.fleet,
+                trace=args.trace,
+            )
+        except ValueError as exc:
+            parser.error(str(exc))
         report["seconds"] = round(time.perf_counter() - began, 1)
         report["pods_left_out"] = left_out
         results[policy] = report

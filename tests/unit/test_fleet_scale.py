@@ -84,3 +84,13 @@ def test_over_allocations_counts_a_gpu_given_twice(sqlite_store: Store) -> None:
             )
         session.commit()
     assert fleet_scale.over_allocations(sqlite_store) == 1
+
+
+def test_a_trace_the_folder_lacks_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--trace` takes any openb_pod_list_NAME.csv of the folder; one it lacks is named, with
+    those it has, before any database is made."""
+    with pytest.raises(SystemExit) as exit_info:
+        fleet_scale.main(["--db", "sqlite", "--trace", "nonesuch", "--trace-dir", str(TRACE)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "no openb_pod_list_nonesuch.csv" in err and "default" in err

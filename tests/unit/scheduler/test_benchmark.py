@@ -184,3 +184,23 @@ def test_bad_weights_are_a_usage_error(
         bench.main(["--trace-dir", str(trace_dir), "--traces", "tiny", "--weights", weights])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_any_trace_of_the_folder_runs_and_a_missing_one_is_named(
+    bench: ModuleType, trace_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--traces` takes any openb_pod_list_NAME.csv of `--trace-dir` (the variants nobody tuned
+    on included); one it lacks is a usage error listing those it has."""
+    out = tmp_path / "out.json"
+    argv = ["--trace-dir", str(trace_dir), "--seeds", "42", "--scorers", "fragmentation"]
+    assert bench.main([*argv, "--traces", "tiny", "--json", str(out)]) == 0
+    assert list(json.loads(out.read_text())) == ["tiny"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main([*argv, "--traces", "tiny,gpushare40"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "no openb_pod_list_gpushare40.csv" in err and "traces there: tiny" in err
+    with pytest.raises(SystemExit):
+        bench.main(["--trace-dir", str(tmp_path / "empty"), "--traces", "tiny"])
+    assert "no openb_node_list_gpu_node.csv" in capsys.readouterr().err

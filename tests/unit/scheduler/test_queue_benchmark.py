@@ -117,3 +117,31 @@ def test_the_trace_runs_on_a_fleet_cut_into_one_gpu_nodes(
     for report in json.loads(out.read_text())["trace"].values():
         assert report["pods_left_out"] == 5  # p-00, p-01, p-02, p-06, p-07 ask more than 1 GPU
         assert report["never_started"] == 0
+
+
+def test_another_trace_of_the_folder_is_replayed_by_name(
+    bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--trace NAME` replays openb_pod_list_NAME.csv (the openb release has 24 variants); a
+    name the folder lacks, or a variant without the columns of time, is a usage error that
+    names what is there."""
+    _trace(tmp_path)
+    (tmp_path / "openb_pod_list_shared.csv").write_text(PODS.replace(",1,1000,", ",1,500,"))
+    (tmp_path / "openb_pod_list_untimed.csv").write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\np-00,4000,16384,1,1000\n"
+    )
+    out = tmp_path / "out.json"
+    argv = ["trace", "--every", "1", "--trace-dir", str(tmp_path), "--policies", "queue"]
+    assert bench.main([*argv, "--trace", "shared", "--json", str(out)]) == 0
+    shared = json.loads(out.read_text())["trace"]["queue"]
+    assert bench.main([*argv, "--json", str(out)]) == 0  # the default trace
+    assert json.loads(out.read_text())["trace"]["queue"] != shared
+    capsys.readouterr()
+    for name, said in [
+        ("nonesuch", "traces there: default, shared, untimed"),
+        ("untimed", "has no qos, creation_time, deletion_time, scheduled_time"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            bench.main([*argv, "--trace", name])
+        assert exit_info.value.code == 2
+        assert said in capsys.readouterr().err
