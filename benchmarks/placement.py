@@ -247,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             f"--weights: unknown {', '.join(unknown)}; allowed: {', '.join(DEFAULT_WEIGHTS)}"
         )
 
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
@@ -286,13 +287,15 @@ def main(argv: list[str] | None = None) -> int:
                 "seeds": len(runs),
             }
     table = Table(
-        title=f"{args.fleet} fleet, openb pods, {len(seeds)} seed(s); lower unallocated is better"
+        title=f"{args.fleet} fleet, openb pods, {len(seeds)} seed(s); lower unallocated is better",
+        box=box.SIMPLE_HEAD,
     )
-    for column in ("trace", "scorer", "mix", "unalloc. @100%", "unalloc. @130%", "placements/s"):
+    for column in ("trace", "scorer", "mix", "@100%", "@130%", "FGD @100%", "placed/s"):
         table.add_column(
             column, justify="left" if column in ("trace", "scorer", "mix") else "right"
         )
     for trace, by_scorer in results.items():
+        published = PAPER_FGD.get(trace)
         for scorer, by_mix in by_scorer.items():
             for mix, row in by_mix.items():
                 table.add_row(
@@ -301,16 +304,17 @@ def main(argv: list[str] | None = None) -> int:
                     mix,
                     f"{row['unallocated_pct_at_100']:.2f}%",
                     f"{row['unallocated_pct_at_130']:.2f}%",
+                    "" if published is None else f"{published:.2f}%",
                     f"{row['placements_per_s']:,.0f}",
                 )
     console.print(table)
     console.print(
-        "paper, default trace, unallocated at 100%: "
-        + ", ".join(f"{name} {value:.2f}%" for name, value in PAPER.items())
+        "unallocated GPUs at 100% / 130% of capacity arrived; FGD @100%: FGD's in the paper's "
+        "simulator (seeds 42-51), where published"
     )
     console.print(
-        "FGD in the paper's simulator, unallocated at 100%: "
-        + ", ".join(f"{t} {v:.2f}%" for t, v in PAPER_FGD.items() if t in results)
+        "paper, default trace, unallocated at 100%: "
+        + ", ".join(f"{name} {value:.2f}%" for name, value in PAPER.items())
     )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")

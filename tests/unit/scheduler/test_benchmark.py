@@ -195,7 +195,8 @@ def test_any_trace_of_the_folder_runs_and_a_missing_one_is_named(
     argv = ["--trace-dir", str(trace_dir), "--seeds", "42", "--scorers", "fragmentation"]
     assert bench.main([*argv, "--traces", "tiny", "--json", str(out)]) == 0
     assert list(json.loads(out.read_text())) == ["tiny"]
-    capsys.readouterr()
+    printed = capsys.readouterr().out
+    assert "FGD @100%" in printed and all(len(line) <= 80 for line in printed.splitlines())
     with pytest.raises(SystemExit) as exit_info:
         bench.main([*argv, "--traces", "tiny,gpushare40"])
     assert exit_info.value.code == 2
