@@ -15,7 +15,7 @@ from pathlib import Path
 
 from benchmarks.openb import Pod, fleet_of, job_of, load_nodes, pod_of, snapshot_of
 from gpuflow.scheduler import Placement, Snapshot, apply_placement, place, release_placement
-from gpuflow.scheduler.admission import Reservation, Running, Waiting, admit
+from gpuflow.scheduler.admission import RESERVED_FOR, Reservation, Running, Waiting, admit
 from gpuflow.scheduler.quota import gpu_count
 from gpuflow.specs import JobSpec, QueueSpec
 
@@ -94,7 +94,7 @@ class Simulation:
         self.timer: dict[str, int] = {}  # pod -> the seq of its live backoff timer (today)
         self.race = random.Random(f"race-{policy}")
         self.first_start: dict[str, int] = {}
-        self.preemptions = self.inversions = 0
+        self.preemptions = self.inversions = self.behind_reservation = 0
         self.gpu_seconds = self.busy_gpu_seconds = 0.0
         self.span = self.busy_span = 0
         self.gap = self.kept = 0.0
@@ -103,6 +103,8 @@ class Simulation:
         self.gap_seconds = self.kept_seconds = 0.0
         self.both_span = 0
         self.reservation: Reservation | None = None
+        self.held_for: dict[str, str] = {}
+        """`queue`: a waiting pod -> the pod whose reservation it may not delay."""
         self.limited: dict[str, JobSpec] = {}
         self.queues = [QueueSpec(name=q, gpus=self.fleet_gpus // 2, cohort="openb") for q in QUEUES]
 
@@ -212,6 +214,11 @@ class Simulation:
             reserved=self.reservation,
         )
         self.reservation = decision.reservation
+        self.held_for = {
+            held.job.name: held.reason.removeprefix(RESERVED_FOR)
+            for held in decision.waiting
+            if held.reason.startswith(RESERVED_FOR)
+        }
         for admitted in decision.admitted:
             for victim in admitted.victims:
                 self.preemptions += 1
@@ -235,6 +242,8 @@ class Simulation:
                     fits[key] = isinstance(place(higher.job, self.snapshot), Placement)
                 if fits[key]:
                     self.inversions += 1
+                    if self._behind_reservation(higher):
+                        self.behind_reservation += 1
                     break
         self.gap_now, self.kept_now = None, 0.0
         if {self.pods[n].queue for n in self.waiting} == set(QUEUES):
@@ -247,6 +256,17 @@ class Simulation:
                 self.gap = max(self.gap, self.gap_now)
                 self.kept_now = max(self._kept(queue, held) for queue in QUEUES) / total
                 self.kept = max(self.kept, self.kept_now)
+
+    def _behind_reservation(self, higher: TracePod) -> bool:
+        """Whether the waiting pod fits only where it would delay the reservation of a pod of its
+        queue and of its priority or higher (Slurm's backfill rule: a later job of the same
+        priority may not delay the first): the started pod did not take its place."""
+        holder = self.pods.get(self.held_for.get(higher.name, ""))
+        return (
+            holder is not None
+            and holder.queue == higher.queue
+            and holder.priority >= higher.priority
+        )
 
     def _kept(self, queue: str, held: dict[str, float]) -> float:
         """GPUs the other queue's borrowing keeps from this one: what it is below its nominal
@@ -287,6 +307,7 @@ class Simulation:
             * self.busy_gpu_seconds
             / max(1, self.busy_span * self.fleet_gpus),
             "priority_inversions": self.inversions,
+            "inversions_behind_reservation": self.behind_reservation,
             "preemptions": self.preemptions,
             "max_wait_8gpu_s": max(eight, default=0),
             "max_share_gap_pct": 100 * self.gap,

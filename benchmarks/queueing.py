@@ -54,6 +54,7 @@ FIGURES = (  # heading, JSON key, width, format
     ("alloc%", "gpu_alloc_pct", 7, ".2f"),
     ("busy%", "gpu_alloc_busy_pct", 7, ".1f"),
     ("invers", "priority_inversions", 7, ""),
+    ("resv", "inversions_behind_reservation", 6, ""),
     ("preempt", "preemptions", 8, ""),
     ("8-GPU max s", "max_wait_8gpu_s", 12, ".0f"),
     ("unstarted", "never_started", 10, ""),

@@ -145,3 +145,40 @@ def test_another_trace_of_the_folder_is_replayed_by_name(
             bench.main([*argv, "--trace", name])
         assert exit_info.value.code == 2
         assert said in capsys.readouterr().err
+
+
+HELD = (
+    HEADER
+    + "\n".join(
+        [  # all in queue b; w-4 and l-3 below, r-2 and h-2 at priority 100
+            "w-4,2000,8192,1,1000,T4,Burstable,Running,0,1000,0",  # one of the two T4s
+            "l-2,2000,8192,3,1000,V100M16,Burstable,Running,0,1000,0",  # three of four V100s
+            "r-2,2000,8192,2,1000,T4,LS,Running,10,500,10",  # both T4s: reserved, waits
+            "h-2,2000,8192,1,1000,T4,LS,Running,20,300,20",  # fits the free T4: r-2's room
+            "l-3,2000,8192,1,1000,,BE,Running,30,100,30",  # the free V100
+        ]
+    )
+    + "\n"
+)
+
+
+def test_an_inversion_behind_a_reservation_of_equal_priority_is_counted_apart(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    """h-2 (priority 100) fits only in the T4 room held for r-2, of its queue and priority,
+    which came first: backfill may not delay r-2, so h-2 waits while l-3 (priority 0) starts
+    on a V100 h-2 cannot use. The figure counts that as an inversion, and apart as one behind
+    a reservation. `today` holds none: h-2 takes the free T4 at once, r-2 waits for both."""
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\nn-0,32000,131072,4,V100M16\nn-1,32000,131072,2,T4\n"
+    )
+    (tmp_path / "openb_pod_list_default.csv").write_text(HELD)
+    out = tmp_path / "out.json"
+    argv = ["trace", "--every", "1", "--trace-dir", str(tmp_path), "--json", str(out)]
+    assert bench.main([*argv, "--policies", "queue,today"]) == 0
+    results = json.loads(out.read_text())["trace"]
+    queue = results["queue"]
+    assert (queue["priority_inversions"], queue["inversions_behind_reservation"]) == (1, 1)
+    assert queue["preemptions"] == 0 and queue["never_started"] == 0
+    today = results["today"]
+    assert (today["priority_inversions"], today["inversions_behind_reservation"]) == (0, 0)
