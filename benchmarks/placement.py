@@ -289,8 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     table = Table(
         title=f"{args.fleet} fleet, openb pods, {len(seeds)} seed(s); lower unallocated is better",
         box=box.SIMPLE_HEAD,
+        pad_edge=False,
     )
-    for column in ("trace", "scorer", "mix", "@100%", "@130%", "FGD @100%", "placed/s"):
+    for column in ("trace", "scorer", "mix", "@100%", "@130%", "FGD", "placed/s"):
         table.add_column(
             column, justify="left" if column in ("trace", "scorer", "mix") else "right"
         )
@@ -309,8 +310,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
     console.print(table)
     console.print(
-        "unallocated GPUs at 100% / 130% of capacity arrived; FGD @100%: FGD's in the paper's "
-        "simulator (seeds 42-51), where published"
+        "unallocated GPUs at 100% / 130% of capacity arrived; FGD: its unallocated GPUs at 100% "
+        "in the paper's simulator (seeds 42-51), where published"
     )
     console.print(
         "paper, default trace, unallocated at 100%: "

@@ -192,16 +192,21 @@ def test_any_trace_of_the_folder_runs_and_a_missing_one_is_named(
     """`--traces` takes any openb_pod_list_NAME.csv of `--trace-dir` (the variants nobody tuned
     on included); one it lacks is a usage error listing those it has."""
     out = tmp_path / "out.json"
+    (trace_dir / "openb_pod_list_gpushare100.csv").write_text(PODS)  # a name FGD has a figure for
     argv = ["--trace-dir", str(trace_dir), "--seeds", "42", "--scorers", "fragmentation"]
-    assert bench.main([*argv, "--traces", "tiny", "--json", str(out)]) == 0
-    assert list(json.loads(out.read_text())) == ["tiny"]
+    assert bench.main([*argv, "--traces", "tiny,gpushare100", "--json", str(out)]) == 0
+    assert list(json.loads(out.read_text())) == ["tiny", "gpushare100"]
     printed = capsys.readouterr().out
-    assert "FGD @100%" in printed and all(len(line) <= 80 for line in printed.splitlines())
+    assert all(len(line) <= 80 for line in printed.splitlines())
+    rows = [line.split() for line in printed.splitlines() if "seed" not in line]
+    (row,) = [cells for cells in rows if cells[:1] == ["gpushare100"]]
+    assert row[:3] == ["gpushare100", "fragmentation", "learned"]  # nothing cut
+    assert "13.36%" in row  # FGD's published figure beside it
     with pytest.raises(SystemExit) as exit_info:
         bench.main([*argv, "--traces", "tiny,gpushare40"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
-    assert "no openb_pod_list_gpushare40.csv" in err and "traces there: tiny" in err
+    assert "no openb_pod_list_gpushare40.csv" in err and "traces there: gpushare100, tiny" in err
     with pytest.raises(SystemExit):
         bench.main(["--trace-dir", str(tmp_path / "empty"), "--traces", "tiny"])
     assert "no openb_node_list_gpu_node.csv" in capsys.readouterr().err
