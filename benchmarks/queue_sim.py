@@ -104,7 +104,7 @@ class Simulation:
         self.both_span = 0
         self.reservation: Reservation | None = None
         self.held_for: dict[str, str] = {}
-        """`queue`: a waiting pod -> the pod whose reservation it may not delay."""
+        """`queue`: a waiting pod -> the reserved pod whose room it may not take."""
         self.limited: dict[str, JobSpec] = {}
         self.queues = [QueueSpec(name=q, gpus=self.fleet_gpus // 2, cohort="openb") for q in QUEUES]
 
@@ -258,15 +258,11 @@ class Simulation:
                 self.kept = max(self.kept, self.kept_now)
 
     def _behind_reservation(self, higher: TracePod) -> bool:
-        """Whether the waiting pod fits only where it would delay the reservation of a pod of its
-        queue and of its priority or higher (Slurm's backfill rule: a later job of the same
-        priority may not delay the first): the started pod did not take its place."""
-        holder = self.pods.get(self.held_for.get(higher.name, ""))
-        return (
-            holder is not None
-            and holder.queue == higher.queue
-            and holder.priority >= higher.priority
-        )
+        """Whether the waiting pod fits only in room held for a reserved pod it may not delay
+        (the admission's `reserved_for`): one of its queue at its priority or higher that came
+        first (Slurm's backfill rule), or one of another queue within its quota where this pod
+        would borrow (Kueue's order). The pod that started did not take its place."""
+        return higher.name in self.held_for
 
     def _kept(self, queue: str, held: dict[str, float]) -> float:
         """GPUs the other queue's borrowing keeps from this one: what it is below its nominal
