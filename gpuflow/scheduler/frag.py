@@ -276,8 +276,14 @@ class Workload:
                 by_share = table[shared[0]]
             else:
                 by_share = map(sum, zip(*[table[value] for value in shared], strict=True))
+            if self.capacity == 1:  # gpuflow's measure alone: no FGD's loss to count
+                found += [
+                    (whole_free * per_gpu + extra, 0)
+                    for per_gpu, extra in zip(kinds.per_gpu, by_share, strict=True)
+                ]
+                return found
             for need, per_gpu, extra in zip(shares, kinds.per_gpu, by_share, strict=True):
-                small = 0 if self.capacity == 1 else sum(free[: bisect_left(free, need)])
+                small = sum(free[: bisect_left(free, need)])
                 found.append((whole_free * per_gpu + extra, small))
         return found
 

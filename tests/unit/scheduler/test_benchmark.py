@@ -210,3 +210,17 @@ def test_any_trace_of_the_folder_runs_and_a_missing_one_is_named(
     with pytest.raises(SystemExit):
         bench.main(["--trace-dir", str(tmp_path / "empty"), "--traces", "tiny"])
     assert "no openb_node_list_gpu_node.csv" in capsys.readouterr().err
+
+
+def test_the_run_takes_a_control_worker_s_collector_unless_told(
+    bench: ModuleType, trace_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`place` runs in a control worker's process, whose collector settings the benchmark's
+    process takes (gpuflow/control/collector.py); `--collector cpython` keeps CPython's."""
+    settled: list[bool] = []
+    monkeypatch.setattr(bench.collector, "settle", lambda: settled.append(True))
+    argv = ["--trace-dir", str(trace_dir), "--traces", "tiny", "--seeds", "42"]
+    assert bench.main([*argv, "--scorers", "fragmentation"]) == 0
+    assert settled == [True]
+    assert bench.main([*argv, "--scorers", "fragmentation", "--collector", "cpython"]) == 0
+    assert settled == [True]
