@@ -6,10 +6,9 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 
-from openb import Node, Pod, job_of, snapshot_of
+from openb import Node, OnlineMix, Pod, job_of, snapshot_of
 
 from gpuflow.scheduler import apply_placement, place, release_placement
-from gpuflow.scheduler.mix import LearnedMix, MixLearner, half_life, kind_of
 from gpuflow.scheduler.model import Placement
 
 RELEASE_EVERY = 10
@@ -38,9 +37,7 @@ def pure_run(
 ) -> tuple[float, int]:
     """Unallocated % at 100% arrived demand for the pure function, and arrivals it took."""
     snapshot = snapshot_of(nodes, "fragmentation", [])
-    fleet = snapshot.fleets[0]
-    learner = MixLearner(half_life(capacity // 1000))
-    in_use: LearnedMix | None = None
+    learned = OnlineMix(snapshot.fleets[0])
     due: dict[int, list[tuple[Pod, Placement]]] = defaultdict(list)
     arrived = held = 0
     for i, pod in enumerate(sequence):
@@ -49,10 +46,7 @@ def pure_run(
             arrived -= gone.gpu_milli_total
             held -= gone.gpu_milli_total
         job = job_of(pod)
-        learner.observe(*kind_of(job))
-        fresh = learner.refreshed(in_use)
-        if fresh is not None:
-            in_use, fleet.workload = fresh, list(fresh.requests)
+        learned.arrived(job)
         result = place(job, snapshot)
         arrived += pod.gpu_milli_total
         if isinstance(result, Placement):

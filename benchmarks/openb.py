@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuflow.scheduler import FleetSnapshot, GpuSlot, HostSnapshot, Snapshot, TypicalRequest
+from gpuflow.scheduler.mix import LearnedMix, MixLearner, half_life, kind_of
 from gpuflow.specs import GPUSpec, JobSpec, ResourcesSpec
 from gpuflow.status import HostState
 
@@ -146,6 +147,25 @@ def snapshot_of(
         scorer_weights=dict(weights or {}),
     )
     return Snapshot(fleets=[fleet])
+
+
+class OnlineMix:
+    """A fleet's request mix learned as the product learns it, from the jobs that arrived so far
+    (a job counts once submitted): each arrival goes through the product's MixLearner, and the
+    fleet's `workload` is replaced whenever the learned mix has drifted from the one in use
+    (`MixLearner.refreshed`, what a control worker's stored mix in use follows)."""
+
+    def __init__(self, fleet: FleetSnapshot) -> None:
+        self.fleet = fleet
+        self.learner = MixLearner(half_life(sum(len(host.gpus) for host in fleet.hosts)))
+        self.in_use: LearnedMix | None = None
+
+    def arrived(self, job: JobSpec) -> None:
+        self.learner.observe(*kind_of(job))
+        fresh = self.learner.refreshed(self.in_use)
+        if fresh is not None:
+            self.in_use = fresh
+            self.fleet.workload = list(fresh.requests)
 
 
 def job_of(pod: Pod) -> JobSpec:

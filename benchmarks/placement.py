@@ -39,6 +39,7 @@ from benchmarks.openb import (  # noqa: E402
     FLEETS,
     LOW_CPUS_PER_GPU,
     Node,
+    OnlineMix,
     Pod,
     fleet_of,
     job_of,
@@ -53,7 +54,6 @@ from benchmarks.openb import (  # noqa: E402
 from benchmarks.openb import GPU_MEMORY_MIB as GPU_MEMORY_MIB  # noqa: E402
 from gpuflow.control import collector  # noqa: E402
 from gpuflow.scheduler import Placement, apply_placement, place  # noqa: E402
-from gpuflow.scheduler.mix import LearnedMix, MixLearner, half_life, kind_of  # noqa: E402
 from gpuflow.specs import JobSpec  # noqa: E402
 from gpuflow.specs.scoring import DEFAULT_WEIGHTS  # noqa: E402
 
@@ -145,16 +145,14 @@ def run(
     """Place one seeded arrival sequence; the allocation is read at 100% and 130% demand.
 
     With the learned mix, each pod is first counted into the fleet's mix (it has arrived: the
-    product counts a job once submitted), through the product's MixLearner, and the fleet's
-    `workload` is replaced whenever the learned mix has drifted (MixLearner.refreshed); this
-    is timed with the placement."""
+    product counts a job once submitted), as `OnlineMix` learns it; this is timed with the
+    placement."""
     capacity = sum(node.gpus for node in nodes) * 1000
     base, preset = VARIANTS.get(scorer, (scorer, {}))
     true_mix = workload_of(pods) if mix == "true" else []
     snapshot = snapshot_of(nodes, base, true_mix, {**preset, **(weights or {})})
     fleet = snapshot.fleets[0]
-    learner = MixLearner(half_life(capacity // 1000)) if mix == "learned" else None
-    in_use: LearnedMix | None = None
+    learned = OnlineMix(fleet) if mix == "learned" else None
     jobs = {} if jobs is None else jobs
     sequence = arrivals(pods, capacity, seed)
     prepared = []
@@ -172,12 +170,8 @@ def run(
     for pod, job in prepared:
         arrived += pod.gpu_milli_total
         start = clock()
-        if learner is not None:
-            learner.observe(*kind_of(job))
-            fresh = learner.refreshed(in_use)
-            if fresh is not None:
-                in_use = fresh
-                fleet.workload = list(fresh.requests)
+        if learned is not None:
+            learned.arrived(job)
         result = place(job, snapshot)
         if isinstance(result, Placement):
             apply_placement(snapshot, result)

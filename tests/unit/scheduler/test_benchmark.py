@@ -11,6 +11,7 @@ from types import ModuleType
 import pytest
 
 from gpuflow.scheduler.frag import DEFAULT_MIX
+from gpuflow.scheduler.mix import kind_of
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -141,7 +142,7 @@ def test_learned_mix_is_learned_from_arrived_pods_only(
     built_in = {
         (r.gpus, r.gpu_fraction, float(r.cpus), r.memory_mib, r.gpu_names) for r in DEFAULT_MIX
     }
-    assert seen[0][0] == len(built_in | {bench.kind_of(first)[0]})
+    assert seen[0][0] == len(built_in | {kind_of(first)[0]})
     assert len(seen) == len(sequence)
     assert seen[0][1] == (1 if sequence[0].gpu_spec else 0)
     seen.clear()
