@@ -13,7 +13,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.openb import Pod, fleet_of, job_of, load_nodes, pod_of, snapshot_of
+from benchmarks.openb import OnlineMix, Pod, fleet_of, job_of, load_nodes, pod_of, snapshot_of
 from gpuflow.scheduler import Placement, Snapshot, apply_placement, place, release_placement
 from gpuflow.scheduler.admission import RESERVED_FOR, Reservation, Running, Waiting, admit
 from gpuflow.scheduler.quota import gpu_count
@@ -93,6 +93,9 @@ class Simulation:
         self.retry_due: set[str] = set()
         self.timer: dict[str, int] = {}  # pod -> the seq of its live backoff timer (today)
         self.race = random.Random(f"race-{policy}")
+        self.mix = OnlineMix(snapshot.fleets[0])
+        """The fleet's mix the scorer uses, learned from the pods that arrived, as the product's
+        admission pass scores with the mix its fleet's jobs make."""
         self.first_start: dict[str, int] = {}
         self.preemptions = self.inversions = self.behind_reservation = 0
         self.gpu_seconds = self.busy_gpu_seconds = 0.0
@@ -126,6 +129,7 @@ class Simulation:
                     if self.policy == "today":  # release_job signals every waiting job
                         self.retry_due.update(self.waiting)
                 elif kind == 1:
+                    self.mix.arrived(self.pods[name].job)
                     self.waiting[name] = self.submitted[name]
                     self.retry_due.add(name)
                 elif kind == 2 and name in self.waiting and self.timer.get(name) == seq:

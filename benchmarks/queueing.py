@@ -1,7 +1,7 @@
 """Queue benchmark: the openb default trace online through admission, in simulated time.
 
     python benchmarks/queueing.py trace [--json PATH] [--every 100] [--offset 0] [--limit N]
-                                        [--fleet openb|2gpu|1gpu|lowcpu]
+                                        [--fleet openb|2gpu|1gpu|lowcpu] [--trace NAME]
     python benchmarks/queueing.py e2e [--json PATH] [-n 200]   (benchmarks/queue_e2e.py)
 
 Pods arrive at `creation_time` and, once started, hold their resources for their trace
@@ -13,7 +13,10 @@ queue picked by the CRC-32 of its name. At its real rate the trace never uses mo
 at once, so the fleet is every `--every`-th node of the 1,213 openb GPU nodes by name from the
 `--offset`-th (100 from 0: 13 nodes, 56 GPUs), or those nodes cut into nodes of 2 or 1 GPUs
 (`--fleet`, as in placement.py); pods that fit nowhere even on the empty fleet are left out (and
-counted).
+counted). `--trace NAME`: another pod list of the openb release with the columns of time.
+Every policy places with the fragmentation scorer and the fleet's mix learned from the pods
+that arrived so far, as the product scores (benchmarks/openb.py `OnlineMix`; until this was
+said here, the built-in mix, which no fleet with jobs uses).
 
 Policies, on the same arrivals: `today` (what the job workflow's place step does: each pod
 retries alone, 5 s doubling to 5 min between tries, and every release wakes every waiting pod,
