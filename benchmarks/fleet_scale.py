@@ -355,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--db: sqlite and/or postgresql, got {args.db!r}")
     if args.in_flight < 1:
         parser.error(f"--in-flight: at least 1, got {args.in_flight}")
+    if args.hosts is not None and args.hosts < 1:
+        parser.error(f"--hosts: at least 1, got {args.hosts}")
     trace_dir = args.trace_dir or next((d for d in _TRACE_DIRS if d.exists()), _TRACE_DIRS[0])
     missing = unknown_traces(trace_dir, [args.trace])
     if missing:

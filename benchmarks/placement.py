@@ -231,7 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.collector == "control":
         collector.settle()
     traces = ["default"] if args.quick else _split(args.traces)
-    seeds = [42] if args.quick else [int(s) for s in _split(args.seeds)]
+    try:
+        seeds = [42] if args.quick else [int(s) for s in _split(args.seeds)]
+    except ValueError:
+        parser.error(f"--seeds: whole numbers, comma-separated; got {args.seeds!r}")
     scorers = _split(args.scorers or ("fragmentation" if args.quick else ",".join(SCORERS)))
     mixes = _split(args.mix)
     missing = unknown_traces(args.trace_dir, traces)

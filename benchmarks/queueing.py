@@ -107,8 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--policies", default=",".join(POLICIES))
     args = parser.parse_args(argv)
+    if args.every < 1 or args.offset < 0 or (args.limit is not None and args.limit < 1):
+        parser.error("--every and --limit: at least 1; --offset: at least 0")
     if args.mode == "e2e":
-        from benchmarks.queue_e2e import main_e2e
+        from benchmarks.queue_e2e import BIG_AFTER, main_e2e
+
+        if args.n < 2 * BIG_AFTER:
+            parser.error(f"-n: at least {2 * BIG_AFTER} (the big job comes after the first 5)")
 
         main_e2e(args.n, args.json)
         return 0

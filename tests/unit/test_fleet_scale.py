@@ -94,3 +94,6 @@ def test_a_trace_the_folder_lacks_is_a_usage_error(capsys: pytest.CaptureFixture
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "no openb_pod_list_nonesuch.csv" in err and "default" in err
+    with pytest.raises(SystemExit):  # no fleet of no hosts (a traceback from the fleet spec before)
+        fleet_scale.main(["--db", "sqlite", "--hosts", "0", "--trace-dir", str(TRACE)])
+    assert "--hosts: at least 1" in capsys.readouterr().err

@@ -225,3 +225,12 @@ def test_the_run_takes_a_control_worker_s_collector_unless_told(
     assert settled == [True]
     assert bench.main([*argv, "--scorers", "fragmentation", "--collector", "cpython"]) == 0
     assert settled == [True]
+
+
+def test_seeds_that_are_not_numbers_are_a_usage_error(
+    bench: ModuleType, trace_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--trace-dir", str(trace_dir), "--traces", "tiny", "--seeds", "42,x"])
+    assert exit_info.value.code == 2
+    assert "--seeds: whole numbers" in capsys.readouterr().err

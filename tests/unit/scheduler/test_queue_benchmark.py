@@ -182,3 +182,20 @@ def test_an_inversion_behind_a_reservation_of_equal_priority_is_counted_apart(
     assert queue["preemptions"] == 0 and queue["never_started"] == 0
     today = results["today"]
     assert (today["priority_inversions"], today["inversions_behind_reservation"]) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["trace", "--every", "0"], "--every and --limit: at least 1"),
+        (["trace", "--limit", "0"], "--every and --limit: at least 1"),
+        (["e2e", "-n", "1"], "-n: at least 10"),
+    ],
+)
+def test_numbers_the_run_cannot_take_are_usage_errors(
+    bench: ModuleType, argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(argv)
+    assert exit_info.value.code == 2
+    assert said in capsys.readouterr().err
