@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -199,3 +200,27 @@ def test_numbers_the_run_cannot_take_are_usage_errors(
         bench.main(argv)
     assert exit_info.value.code == 2
     assert said in capsys.readouterr().err
+
+
+def test_the_policies_place_with_the_mix_the_arrived_pods_make(
+    bench: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the product's admission pass scores with the mix its fleet's jobs make, the trace's
+    fleet scores with the mix learned from the pods that arrived: it holds p-04's kind (half a
+    GPU, 2 CPUs, 8 GiB), which the built-in mix has not."""
+    from benchmarks import queue_sim
+
+    _trace(tmp_path)
+    runs: list[Any] = []
+    run = queue_sim.Simulation.run
+
+    def spy(sim: Any) -> None:
+        runs.append(sim)
+        run(sim)
+
+    monkeypatch.setattr(queue_sim.Simulation, "run", spy)
+    queue_sim.simulate(tmp_path, 1, None, "queue")
+    (sim,) = runs
+    learned = sim.snapshot.fleets[0].workload
+    asks = {(r.gpu_fraction, r.cpus, r.memory_mib) for r in learned}
+    assert (0.5, 2, 8192) in asks
