@@ -19,10 +19,11 @@ from gpuflow.control.records import record_in
 from gpuflow.metrics import store as metrics
 from gpuflow.services.admission import SpecCache, run_pass_in
 from gpuflow.services.group_entry import Submitted, enter_group_in
-from gpuflow.services.queue_entries import enqueue_in, look_all_in, withdraw_in
+from gpuflow.services.queue_entries import enqueue_in, look_all_in, retold_in, withdraw_in
 from gpuflow.specs.job import JobSpec
 from gpuflow.store.db import Store
 from gpuflow.workflows.queue_models import (
+    AdmittedJob,
     EnqueueInput,
     PassInput,
     PassResult,
@@ -245,27 +246,33 @@ class AdmissionActivities:
     async def admission_pass(self, inp: PassInput) -> PassResult:
         """One pass: admit what fits in queue order, commit it, say whom to tell."""
 
-        def run() -> PassResult:
+        def run() -> tuple[PassResult, list[AdmittedJob]]:
             with self.store.placement_transaction() as session:
+                again, refused_again = retold_in(session, inp.pass_id) if inp.pass_id else ([], [])
                 outcome = run_pass_in(
-                    session, reservation=inp.reservation, specs=self._specs, warm=self.warm
+                    session,
+                    reservation=inp.reservation,
+                    specs=self._specs,
+                    warm=self.warm,
+                    pass_id=inp.pass_id,
                 )
                 for job in outcome.admitted:
                     metrics.observe_admitted(session, job.job_id, job.attempt, job.placement.fleet)
-            return PassResult(
-                admitted=outcome.admitted,
+            result = PassResult(
+                admitted=[*again, *outcome.admitted],
                 preempted=outcome.preempted,
-                refused=outcome.refused,
+                refused=[*refused_again, *outcome.refused],
                 held=outcome.held,
                 reservation=outcome.reservation,
                 waiting=outcome.waiting,
                 more=outcome.more,
             )
+            return result, outcome.admitted
 
         started = time.perf_counter()
-        result = await asyncio.to_thread(run)
+        result, placed = await asyncio.to_thread(run)
         took = time.perf_counter() - started
-        for job in result.admitted:  # each was placed by this pass
+        for job in placed:  # placed by this run, not told again
             metrics.observe_placement(took, job.placement)
         return result
 

@@ -104,8 +104,10 @@ def run_pass_in(
     now: datetime | None = None,
     specs: SpecCache | None = None,
     warm: bool = True,
+    pass_id: str | None = None,
 ) -> PassOutcome:
-    """One admission pass: decide on every waiting job and commit the decision."""
+    """One admission pass: decide on every waiting job and commit the decision; the entries it
+    admits or refuses record `pass_id` (see QueueEntryRow.decided_by)."""
     now = now or datetime.now(UTC)
     specs = {} if specs is None else specs
     waiting_rows, worded, admitted = _read_entries(session)
@@ -141,6 +143,10 @@ def run_pass_in(
     attempts.update((entry.job_id, entry.attempt) for entry in waiting_rows)
     _commit(session, decision, by_id, attempts, now, outcome)
     _hold(session, decision.waiting, by_id, worded, snapshot, outcome)
+    for job_id in [job.job_id for job in outcome.admitted] + [
+        job.job_id for job in outcome.refused
+    ]:
+        by_id[job_id].decided_by = pass_id
     _resync(session, state, decision, running)
     if decision.reservation is not None:
         outcome.reservation = ReservationState(

@@ -16,7 +16,7 @@ from sqlmodel import Session, select
 from gpuflow.scheduler import place
 from gpuflow.scheduler.admission import NO_CAPACITY
 from gpuflow.scheduler.model import Placement, Unschedulable
-from gpuflow.services.admission import run_pass_in, snapshot_in
+from gpuflow.services.admission import run_pass_in, snapshot_in, told
 from gpuflow.services.capacity import held_allocation, placement_of
 from gpuflow.services.jobs import record_status_in
 from gpuflow.services.queues import queues_in
@@ -33,7 +33,7 @@ from gpuflow.specs.queue import MAX_QUOTA_GPUS, QueueSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.bulk import IDS_PER_STATEMENT, delete_rows
 from gpuflow.store.tables import AllocationRow, JobRow, QueueEntryRow
-from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
+from gpuflow.workflows.queue_models import AdmittedJob, EnqueueInput, QueueVerdict, RefusedJob
 
 __all__ = [
     "anyone_waits_in",
@@ -115,6 +115,27 @@ def _looked(rows: list[Any] | None, attempt: int) -> QueueVerdict | None:
     _, _, state, reason, detail = rows[0][:5]
     held = placement_of([row[5:] for row in rows if row[5] is not None])
     return _verdict_of(state, reason, detail, held if state == ADMITTED else None)
+
+
+def retold_in(session: Session, pass_id: str) -> tuple[list[AdmittedJob], list[RefusedJob]]:
+    """What a run of the pass `pass_id` committed, when the loop did not record its result (its
+    worker died first) and runs that pass again: the entries it admitted, with the placement
+    they hold, and those it refused, with the reasons. The run again tells those jobs; none of
+    them waits any more, so it would decide nothing for them and they would never hear."""
+    found = select(QueueEntryRow.job_id, QueueEntryRow.attempt).where(
+        QueueEntryRow.decided_by == pass_id
+    )
+    asks = [(job_id, attempt) for job_id, attempt in session.exec(found).all()]
+    admitted: list[AdmittedJob] = []
+    refused: list[RefusedJob] = []
+    for (job_id, attempt), verdict in zip(asks, look_all_in(session, asks), strict=True):
+        if verdict is not None and verdict.placement is not None:
+            placement = verdict.placement
+            admitted.append(AdmittedJob(job_id=job_id, attempt=attempt, placement=placement))
+        elif verdict is not None and verdict.refused is not None:
+            reasons = told(verdict.refused)
+            refused.append(RefusedJob(job_id=job_id, attempt=attempt, reasons=reasons))
+    return admitted, refused
 
 
 def set_waiting(entry: QueueEntryRow | None, inp: EnqueueInput) -> QueueEntryRow:

@@ -237,6 +237,9 @@ class QueueEntryRow(SQLModel, table=True):
     submitted_at: datetime = Field(default_factory=utcnow)
     """When the job entered the queue (order within a priority)."""
     admitted_at: datetime | None = None
+    decided_by: str | None = Field(default=None, index=True)
+    """The admission pass that admitted or refused it (the loop's id of that pass): a run of the
+    pass whose result was lost tells its job again (services/admission.py `retold_in`)."""
     max_duration_s: float | None = None
     position: int | None = None
     """Its place in the last pass's order of waiting jobs (0 first)."""

@@ -16,9 +16,12 @@ arrives would start after it). A job the worker could not tell is told by the lo
 command.
 
 Being one workflow id makes passes one at a time with any number of control workers; a loop
-killed with its worker goes on where its history stops. It keeps no timer: an idle loop costs
-nothing. An ask that was lost is made again: every waiting job asks again on its own schedule
-(phases.ADMISSION_CHECK), and asking starts the loop if it is not running.
+killed with its worker goes on where its history stops. An ask that was lost costs a wait, not
+a job: while jobs wait, the loop passes at least every SAFETY_PASS on its own (one timer for all
+of them; an idle loop keeps none and costs nothing). A verdict that was lost is told again: a
+pass whose result the loop did not record (its worker died before) runs again with the same
+`pass_id`, and tells again what its lost run committed. A job asks again only rarely
+(phases.ADMISSION_CHECK), for a loop that is gone: asking starts the loop if it is not running.
 """
 
 from __future__ import annotations
@@ -48,6 +51,12 @@ PASS_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10))
 TELL_TIMEOUT = timedelta(seconds=30)
 """Signals to the jobs of one pass, sent side by side; those not sent by then are sent by the
 loop's own commands."""
+SAFETY_PASS = timedelta(seconds=60)
+"""While jobs wait, the longest the loop goes without a pass: what a lost ask (a wake the server
+did not take) costs. It was each waiting job's own check before, one ask per job per minute."""
+PATCH_SAFETY = "admission-safety-pass"
+"""The loop's own pass while jobs wait, and passes with an id; before, a loop kept no timer and
+every waiting job asked again each minute (histories from then replay that way)."""
 PATCH_LOCAL_PASS = "admission-local-pass"
 """The pass and the telling are local activities; before, the pass was an activity task and the
 loop signalled each job itself (histories from then replay that way)."""
@@ -57,6 +66,8 @@ loop signalled each job itself (histories from then replay that way)."""
 class AdmissionWorkflow:
     def __init__(self) -> None:
         self._asked = False
+        self._tick_task: asyncio.Task[None] | None = None
+        """The SAFETY_PASS timer, while it runs (it is never cancelled: see `_tick`)."""
 
     @workflow.signal
     def wake(self) -> None:
@@ -66,19 +77,34 @@ class AdmissionWorkflow:
     @workflow.run
     async def run(self, state: AdmissionState) -> None:
         self._asked = True  # a (re)started loop passes at once: it may have missed asks
+        safety = workflow.patched(PATCH_SAFETY)
         for _ in range(PASSES_PER_RUN):
             await workflow.wait_condition(lambda: self._asked)
             self._asked = False
             local = workflow.patched(PATCH_LOCAL_PASS)
-            result = await _pass(PassInput(reservation=state.reservation), local=local)
+            ask = PassInput(reservation=state.reservation)
+            if safety:
+                ask.pass_id = str(workflow.uuid4())  # the same in a replay of this pass
+            result = await _pass(ask, local=local)
             state.reservation = result.reservation
             if result.more:  # it left some for the next pass (older results never do)
                 self._asked = True
+            ticking = self._tick_task is not None and not self._tick_task.done()
+            if safety and result.waiting and not ticking:
+                self._tick_task = asyncio.create_task(self._tick())
             await _tell(result, only=await _tell_from_worker(result) if local else None)
             if workflow.info().is_continue_as_new_suggested():
                 break
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(state)
+
+    async def _tick(self) -> None:
+        """Pass again after SAFETY_PASS. The timer is left to fire, never cancelled when an ask
+        comes first: one fires at most every SAFETY_PASS, and a loop cancelling a timer that
+        the time-skipping test server fired meanwhile would be stranded there
+        (temporalio/sdk-java#3088)."""
+        await workflow.sleep(SAFETY_PASS, summary="pass while jobs wait")
+        self._asked = True
 
 
 async def _pass(ask: PassInput, *, local: bool) -> PassResult:

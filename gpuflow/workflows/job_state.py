@@ -24,6 +24,10 @@ PATCHES_2026_11 = "job-patches-2026-11"
 fail-unless-done, queue-search-attribute): a job started since records this one marker, and the
 SDK's one upsert of `TemporalChangeVersion` with it, instead of one of each per patch in every
 run. Histories recorded before have the single patches' markers, which `_patched` still reads."""
+PATCHES_2026_12 = "job-patches-2026-12"
+"""Stands for PATCHES_2026_11's patches and those after it (SINCE_2026_11): a job started since
+records this one marker. A run that recorded PATCHES_2026_11 takes none of the later ones."""
+SINCE_2026_11 = frozenset({"queue-rare-check"})
 
 
 class Ending(Exception):
@@ -70,11 +74,15 @@ class JobState:
         of theirs is left to stop."""
 
     def _patched(self, patch: str) -> bool:
-        """Whether this run takes the path `patch` introduced (one of those PATCHES_2026_11
+        """Whether this run takes the path `patch` introduced (one of those PATCHES_2026_12
         stands for). Each answer is decided at its first use in a run and kept, as patches
-        are: a run replaying a history from before PATCHES_2026_11 finds its marker absent and
-        reads `patch`'s own."""
-        return workflow.patched(PATCHES_2026_11) or workflow.patched(patch)
+        are: a run replaying a history from before PATCHES_2026_12 finds its marker absent and
+        reads PATCHES_2026_11's (for the patches it stands for), then `patch`'s own."""
+        if workflow.patched(PATCHES_2026_12):
+            return True
+        if patch not in SINCE_2026_11 and workflow.patched(PATCHES_2026_11):
+            return True
+        return workflow.patched(patch)
 
     async def _record(
         self,

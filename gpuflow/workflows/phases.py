@@ -45,9 +45,16 @@ START_HEARTBEAT = timedelta(seconds=15)
 PATCH_QUEUE = "queue-admission"
 """The job waits in its queue for the admission loop; before it, each job placed itself and
 retried on a backoff and on broadcasts (histories from then replay that way)."""
-ADMISSION_CHECK = timedelta(seconds=60)
-"""A job waiting in its queue asks again after this without news (a signal that was lost, a
-loop that was down): the only cost of waiting."""
+ADMISSION_CHECK = timedelta(minutes=10)
+ADMISSION_CHECK_MAX = timedelta(hours=1)
+"""A job waiting in its queue asks again after ADMISSION_CHECK without news, then after twice
+as long each time, up to ADMISSION_CHECK_MAX: for a loop that is gone (terminated from outside;
+asking starts it again). A lost ask or verdict is the loop's to make good (admission.py
+SAFETY_PASS, `pass_id`), so a job asks about once however long it waits in a long queue."""
+ADMISSION_CHECK_BEFORE = timedelta(seconds=60)
+PATCH_RARE_CHECK = "queue-rare-check"
+"""ADMISSION_CHECK as above (one of job_state.SINCE_2026_11); before, a waiting job asked again
+every ADMISSION_CHECK_BEFORE (histories from then replay that way)."""
 
 
 class JobPhases(JobState):
@@ -78,6 +85,8 @@ class JobPhases(JobState):
             f"enter queue {spec.queue}",
         )
         self._set_status(JobStatus.PENDING, f"waiting in queue {spec.queue}")
+        rare = self._patched(PATCH_RARE_CHECK)
+        check = ADMISSION_CHECK if rare else ADMISSION_CHECK_BEFORE
         while True:
             if self._admission is not None:
                 verdict = QueueVerdict(placement=self._admission.placement)
@@ -95,9 +104,11 @@ class JobPhases(JobState):
                 lambda: (
                     self._admission is not None or self._refusal is not None or self._stop_requested
                 ),
-                min(ADMISSION_CHECK, left) if may_wait else ADMISSION_CHECK,
+                min(check, left) if may_wait else check,
                 "wait for admission",
             )
+            if rare:
+                check = min(ADMISSION_CHECK_MAX, check * 2)
             if self._admission is None and self._refusal is None and not self._stop_requested:
                 verdict = await steps.control(
                     contract.enqueue_job, ask, f"ask queue {spec.queue} again"

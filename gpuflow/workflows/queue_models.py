@@ -65,6 +65,9 @@ class ReservationState(BaseModel):
 
 class PassInput(BaseModel):
     reservation: ReservationState | None = None
+    pass_id: str | None = None
+    """The loop's id of this pass, the same in every run of it (a run whose result the loop did
+    not record is run again): the pass tells again what a lost run of it decided."""
 
 
 class AdmittedJob(BaseModel):

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 async def test_a_job_records_one_patch_marker_and_its_name_in_its_result(
     time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
 ) -> None:
-    """One marker stands for all the job workflow's patches (job_state.PATCHES_2026_11): a
+    """One marker stands for all the job workflow's patches (job_state.PATCHES_2026_12): a
     job's history has it once, not one per patch, and so one TemporalChangeVersion upsert
     (the SDK adds one per patch marker); its replays are checked in
     test_histories_replay_deterministically and those of histories with the single patches in
@@ -40,7 +40,7 @@ async def test_a_job_records_one_patch_marker_and_its_name_in_its_result(
         if e.HasField("marker_recorded_event_attributes")
         and e.marker_recorded_event_attributes.marker_name == "core_patch"
     ]
-    assert patches == [b'{"id":"job-patches-2026-11","deprecated":false}']
+    assert patches == [b'{"id":"job-patches-2026-12","deprecated":false}']
     versions = [
         e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields[
             "TemporalChangeVersion"
@@ -50,7 +50,7 @@ async def test_a_job_records_one_patch_marker_and_its_name_in_its_result(
         and "TemporalChangeVersion"
         in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
     ]
-    assert versions == [b'["job-patches-2026-11"]']
+    assert versions == [b'["job-patches-2026-12"]']
 
 
 async def test_long_job_continues_as_new_and_replays(
