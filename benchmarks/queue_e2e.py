@@ -16,8 +16,10 @@ and finished at, by the host's clock) and the workflows' histories:
   decisions (admitted after the second entered its queue and before it was admitted, in the
   order of the database's event ids).
 - place_attempts_per_job: the queue steps each job ran (`enqueue_job`: entering its queue, and
-  asking again after a minute without news), summed over jobs / jobs. `admission_passes` is
+  asking again after 10 minutes without news), summed over jobs / jobs. `admission_passes` is
   the loop's passes beside it (each pass tries every waiting job, in memory).
+- start_lag_p50_s, start_lag_max_s: from a job's admission (its record, the control worker's
+  clock) to its process's start (the host's clock; one machine here).
 - makespan_s: first submit to last finish; ideal_s = n x 2 s / 8 GPUs + 2 s (the big job alone);
   makespan_ratio = makespan_s / ideal_s; the target is makespan <= 1.15 x ideal + 10 s.
 - big_job_start_rank: jobs of its priority or lower, submitted after it, that started before it.
@@ -95,16 +97,17 @@ class OverAllocationWatch:
             self.samples += 1
 
 
-def _queue_times(store: Any, job_id: str) -> tuple[float, float]:
+def _queue_times(store: Any, job_id: str) -> tuple[float, float, float]:
     """When the job entered its queue (its `submitted` record) and when a pass admitted it
-    (the record the pass wrote), by the database's clock: event ids order them."""
+    (the record the pass wrote), in the order of the database's event ids; and the time of
+    that admission (the control worker's clock)."""
     from gpuflow.services.jobs import job_events
 
     events = job_events(store, job_id)
     entered = next(e.id for e in events if e.message == "submitted")
-    admitted = next(e.id for e in events if ":admitted:" in e.key)
-    assert entered is not None and admitted is not None
-    return float(entered), float(admitted)
+    admitted = next(e for e in events if ":admitted:" in e.key)
+    assert entered is not None and admitted.id is not None
+    return float(entered), float(admitted.id), _ts(admitted.ts)
 
 
 async def _queue_steps(client: Any, job_id: str) -> int:
@@ -212,6 +215,9 @@ async def measure(home: Path, address: str, n: int) -> dict[str, Any]:
         for b in high
         if queued[b.job_id][0] < queued[a.job_id][1] < queued[b.job_id][1]
     )
+    # The start lag (admission to the process's start) is what turns a job admitted just before
+    # a high job was submitted into one that starts after it.
+    lags = sorted(started[s.job_id] - queued[s.job_id][2] for s in submitted)
     (whole,) = [s for s in submitted if s.big]
     after_big = [s for s in submitted if s.at > whole.at and s.priority <= whole.priority]
     ideal = n * SLEEP_S / GPUS + SLEEP_S
@@ -223,6 +229,8 @@ async def measure(home: Path, address: str, n: int) -> dict[str, Any]:
         "place_attempts_per_job": sum(steps) / len(steps),
         "max_place_attempts": max(steps),
         "admission_passes": passes,
+        "start_lag_p50_s": round(lags[len(lags) // 2], 3),
+        "start_lag_max_s": round(lags[-1], 3),
         "makespan_s": round(makespan, 1),
         "ideal_s": ideal,
         "makespan_ratio": round(makespan / ideal, 3),
