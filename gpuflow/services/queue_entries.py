@@ -166,6 +166,7 @@ def entry_values(inp: EnqueueInput, *, dumped: dict[str, Any] | None = None) -> 
         "fleets": list(spec.fleets),
         "submitted_at": _utc(inp.submitted_at),
         "admitted_at": None,
+        "decided_by": None,
         "max_duration_s": None if spec.max_duration is None else float(spec.max_duration),
         "position": None,
         "reason": None,
