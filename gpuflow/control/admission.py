@@ -13,7 +13,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.client import Client
 
-from gpuflow.control.admission_wake import wake_admission
+from gpuflow.control.admission_wake import ask_for_pass, wake_admission
 from gpuflow.control.batches import Batches
 from gpuflow.control.records import record_in
 from gpuflow.metrics import store as metrics
@@ -225,7 +225,7 @@ class AdmissionActivities:
             if verdict.placement is not None:
                 metrics.observe_placement(time.perf_counter() - started, verdict.placement)
         if verdict.placement is None and verdict.refused is None:
-            await wake_admission(self.temporal, self.task_queue)
+            await ask_for_pass(self.temporal, self.task_queue)
         return verdict
 
     @activity.defn(name="withdraw_job")

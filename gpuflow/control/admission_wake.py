@@ -7,6 +7,7 @@ import logging
 
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
 from gpuflow.naming import CONTROL_TASK_QUEUE
@@ -35,3 +36,16 @@ async def wake_admission(temporal: Client | None, task_queue: str | None = None)
         log.warning("could not ask the admission loop for a pass: %s", error)
         return False
     return True
+
+
+async def ask_for_pass(temporal: Client | None, task_queue: str | None = None) -> None:
+    """`wake_admission` for a job that has just entered its queue to wait: raises when the ask
+    was not delivered, so the step that entered the job runs again (entering again changes
+    nothing) and asks again. The loop passes on its own only while it knows of waiting jobs,
+    and the job itself asks again only after minutes (workflows/phases.py ADMISSION_CHECK), so
+    this ask must not be lost. Without a Temporal client (tests of the store) nothing is asked."""
+    if temporal is not None and not await wake_admission(temporal, task_queue):
+        raise ApplicationError(
+            "could not ask the admission loop for a pass (the job waits in its queue): asks again",
+            type="AdmissionAskLost",
+        )

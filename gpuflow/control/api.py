@@ -24,7 +24,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow import sealed, secrets
 from gpuflow.control.admission import GroupCommit
-from gpuflow.control.admission_wake import wake_admission
+from gpuflow.control.admission_wake import ask_for_pass
 from gpuflow.control.api_common import job_record, one_line, unrecorded_job
 from gpuflow.control.api_dry_runs import DryRunActivities
 from gpuflow.control.api_queues import QueueActivities, check_known
@@ -132,7 +132,7 @@ class ApiActivities(QueueActivities, DryRunActivities):
 
         verdict = await self.entries.enter(Submitted(job_id, run_id, spec))
         if verdict.placement is None and verdict.refused is None:
-            await wake_admission(self.temporal)
+            await ask_for_pass(self.temporal)  # raises when lost: the submit is tried again
 
     @activity.defn(name="api_job")
     @one_line

@@ -16,9 +16,11 @@ arrives would start after it). A job the worker could not tell is told by the lo
 command.
 
 Being one workflow id makes passes one at a time with any number of control workers; a loop
-killed with its worker goes on where its history stops. An ask that was lost costs a wait, not
-a job: while jobs wait, the loop passes at least every SAFETY_PASS on its own (one timer for all
-of them; an idle loop keeps none and costs nothing). A verdict that was lost is told again: a
+killed with its worker goes on where its history stops. The step that enters a job to wait
+asks for a pass until the ask is delivered (control/admission_wake.py `ask_for_pass`); any
+other ask that was lost costs a wait, not a job: while jobs wait, the loop passes at least
+every SAFETY_PASS on its own (one timer for all of them; an idle loop keeps none and costs
+nothing). A verdict that was lost is told again: a
 pass whose result the loop did not record (its worker died before) runs again with the same
 `pass_id`, and tells again what its lost run committed. A job asks again only rarely
 (phases.ADMISSION_CHECK), for a loop that is gone: asking starts the loop if it is not running.

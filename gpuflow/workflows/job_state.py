@@ -27,7 +27,10 @@ run. Histories recorded before have the single patches' markers, which `_patched
 PATCHES_2026_12 = "job-patches-2026-12"
 """Stands for PATCHES_2026_11's patches and those after it (SINCE_2026_11): a job started since
 records this one marker. A run that recorded PATCHES_2026_11 takes none of the later ones."""
-SINCE_2026_11 = frozenset({"queue-rare-check"})
+PATCH_RARE_CHECK = "queue-rare-check"
+"""A waiting job asks again after phases.ADMISSION_CHECK, doubling; before, every
+ADMISSION_CHECK_BEFORE (histories from then replay that way)."""
+SINCE_2026_11 = frozenset({PATCH_RARE_CHECK})
 
 
 class Ending(Exception):

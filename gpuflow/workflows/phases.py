@@ -11,7 +11,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 from gpuflow.workflows import contract, steps
-from gpuflow.workflows.job_state import Ending, JobState, retry_deadline
+from gpuflow.workflows.job_state import PATCH_RARE_CHECK, Ending, JobState, retry_deadline
 
 with workflow.unsafe.imports_passed_through():
     from gpuflow.scheduler.model import Placement
@@ -52,9 +52,7 @@ as long each time, up to ADMISSION_CHECK_MAX: for a loop that is gone (terminate
 asking starts it again). A lost ask or verdict is the loop's to make good (admission.py
 SAFETY_PASS, `pass_id`), so a job asks about once however long it waits in a long queue."""
 ADMISSION_CHECK_BEFORE = timedelta(seconds=60)
-PATCH_RARE_CHECK = "queue-rare-check"
-"""ADMISSION_CHECK as above (one of job_state.SINCE_2026_11); before, a waiting job asked again
-every ADMISSION_CHECK_BEFORE (histories from then replay that way)."""
+"""How often a waiting job asked again before job_state.PATCH_RARE_CHECK."""
 
 
 class JobPhases(JobState):

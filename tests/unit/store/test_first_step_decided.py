@@ -47,7 +47,7 @@ def test_first_steps_take_decided_verdicts_and_read_the_others(
     async def wake(*args: Any) -> None:
         return None
 
-    monkeypatch.setattr(admission, "wake_admission", wake)
+    monkeypatch.setattr(admission, "ask_for_pass", wake)
 
     submitted, steps = submits_then_steps(entries, step, jobs)
     assert steps == submitted

@@ -58,7 +58,7 @@ def test_first_steps_read_their_verdicts_together(
         raise AssertionError("the step entered the job itself")
 
     monkeypatch.setattr(admission, "enqueue_in", own_entry)
-    monkeypatch.setattr(admission, "wake_admission", wake)
+    monkeypatch.setattr(admission, "ask_for_pass", wake)
     before = _placed_observations()
 
     submitted, steps = submits_then_steps(entries, step, jobs)
