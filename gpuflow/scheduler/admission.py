@@ -215,9 +215,9 @@ class _Pass:
         )
 
     def _outranks(self, job: Waiting, demand: Demand) -> bool:
-        """Whether the reservation may not hold this job back. In the reserved job's queue: a
-        higher priority. In another queue, priorities do not count (they order jobs within a
-        queue), quotas do: a job that stays within its queue's nominal quota goes before a
+        """Whether the reservation may not hold this job back. In the reserved job's queue: ahead
+        of it in the queue's order (`_ahead_of_holder`). In another queue, priorities do not
+        count (they order jobs within a queue), quotas do: a job that stays within its queue's nominal quota goes before a
         reserved job that would borrow, as Kueue admits workloads within nominal quota before
         borrowing ones. Only idle quota is lent, and quota its owner's waiting jobs can use is
         not idle; a reservation must not keep it from them."""
@@ -225,10 +225,20 @@ class _Pass:
         if holder is None:
             return True
         if job.queue == holder.queue:
-            return job.priority > holder.priority
+            return _order(job) < _order(holder)
         return self.quotas.borrows(holder.queue, self.reserved_demand) and not (
             self.quotas.borrows(job.queue, demand)
         )
+
+    def _ahead_of_holder(self, job: Waiting) -> bool:
+        """Whether the job takes the reservation from its holder: a higher priority, or in the
+        holder's queue, ahead of it in the queue's order. Within a pass the first job blocked
+        in a queue reserves first; a holder carried from the pass before can be behind a job
+        of its queue that came back (a preempted job requeued keeps its submission time)."""
+        holder = self.reserved
+        if holder is None or job.priority > holder.priority:
+            return True
+        return job.queue == holder.queue and _order(job) < _order(holder)
 
     def _place(self, job: Waiting) -> tuple[Placement | None, str]:
         """Every job but the holder goes outside the reserved hosts when it can: those that
@@ -274,7 +284,7 @@ class _Pass:
             self.reserved, self.decision.reservation, self.room = None, None, None
 
     def _reserve(self, job: Waiting) -> None:
-        if self.reserved is not None and job.priority <= self.reserved.priority:
+        if self.reserved is not None and not self._ahead_of_holder(job):
             return
         before = self.before
         keep = before.hosts if before and before.job == job.name else frozenset()

@@ -131,7 +131,12 @@ def _apply_status(
 ) -> None:
     """Set the job's status on its row (already read: its spec is left unloaded)."""
     if JobStatus(job.status).is_final and not status.is_final:
-        return
+        if attempt is None or attempt <= job.attempt:
+            return  # a late record of an attempt that ended: the ending stands
+        # The job retries (`retry`): its row follows the new attempt, which may be stopped,
+        # waits in its queue and is listed by `ps` as not ended.
+        job.termination_reason = None
+        job.finished_at = None
     at = at or datetime.now(UTC)
     job.status = status
     if attempt is not None:

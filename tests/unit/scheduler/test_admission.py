@@ -281,3 +281,48 @@ def test_a_queue_reclaims_its_nominal_quota_from_a_borrower() -> None:
     assert names(decision) == ["a-own"]
     assert len(decision.preemptions) == 1
     assert decision.preemptions[0].victim.startswith("b-")
+
+
+def test_a_requeued_job_goes_before_a_later_holder_of_the_reservation() -> None:
+    """Jobs preempted and requeued keep their submission time, so they come back ahead of a
+    job of their queue that reserved meanwhile: they take its room and the reservation, and
+    it waits for its turn behind them."""
+    snapshot = fleet(1)
+    busy = start(snapshot, waiting("busy", 8, priority=100))
+    late = waiting("late", 4, at=3)
+    queues = [QueueSpec(name="a", gpus=100)]
+    first = admit(queues=queues, running=[busy], waiting=[late], snapshot=snapshot, now=0)
+    assert first.reservation is not None and first.reservation.job == "late"
+    release_placement(snapshot, busy.placement)
+    second = admit(
+        queues=queues,
+        running=[],
+        waiting=[late, waiting("early-1", 4, at=1), waiting("early-2", 4, at=2)],
+        snapshot=snapshot,
+        now=10,
+        reserved=first.reservation,
+    )
+    assert names(second) == ["early-1", "early-2"]
+    assert reasons(second) == {"late": NO_CAPACITY}
+    assert second.reservation is not None and second.reservation.job == "late"
+
+
+def test_a_blocked_job_ahead_in_its_queue_takes_the_reservation_over() -> None:
+    snapshot = fleet(1)
+    busy = start(snapshot, waiting("busy", 6, priority=100))
+    queues = [QueueSpec(name="a", gpus=100)]
+    first = admit(
+        queues=queues, running=[busy], waiting=[waiting("late", 4, at=3)], snapshot=snapshot, now=0
+    )
+    assert first.reservation is not None and first.reservation.job == "late"
+    second = admit(
+        queues=queues,
+        running=[busy],
+        waiting=[waiting("late", 4, at=3), waiting("early", 8, at=1)],
+        snapshot=snapshot,
+        now=10,
+        reserved=first.reservation,
+    )
+    assert names(second) == []
+    assert second.reservation is not None and second.reservation.job == "early"
+    assert reasons(second) == {"early": NO_CAPACITY, "late": NO_CAPACITY}

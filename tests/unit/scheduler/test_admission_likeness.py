@@ -175,16 +175,17 @@ def test_an_alike_job_of_another_queue_is_tried() -> None:
     assert [(a.job.name, a.victims) for a in decision.admitted] == [("y", ("low",))]
 
 
-def test_the_holder_of_the_reservation_is_tried_after_an_alike_job() -> None:
-    # h reserved the host in the pass before; x, alike and submitted earlier, arrives now: x
-    # may not take h's room, and h is still tried (its name is what lets it in).
+def test_an_alike_job_ahead_of_the_holder_takes_its_room() -> None:
+    # h reserved the host in the pass before; x, alike and submitted earlier (a job requeued
+    # after a preemption keeps its submission time), comes back now: x is ahead of h in their
+    # queue, so it takes the room, and h, tried after it, waits.
     queue = [QueueSpec(name="a", gpus=16)]
     h, x = waiting("h", 8, at=5), waiting("x", 8, at=1)
     host = next(iter(fleet(1).hosts())).id
     before = Reservation("h", None, frozenset({host}))
     decision = _both(1, [], queues=queue, waiting=[x, h], reserved=before)
-    assert [a.job.name for a in decision.admitted] == ["h"]
-    assert [(h.job.name, h.reason) for h in decision.waiting] == [("x", "no_capacity")]
+    assert [a.job.name for a in decision.admitted] == ["x"]
+    assert [(h.job.name, h.reason) for h in decision.waiting] == [("h", "no_capacity")]
 
 
 def test_a_job_that_may_wait_reserves_after_an_alike_one_that_may_not() -> None:

@@ -96,3 +96,53 @@ def test_records_known_unwritten_together_read_nothing_more(store: Store) -> Non
     assert [e.kind for e in job_events(store, "job-b")] == ["done"]
     assert find_job(store, "job-a").status == find_job(store, "job-b").status == JobStatus.DONE
     assert find_job(store, "job-a").spec == {"commands": ["x" * 10_000]}
+
+
+def _record_attempt(store: Store, status: JobStatus, attempt: int, reason: str | None) -> None:
+    with store.session() as session:
+        record_status_in(
+            session,
+            job_id="job-a",
+            name="a",
+            spec={},
+            status=status,
+            event_key=f"{attempt}:{status.value}",
+            attempt=attempt,
+            reason=reason,
+        )
+        session.commit()
+
+
+def test_a_job_that_retries_is_not_ended_while_its_next_attempt_runs(store: Store) -> None:
+    """Each attempt's ending is recorded (and its GPUs released) before the next begins; the
+    row follows the new attempt, so `ps` lists it and `stop` reaches it."""
+    _record_attempt(store, JobStatus.RUNNING, 1, None)
+    _record_attempt(store, JobStatus.TERMINATED, 1, "preempted")
+    ended = find_job(store, "job-a")
+    assert ended.status == JobStatus.TERMINATED and ended.finished_at is not None
+    _record_attempt(store, JobStatus.PENDING, 2, None)
+    row = find_job(store, "job-a")
+    assert (row.status, row.attempt) == (JobStatus.PENDING, 2)
+    assert row.termination_reason is None and row.finished_at is None
+    _record_attempt(store, JobStatus.RUNNING, 2, None)
+    _record_attempt(store, JobStatus.DONE, 2, "done")
+    row = find_job(store, "job-a")
+    assert (row.status, row.attempt, row.termination_reason) == (JobStatus.DONE, 2, "done")
+
+
+def test_a_late_record_of_an_ended_attempt_does_not_reopen_the_job(store: Store) -> None:
+    _record_attempt(store, JobStatus.PENDING, 1, None)
+    _record_attempt(store, JobStatus.TERMINATED, 1, "stopped_by_user")
+    with store.session() as session:  # the same attempt's running record, arriving late
+        record_status_in(
+            session,
+            job_id="job-a",
+            name="a",
+            spec={},
+            status=JobStatus.RUNNING,
+            event_key="1:running-late",
+            attempt=1,
+        )
+        session.commit()
+    row = find_job(store, "job-a")
+    assert (row.status, row.termination_reason) == (JobStatus.TERMINATED, "stopped_by_user")
