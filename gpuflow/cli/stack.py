@@ -4,6 +4,7 @@ when it goes down."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -166,7 +167,8 @@ async def down(
 
 async def settle_jobs(console: Console, client: Any, *, stop_jobs: bool, force: bool) -> list[Any]:
     """Before the stack goes down: stop the jobs that have (or are about to have) processes,
-    or return them to be reported as left running. Pending jobs wait durably either way."""
+    or return them to be reported as left running. Pending jobs wait durably either way: while
+    jobs stop, admission is held (until the next `gpuflow up`)."""
     jobs = await client.jobs()
     active = [j for j in jobs if j.status in (JobStatus.RUNNING, JobStatus.PROVISIONING)]
     pending = [j for j in jobs if j.status == JobStatus.PENDING]
@@ -189,8 +191,19 @@ async def settle_jobs(console: Console, client: Any, *, stop_jobs: bool, force: 
             "`gpuflow down --stop-jobs` (-y), or leave their processes running without "
             "gpuflow with `gpuflow down --force`"
         )
-    with console.status(f"stopping {len(active)} job(s)…"):
-        ended = await asyncio.gather(*(client.stop(job.id, wait=True) for job in active))
+    # The GPUs they free must not start waiting jobs just before the stack goes down (their
+    # processes would run on without gpuflow): admission is held until the next `gpuflow up`.
+    try:
+        await client.hold_admission()
+    except GpuflowError as exc:
+        console.print(f"[yellow]{exc}: waiting jobs may start while these stop[/]")
+    try:
+        with console.status(f"stopping {len(active)} job(s)…"):
+            ended = await asyncio.gather(*(client.stop(job.id, wait=True) for job in active))
+    except BaseException:
+        with contextlib.suppress(GpuflowError):  # the stack stays up: admission goes on
+            await client.hold_admission(False)
+        raise
     for info in ended:
         console.print(Text.assemble(f"{info.name}: ", status_text(info.status, info.reason)))
     return [info for info in ended if not info.status.is_final]

@@ -5,15 +5,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from temporalio.client import Client as TemporalClient
+from temporalio.service import RPCError, RPCStatusCode
+
 from gpuflow.client.api import Api
 from gpuflow.client.models import AppliedQueue, QueueInfo
+from gpuflow.errors import GpuflowError
+from gpuflow.naming import CONTROL_TASK_QUEUE
 from gpuflow.specs.load import load_queue
 from gpuflow.specs.queue import QueueSpec
 from gpuflow.workflows.api import Empty, QueueApplied, QueueRecord, QueueRef
+from gpuflow.workflows.queue_models import AdmissionState, admission_workflow_id
 
 
 class QueueCalls:
     _api: Api
+    temporal: TemporalClient
 
     async def apply_queue(self, spec: QueueSpec | str | Path) -> AppliedQueue:
         """Create or update a queue, from a spec or a queue file (`type: queue`). Waiting jobs
@@ -32,3 +39,27 @@ class QueueCalls:
         """Every queue, by name (the `default` queue included), with what it uses now."""
         records = await self._api.call("queues", Empty(), list[QueueRecord])
         return [QueueInfo.from_record(record) for record in records]
+
+    async def hold_admission(self, held: bool = True) -> None:
+        """Hold the admission loop (no waiting job is admitted, none is refused) or, with
+        `held=False`, let it go on; on the embedded stack `gpuflow down` holds it before
+        stopping running jobs and `gpuflow up` lets it go. Holding starts a loop that is not
+        running; letting go of one that is not running does nothing."""
+        task_queue = getattr(self._api, "task_queue", CONTROL_TASK_QUEUE)
+        workflow_id = admission_workflow_id(task_queue)
+        try:
+            if held:
+                await self.temporal.start_workflow(
+                    "AdmissionWorkflow",
+                    AdmissionState(),
+                    id=workflow_id,
+                    task_queue=task_queue,
+                    start_signal="hold",
+                    start_signal_args=[True],
+                )
+            else:
+                await self.temporal.get_workflow_handle(workflow_id).signal("hold", False)
+        except RPCError as exc:
+            if held or exc.status != RPCStatusCode.NOT_FOUND:
+                verb = "hold" if held else "let go of"
+                raise GpuflowError(f"could not {verb} the admission loop: {exc}") from None

@@ -22,6 +22,7 @@ from gpuflow.agent.main import agent_state_dir, make_agent_worker
 from gpuflow.agent.samplers import NvmlGpuSampler
 from gpuflow.config import TemporalConfig, connect_temporal, private_dir
 from gpuflow.control import collector
+from gpuflow.control.admission_wake import let_admission_go
 from gpuflow.control.fleets import host_facts
 from gpuflow.control.worker import ControlWorker
 from gpuflow.errors import ConnectionFailed, GpuflowError
@@ -183,7 +184,9 @@ async def serve(*, home: Path | None = None, ready_file: Path | None = None) -> 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with control_plane(config, store, home=home):
+        async with control_plane(config, store, home=home) as control:
+            # `gpuflow down` held admission while it stopped the running jobs
+            await let_admission_go(control.client)
             ui = server.ui_url if server else "(your Temporal cluster's UI)"
             if ready_file is not None:
                 ready_file.write_text(ui)

@@ -188,7 +188,11 @@ class _Pass:
         options = tuple((resolve(o).key, o.scorer, tuple(o.fleets)) for o in job.options)
         first = job.job
         asks = (resolve(first).key, first.scorer, tuple(first.fleets), first.max_duration)
-        return (job.queue, job.priority, job.may_wait, asks, options)
+        # ahead of the holder in its queue or not (the holder, carried from the pass before,
+        # can be behind a requeued job): it decides whether the job may take the held room
+        holder = self.reserved
+        ahead = holder is not None and job.queue == holder.queue and _order(job) < _order(holder)
+        return (job.queue, job.priority, job.may_wait, ahead, asks, options)
 
     def _allowed(self, job: Waiting, placement: Placement) -> bool:
         """The placement does not delay the reservation (it ends before the reserved start, or
@@ -217,10 +221,10 @@ class _Pass:
     def _outranks(self, job: Waiting, demand: Demand) -> bool:
         """Whether the reservation may not hold this job back. In the reserved job's queue: ahead
         of it in the queue's order (`_ahead_of_holder`). In another queue, priorities do not
-        count (they order jobs within a queue), quotas do: a job that stays within its queue's nominal quota goes before a
-        reserved job that would borrow, as Kueue admits workloads within nominal quota before
-        borrowing ones. Only idle quota is lent, and quota its owner's waiting jobs can use is
-        not idle; a reservation must not keep it from them."""
+        count (they order jobs within a queue), quotas do: a job that stays within its queue's
+        nominal quota goes before a reserved job that would borrow, as Kueue admits workloads
+        within nominal quota before borrowing ones. Only idle quota is lent, and quota its
+        owner's waiting jobs can use is not idle; a reservation must not keep it from them."""
         holder = self.reserved
         if holder is None:
             return True

@@ -235,7 +235,8 @@ def by_resources(hosts: list[HostView], ctx: Context) -> tuple[list[HostView], l
                 result = memo[view.state_id] = fit(view, request, None)
         if isinstance(result, str):
             if explain:
-                rejections.append(_worded(view, result, ctx))
+                never = refused[view.cls] is not None  # its GPUs could serve it at no usage
+                rejections.append(_worded(view, result, ctx, COMPATIBILITY if never else None))
         else:
             survivors.append(view)
             options.append(result)
@@ -256,11 +257,14 @@ def fit_memo(index: SnapshotIndex, request: Request) -> dict[int, Fit]:
     return memo
 
 
-def _worded(view: HostView, reason: str, ctx: Context) -> Rejection:
+def _worded(view: HostView, reason: str, ctx: Context, stage: str | None = None) -> Rejection:
+    """The host's rejection, by the stage that decided it: `compatibility` for GPUs that can
+    never serve the request (model, memory, capability), else `gang` or `resources`."""
     worded = ctx.index.resource_rejections
     rejection = worded.get((view.host.name, reason))
     if rejection is None:
-        stage = GANG if reason.startswith("busy, and") else RESOURCES
+        if stage is None:
+            stage = GANG if reason.startswith("busy, and") else RESOURCES
         rejection = worded[(view.host.name, reason)] = ctx.reject(view, stage, reason)
     return rejection
 

@@ -12,7 +12,8 @@ from typing import Any
 
 from sqlmodel import Session
 
-from gpuflow.scheduler.model import Placement, Unschedulable
+from gpuflow.scheduler.filters import GANG, RESOURCES
+from gpuflow.scheduler.model import Placement, Rejection, Unschedulable
 from gpuflow.scheduler.offers import by_reason
 from gpuflow.services.capacity import commit_placement_in
 from gpuflow.services.jobs import gpu_summary, record_status_in
@@ -109,11 +110,24 @@ for a job of several options, hosts that share a reason then share a line, which
 first few of them and counts the rest (scheduler/offers.py `by_reason`)."""
 
 
+BUSY_STAGES = (RESOURCES, GANG)
+"""Filters that reject a host for what runs on it now: the host could take the job later."""
+
+
+def _busy_first(rejections: list[Rejection]) -> list[Rejection]:
+    """The hosts that could take the job once capacity frees first (what a waiting job waits
+    for, and what `ps` shows of it), then those that never could (another model, no GPUs)."""
+    return sorted(rejections, key=lambda rejection: rejection.filter not in BUSY_STAGES)
+
+
 def no_fit_lines(tries: list[tuple[JobSpec, Placement | Unschedulable]]) -> list[str]:
-    """Per host, why none of a job's options fit (each option's lines labelled when several);
-    past MAX_REASON_LINES, per reason."""
+    """Per host, why none of a job's options fit (each option's lines labelled when several),
+    the hosts that are busy now first; past MAX_REASON_LINES, per reason."""
     refused = [
-        (f"option {k + 1} ({option.resources.gpu_label}): " if len(tries) > 1 else "", found)
+        (
+            f"option {k + 1} ({option.resources.gpu_label}): " if len(tries) > 1 else "",
+            Unschedulable.model_construct(rejections=_busy_first(found.rejections)),
+        )
         for k, (option, found) in enumerate(tries)
         if isinstance(found, Unschedulable)
     ]

@@ -68,6 +68,8 @@ loop signalled each job itself (histories from then replay that way)."""
 class AdmissionWorkflow:
     def __init__(self) -> None:
         self._asked = False
+        self._held: bool | None = None
+        """Set by the `hold` signal; None until then (the state carried over says)."""
         self._tick_task: asyncio.Task[None] | None = None
         """The SAFETY_PASS timer, while it runs (it is never cancelled: see `_tick`)."""
 
@@ -76,12 +78,22 @@ class AdmissionWorkflow:
         """Something that admission reads changed: pass again."""
         self._asked = True
 
+    @workflow.signal
+    def hold(self, held: bool) -> None:
+        """Hold the loop (no pass runs; asks wait) or let it go on. `gpuflow down` holds it
+        before stopping running jobs, so the capacity they free does not start waiting jobs
+        just before the stack goes down; `gpuflow up` lets it go."""
+        self._held = held
+        workflow.set_current_details("held by `gpuflow down`" if held else "")
+
     @workflow.run
     async def run(self, state: AdmissionState) -> None:
         self._asked = True  # a (re)started loop passes at once: it may have missed asks
+        if self._held is None:
+            self._held = state.held
         safety = workflow.patched(PATCH_SAFETY)
         for _ in range(PASSES_PER_RUN):
-            await workflow.wait_condition(lambda: self._asked)
+            await workflow.wait_condition(lambda: self._asked and not self._held)
             self._asked = False
             local = workflow.patched(PATCH_LOCAL_PASS)
             ask = PassInput(reservation=state.reservation)
@@ -98,6 +110,7 @@ class AdmissionWorkflow:
             if workflow.info().is_continue_as_new_suggested():
                 break
         await workflow.wait_condition(workflow.all_handlers_finished)
+        state.held = bool(self._held)
         workflow.continue_as_new(state)
 
     async def _tick(self) -> None:

@@ -105,6 +105,8 @@ class AdmissionState(BaseModel):
     """What the admission loop carries across continue-as-new."""
 
     reservation: ReservationState | None = None
+    held: bool = False
+    """Held by `gpuflow down` (the `hold` signal): no pass runs until it is let go."""
 
 
 # ---- signals to a job ------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from gpuflow.control.activities import ControlActivities
-from gpuflow.scheduler import place
+from gpuflow.scheduler import apply_placement, place
 from gpuflow.scheduler.model import Unschedulable
 from gpuflow.services.capacity import read_snapshot
 from gpuflow.services.fleets import apply_fleet
@@ -94,3 +94,23 @@ async def test_the_place_step_of_older_jobs_words_a_refusal_the_same_way(
         "has 8 GPUs, job needs 16 GPUs",
         "node-00007: has L4 GPUs, job needs A100",
     ]
+
+
+def test_the_hosts_busy_now_come_before_those_that_could_never_fit(sqlite_store: Store) -> None:
+    """What a waiting job waits for leads its reasons (and `ps`, which shows the first): the
+    A100 hosts whose GPUs are taken, not the L4 host listed before them."""
+    apply_fleet(sqlite_store, _fleet(10))
+    with sqlite_store.read() as session:
+        snapshot = read_snapshot(session)
+    taking = JobSpec(name="all", commands=["x"], resources={"gpu": "A100:8"}, nodes=9)
+    held = place(taking, snapshot)
+    assert not isinstance(held, Unschedulable)
+    apply_placement(snapshot, held)
+    job = JobSpec(name="one", commands=["x"], resources={"gpu": "A100:1"})
+    found = place(job, snapshot)
+    assert isinstance(found, Unschedulable)
+    assert found.lines[7].startswith("node-00007: ")  # by host, the L4 host among them
+    lines = no_fit_lines([(job, found)])
+    assert sorted(lines) == sorted(found.lines)
+    assert [line.split(":")[0] for line in lines][-1] == "node-00007"
+    assert "0 of 8 GPUs free" in lines[0]

@@ -34,7 +34,8 @@ class FakeHandle:
     workflow_id: str
 
     async def signal(self, name: str, *args: Any) -> None:
-        self.temporal.signals.append((self.workflow_id, name))
+        said = f"{name}:{args[0]}" if name == "hold" else name
+        self.temporal.signals.append((self.workflow_id, said))
         if name == "stop":  # the job's workflow stops it at once
             self.temporal.on_stop(self.workflow_id)
 
@@ -64,8 +65,11 @@ class FakeTemporal:
     def get_workflow_handle(self, workflow_id: str, **_: Any) -> FakeHandle:
         return FakeHandle(self, workflow_id)
 
-    async def start_workflow(self, workflow: str, inp: Any, *, id: str, **__: Any) -> Any:
+    async def start_workflow(self, workflow: str, inp: Any, *, id: str, **options: Any) -> Any:
         if workflow == "AdmissionWorkflow":
+            if options.get("start_signal") == "hold":  # `gpuflow down` holds admission
+                self.signals.append((id, f"hold:{options['start_signal_args'][0]}"))
+                return None
             self.admission_wakes += 1
             return None
         self.started.append(id)

@@ -55,7 +55,8 @@ def test_down_stop_jobs_stops_them_then_the_stack(
     job_id = cli.job("train", JobStatus.RUNNING, hosts=["box"])
     cli.job("later", JobStatus.PENDING, suffix="ffffff")
     out = cli("down", "-y")
-    assert cli.temporal.signals == [(job_id, "stop")]
+    # admission held first: the GPUs they free must not start `later` as the stack goes down
+    assert cli.temporal.signals == [("gpuflow-admission", "hold:True"), (job_id, "stop")]
     assert "train: stopped (stopped_by_user)" in out
     assert "1 pending job(s) (later) keep waiting" in out
     assert out.rstrip().endswith("gpuflow is down")
@@ -92,3 +93,22 @@ def test_down_without_jobs_or_stack(cli: Cli, stack: subprocess.Popen[bytes]) ->
     assert cli("down").strip() == "gpuflow is down"
     assert cli("down").strip() == "gpuflow is not up"
     assert os.environ.get("GPUFLOW_HOME")
+
+
+def test_down_lets_admission_go_when_a_stop_fails(
+    cli: Cli, stack: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuflow.client import Client
+    from gpuflow.errors import GpuflowError
+
+    async def broken(self: Client, job: str, **_: object) -> None:
+        raise GpuflowError(f"job {job}: cannot stop it")
+
+    cli.job("train", JobStatus.RUNNING, hosts=["box"])
+    monkeypatch.setattr(Client, "stop", broken)
+    assert "cannot stop it" in cli("down", "-y", code=1)
+    assert _alive(stack)  # the stack stays up, and so does admission
+    assert cli.temporal.signals == [
+        ("gpuflow-admission", "hold:True"),
+        ("gpuflow-admission", "hold:False"),
+    ]
