@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuflow.scheduler import Placement, Snapshot, release_placement
+from gpuflow.scheduler import Placement, Snapshot, place, release_placement
 from gpuflow.scheduler.admission import NO_CAPACITY, QUOTA, Decision, Running, Waiting, admit
 from gpuflow.specs import QueueSpec
 from tests.unit.scheduler.conftest import load_host, make_job, make_snapshot
@@ -326,3 +326,38 @@ def test_a_blocked_job_ahead_in_its_queue_takes_the_reservation_over() -> None:
     assert names(second) == []
     assert second.reservation is not None and second.reservation.job == "early"
     assert reasons(second) == {"early": NO_CAPACITY, "late": NO_CAPACITY}
+
+
+def test_a_job_of_several_models_goes_to_the_one_its_quota_covers() -> None:
+    """The best host is of a model the queue has no quota for; the job accepts another, which
+    it has: admitted there (as Kueue tries a workload's flavors in order), not held `quota`.
+    The same for a job of any model."""
+
+    def two_models() -> Snapshot:
+        return make_snapshot(load_host("a100x8-blocks", name="a"), load_host("h100x8", name="h"))
+
+    either = make_job({"gpu": "A100,H100:1"}, name="either")
+    found = place(either, two_models())
+    assert isinstance(found, Placement)
+    other = "A100" if found.nodes[0].gpu_names[0] == "H100" else "H100"
+    for job in (either, make_job({"gpu": 1}, name="any")):
+        decision = admit(
+            queues=[QueueSpec(name="a", gpus={other: 4})],
+            running=[],
+            waiting=[Waiting(job.name, "a", job, 0)],
+            snapshot=two_models(),
+            now=0,
+        )
+        assert names(decision) == [job.name]
+        assert decision.admitted[0].placement.nodes[0].gpu_names == [other]
+
+
+def test_a_job_of_a_model_without_quota_waits_on_quota() -> None:
+    decision = admit(
+        queues=[QueueSpec(name="a", gpus={"A100": 4})],
+        running=[],
+        waiting=[Waiting("h", "a", make_job({"gpu": "H100:1"}, name="h"), 0)],
+        snapshot=fleet(1),
+        now=0,
+    )
+    assert names(decision) == [] and reasons(decision) == {"h": QUOTA}

@@ -196,8 +196,10 @@ def test_a_job_that_may_wait_reserves_after_an_alike_one_that_may_not() -> None:
 
 
 def test_jobs_placed_by_the_random_scorer_are_each_tried() -> None:
-    # The random scorer orders hosts by the job's name: of two alike 1-GPU jobs, one may land
-    # on the A100 host, which a quota of H100s only does not admit, and the other on the H100.
+    # The random scorer orders hosts by the job's name: of two alike 1-GPU jobs, one lands on
+    # the A100 host, which a quota of H100s only does not admit, and the other on the H100.
+    # Each is tried: the first is placed again on the model its quota covers, not refused
+    # because an alike job's try failed.
     def two_models() -> Snapshot:
         hosts = (load_host("a100x8-blocks", name="a"), load_host("h100x8", name="h"))
         return make_snapshot(*hosts, scorer="random")
@@ -213,5 +215,6 @@ def test_jobs_placed_by_the_random_scorer_are_each_tried() -> None:
     queue = [QueueSpec(name="a", gpus={"H100": 8})]
     jobs = [waiting(on_a100, 1, at=1), waiting(on_h100, 1, at=2)]
     decision = _both(0, [], queues=queue, waiting=jobs, fleet_of=two_models)
-    assert [a.job.name for a in decision.admitted] == [on_h100]
-    assert [(h.job.name, h.reason) for h in decision.waiting] == [(on_a100, "quota")]
+    assert [a.job.name for a in decision.admitted] == [on_a100, on_h100]
+    assert {a.placement.nodes[0].gpu_names[0] for a in decision.admitted} == {"H100"}
+    assert decision.waiting == []
