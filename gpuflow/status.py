@@ -114,6 +114,9 @@ NO_CAPACITY_PREFIX = "no capacity: "
 """How a job that found no capacity says why (its message, then `; `-separated reasons)."""
 WAITING_PREFIX = "waiting for capacity: "
 """How a pending job waiting for capacity says why (the same reasons)."""
+NEVER_ADMITTED = "can never admit it"
+"""What a waiting job's reason says when its queue could not admit it even with its whole
+cohort idle (`gpuflow ps` shows that reason in full)."""
 
 
 def capacity_reasons(message: str) -> list[str]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gpuflow.status import NO_CAPACITY_PREFIX, WAITING_PREFIX, JobStatus
+from gpuflow.status import NEVER_ADMITTED, NO_CAPACITY_PREFIX, WAITING_PREFIX, JobStatus
 
 
 def line_positions(jobs: Sequence[Any]) -> dict[str, tuple[int, int]]:
@@ -50,8 +50,11 @@ def queue_wait(job: Any) -> str | None:
     if job.status != JobStatus.PENDING or job.queue_position is None:
         return None
     reason = queue_reason_text(job.queue_reason)
-    if reason == "no capacity" and (job.message or "").startswith(WAITING_PREFIX):
+    message = job.message or ""
+    if reason == "no capacity" and message.startswith(WAITING_PREFIX):
         return why_waiting(job)
+    if reason == "over quota" and NEVER_ADMITTED in message:
+        return "over quota: " + message.removeprefix(WAITING_PREFIX)
     return reason
 
 

@@ -13,7 +13,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 from gpuflow.scheduler.model import Placement
+from gpuflow.specs.job import JobSpec
 from gpuflow.specs.queue import ANY_MODEL, QueueSpec
+from gpuflow.status import NEVER_ADMITTED
 
 EPSILON = 1e-9
 Demand = Mapping[str, float]
@@ -122,3 +124,35 @@ class Quotas:
         borrowed = sum(self.borrowed(name, key) for name in members)
         lent = sum(self.lendable(name, key) for name in members)
         return borrowed <= lent + EPSILON
+
+
+def never_admitted(queues: Iterable[QueueSpec], queue: str, job: JobSpec) -> str | None:
+    """Why `queue` could not admit the job even with its whole cohort idle (none of the GPU
+    models the job accepts has enough quota there, its own or to borrow), in words; None when
+    an idle cohort would admit it."""
+    gpu = job.resources.gpu
+    if gpu is None:
+        return None
+    quotas = Quotas(queues)
+    spec = quotas.queue(queue)
+    cohort = quotas.cohort(queue)
+    for option in job.resource_options():
+        wanted = option.resources.gpu
+        if wanted is None:
+            return None
+        gpus = wanted.count.min * option.nodes
+        if ANY_MODEL in spec.quota:
+            keys = [ANY_MODEL]
+        else:
+            keys = wanted.names or sorted({k for name in cohort for k in quotas.queue(name).quota})
+        if any(quotas.allows(queue, {key: gpus}) for key in keys):
+            return None
+    models = " or ".join(gpu.names) if gpu.names else "any model"
+    quota = " ".join(
+        f"{gpus:g}" if key == ANY_MODEL else f"{key}:{gpus:g}" for key, gpus in spec.quota.items()
+    )
+    lends = f" and cohort {spec.cohort}'s lending" if spec.cohort else ""
+    return (
+        f"queue {queue} {NEVER_ADMITTED}: it asks {gpu.count.min * job.nodes:g} GPU(s) of "
+        f"{models}, more than its quota ({quota or 0}){lends} allows"
+    )

@@ -22,6 +22,7 @@ from sqlmodel import Session, col, select
 from gpuflow.scheduler import place
 from gpuflow.scheduler.admission import Decision, Held, Running, Waiting, admit
 from gpuflow.scheduler.model import Placement, Snapshot
+from gpuflow.scheduler.quota import never_admitted
 from gpuflow.scheduler.reservation import Reservation
 from gpuflow.services.capacity import JOBS_PER_READ, placements_of
 from gpuflow.services.queues import queues_in
@@ -38,6 +39,7 @@ from gpuflow.services.verdicts import (
 )
 from gpuflow.services.warm import WarmCapacity, warm_capacity
 from gpuflow.specs.job import DEFAULT_QUEUE, JobSpec
+from gpuflow.specs.queue import QueueSpec
 from gpuflow.store.tables import QueueEntryRow
 from gpuflow.workflows.queue_models import (
     AdmittedJob,
@@ -142,7 +144,7 @@ def run_pass_in(
     attempts = {row.job_id: row.attempt for row in admitted}
     attempts.update((entry.job_id, entry.attempt) for entry in waiting_rows)
     _commit(session, decision, by_id, attempts, now, outcome)
-    _hold(session, decision.waiting, by_id, worded, snapshot, outcome)
+    _hold(session, decision.waiting, by_id, worded, (snapshot, queues), outcome)
     for job_id in [job.job_id for job in outcome.admitted] + [
         job.job_id for job in outcome.refused
     ]:
@@ -321,7 +323,7 @@ def _hold(
     held: list[Held],
     by_id: dict[str, QueueEntryRow],
     worded: set[str],
-    snapshot: Snapshot,
+    fleet: tuple[Snapshot, list[QueueSpec]],
     outcome: PassOutcome,
 ) -> None:
     """Jobs left waiting learn their position and why; one that may not wait is refused, with
@@ -340,7 +342,7 @@ def _hold(
                 # Newly held, or held for another reason: say why in words, once.
                 if _told_enough(outcome):
                     continue
-                reasons = _reasons(item, snapshot)
+                reasons = _reasons(item, *fleet)
                 set_values(
                     entry, position=item.position, reason=item.reason, detail="\n".join(reasons)
                 )
@@ -355,7 +357,7 @@ def _hold(
             continue
         if _told_enough(outcome):
             continue
-        reasons = _reasons(item, snapshot)
+        reasons = _reasons(item, *fleet)
         refuse_in(session, entry, item.reason, reasons)
         outcome.refused.append(
             RefusedJob(job_id=entry.job_id, attempt=entry.attempt, reasons=told(reasons))
@@ -370,12 +372,16 @@ def _told_enough(outcome: PassOutcome) -> bool:
     return True
 
 
-def _reasons(item: Held, snapshot: Snapshot) -> list[str]:
+def _reasons(item: Held, snapshot: Snapshot, queues: list[QueueSpec]) -> list[str]:
     """Why the job cannot start now, in words: per host for a job nothing fits."""
     reason = item.reason
     if reason.startswith("reserved_for:"):
         return [f"the capacity it needs is reserved for job {reason.split(':', 1)[1]}"]
     if reason == "quota":
-        return [f"queue {item.job.queue} has no quota left for it"]
+        never = never_admitted(queues, item.job.queue, item.job.job)
+        if never is None:
+            return [f"queue {item.job.queue} has no quota left for it"]
+        waits = "; it waits until a queue's quota changes (gpuflow queue apply)"
+        return [never + (waits if item.job.may_wait else "")]
     options = item.job.options or (item.job.job,)
     return no_fit_lines([(option, place(option, snapshot)) for option in options])

@@ -222,7 +222,7 @@ async def test_a_job_that_may_not_wait_is_refused_over_quota_with_the_reason(
             await start_job(time_env.client, task_queue, job("late", queue="none"))
         )
     assert (result.status, result.reason) == (JobStatus.FAILED, TerminationReason.NO_CAPACITY)
-    assert "queue none has no quota left" in result.message
+    assert "queue none can never admit it: it asks 1 GPU(s) of A100" in result.message
     assert await _entry(sqlite_store, result.job_id) is None
 
 

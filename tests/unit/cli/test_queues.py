@@ -294,3 +294,17 @@ def test_the_python_client_applies_lists_and_deletes_queues(cli: Cli) -> None:
 
     asyncio.run(session())
     assert cli.temporal.started == []
+
+
+def test_ps_says_in_full_why_a_queue_can_never_admit_a_job(cli: Cli) -> None:
+    cli("queue", "apply", "-f", cli.write("research.yaml", RESEARCH))
+    never = (
+        "queue research can never admit it: it asks 1 GPU(s) of L4, more than its quota "
+        "(A100:8) allows; it waits until a queue's quota changes (gpuflow queue apply)"
+    )
+    job_id = cli.job("l4", JobStatus.PENDING, message="waiting for capacity: " + never)
+    _entry(cli, job_id, "research", "waiting", position=0, reason="quota")
+    data = {j["id"]: j for j in json.loads(cli("ps", "--json"))}
+    assert data[job_id]["waiting"]["reason"] == "over quota: " + never
+    text = " ".join(" ".join(column_rows(cli("ps"), "WHERE / WHY")).split())
+    assert text == "research/#1 over quota: " + never

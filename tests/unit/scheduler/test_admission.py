@@ -4,10 +4,13 @@ hypothesis check the same rules in test_admission_streams.py."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gpuflow.scheduler import Placement, Snapshot, place, release_placement
 from gpuflow.scheduler.admission import NO_CAPACITY, QUOTA, Decision, Running, Waiting, admit
+from gpuflow.scheduler.quota import never_admitted
 from gpuflow.specs import QueueSpec
 from tests.unit.scheduler.conftest import load_host, make_job, make_snapshot
 
@@ -361,3 +364,28 @@ def test_a_job_of_a_model_without_quota_waits_on_quota() -> None:
         now=0,
     )
     assert names(decision) == [] and reasons(decision) == {"h": QUOTA}
+
+
+def test_a_queue_that_could_never_admit_a_job_says_so() -> None:
+    lab = [
+        QueueSpec(name="research", gpus={"A100": 8}, cohort="lab", borrowing_limit=4),
+        QueueSpec(name="prod", gpus={"A100": 8}, cohort="lab"),
+    ]
+
+    def never(resources: Any, **fields: Any) -> str | None:
+        return never_admitted(lab, "research", make_job(resources, **fields))
+
+    assert never({"gpu": "A100:8"}) is None
+    assert never({"gpu": "A100:4"}, nodes=3) is None  # 12: 8 of its own, 4 borrowed
+    assert never({"gpu": "A100:8"}, nodes=2) == (
+        "queue research can never admit it: it asks 16 GPU(s) of A100, more than its quota "
+        "(A100:8) and cohort lab's lending allows"
+    )
+    assert never({"gpu": "L4:1"}) is not None
+    assert never({"gpu": "L4,A100:1"}) is None
+    assert never({"gpu": 1}) is None
+    assert never({"gpu": "L4:1"}, alternatives=[{"gpu": "A100:1"}]) is None
+    assert never({"cpu": 2}) is None
+    alone = [QueueSpec(name="tiny", gpus=2)]
+    assert never_admitted(alone, "tiny", make_job({"gpu": "H100:2"})) is None
+    assert never_admitted(alone, "tiny", make_job({"gpu": 3})) is not None

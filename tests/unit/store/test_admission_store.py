@@ -124,7 +124,9 @@ def test_a_job_that_may_not_wait_is_refused_once_with_reasons(store: Store) -> N
     _fleet(store)
     apply_queue(store, QueueSpec(name="tiny", gpus=0))
     refused = _enqueue(store, "late", 0, may_wait=False, queue="tiny")
-    assert refused.refused == ["queue tiny has no quota left for it"]
+    assert refused.refused == [
+        "queue tiny can never admit it: it asks 1 GPU(s) of A100, more than its quota (0) allows"
+    ]
     again = _enqueue(store, "late", 0, may_wait=False, queue="tiny")
     assert again.refused == refused.refused
     assert allocations_of(store, "job-late") == []
