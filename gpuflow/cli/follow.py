@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError
 
 from gpuflow.cli.render import Column, fitted_table, status_text
 from gpuflow.errors import GpuflowError
@@ -29,9 +31,21 @@ def _table(rows: dict[str, dict[str, Any]], width: int) -> Table:
     return fitted_table(columns, cells, width=width)
 
 
+async def _closed(client: Any, job_id: str) -> bool:
+    """Whether the job's workflow is closed. A job's row reads final from the moment an
+    attempt ended, also when the workflow goes on to retry it (`retry`): that job is not over."""
+    try:
+        described = await client.temporal.get_workflow_handle(job_id).describe()
+    except RPCError:
+        return True  # gone, or unreadable: its row is all there is
+    return bool(described.status != WorkflowExecutionStatus.RUNNING)
+
+
 async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool:
-    """Live status until every job ends; prints each transition. True if all ended `done`."""
+    """Live status until every job ends (its row final, its workflow closed); prints each
+    transition. True if all ended `done`."""
     rows: dict[str, dict[str, Any]] = {}
+    over: set[str] = set()
     seen: dict[str, tuple[str, str]] = {}
     with Live(
         _table(rows, console.width), console=console, refresh_per_second=4, transient=True
@@ -76,7 +90,10 @@ async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool
                         )
                     )
             live.update(_table(rows, console.width))
-            if all(row["status"].is_final for row in rows.values()):
+            for job_id, row in rows.items():
+                if job_id not in over and row["status"].is_final and await _closed(client, job_id):
+                    over.add(job_id)
+            if len(over) == len(rows):
                 break
             await asyncio.sleep(0.5)
     console.print(_table(rows, console.width))

@@ -137,6 +137,7 @@ def _apply_status(
         # waits in its queue and is listed by `ps` as not ended.
         job.termination_reason = None
         job.finished_at = None
+        job.fleet, job.hosts, job.gpus = None, [], None  # where it ran; the attempt is placed anew
     at = at or datetime.now(UTC)
     job.status = status
     if attempt is not None:

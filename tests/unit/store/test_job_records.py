@@ -99,6 +99,7 @@ def test_records_known_unwritten_together_read_nothing_more(store: Store) -> Non
 
 
 def _record_attempt(store: Store, status: JobStatus, attempt: int, reason: str | None) -> None:
+    where = {"fleet": "f", "hosts": ["h"], "gpus": "1xA100"} if status == JobStatus.RUNNING else {}
     with store.session() as session:
         record_status_in(
             session,
@@ -109,6 +110,7 @@ def _record_attempt(store: Store, status: JobStatus, attempt: int, reason: str |
             event_key=f"{attempt}:{status.value}",
             attempt=attempt,
             reason=reason,
+            **where,  # type: ignore[arg-type]
         )
         session.commit()
 
@@ -124,6 +126,7 @@ def test_a_job_that_retries_is_not_ended_while_its_next_attempt_runs(store: Stor
     row = find_job(store, "job-a")
     assert (row.status, row.attempt) == (JobStatus.PENDING, 2)
     assert row.termination_reason is None and row.finished_at is None
+    assert (row.fleet, row.hosts, row.gpus) == (None, [], None)
     _record_attempt(store, JobStatus.RUNNING, 2, None)
     _record_attempt(store, JobStatus.DONE, 2, "done")
     row = find_job(store, "job-a")

@@ -1,0 +1,70 @@
+"""`gpuflow apply` follows its jobs until they are over: a row that reads final while the job's
+workflow is still open (an attempt ended and `retry` runs it again) is not the end."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from rich.console import Console
+from temporalio.client import WorkflowExecutionStatus
+
+from gpuflow.cli import follow
+from gpuflow.errors import GpuflowError
+from gpuflow.status import JobStatus
+
+
+class _Job:
+    """The job as the client reads it, poll after poll: its row, and whether it is open."""
+
+    def __init__(self, steps: list[tuple[JobStatus, str | None, bool]]) -> None:
+        self.steps = steps
+        self.polls = 0
+
+    def now(self) -> tuple[JobStatus, str | None, bool]:
+        return self.steps[min(self.polls, len(self.steps) - 1)]
+
+
+class _Client:
+    def __init__(self, job: _Job) -> None:
+        self.job = job
+        self.temporal = self
+
+    async def get(self, job_id: str) -> Any:
+        status, reason, _ = self.job.now()
+        self.job.polls += 1
+        return SimpleNamespace(
+            name="train", status=status, reason=reason, message="", hosts=[], fleet=None
+        )
+
+    async def progress(self, job_id: str) -> Any:
+        raise GpuflowError("no progress here")
+
+    def get_workflow_handle(self, job_id: str) -> Any:
+        return self
+
+    async def describe(self) -> Any:
+        _, _, open_ = self.job.steps[min(self.job.polls - 1, len(self.job.steps) - 1)]
+        running = WorkflowExecutionStatus.RUNNING
+        return SimpleNamespace(status=running if open_ else WorkflowExecutionStatus.COMPLETED)
+
+
+def test_a_job_preempted_and_requeued_is_followed_to_its_real_end(monkeypatch: Any) -> None:
+    real_sleep = asyncio.sleep
+    monkeypatch.setattr(follow.asyncio, "sleep", lambda _s: real_sleep(0))
+    job = _Job(
+        [
+            (JobStatus.RUNNING, None, True),
+            (JobStatus.TERMINATED, "preempted", True),  # attempt 1 ended; the job retries
+            (JobStatus.PENDING, None, True),
+            (JobStatus.RUNNING, None, True),
+            (JobStatus.DONE, "done", False),
+        ]
+    )
+    console = Console(width=80, record=True, force_terminal=False)
+    ok = asyncio.run(follow.follow_jobs(console, _Client(job), ["job-train"]))
+    assert ok
+    assert job.polls == 5
+    text = console.export_text()
+    assert "terminated (preempted)" in text and text.count("train: running") == 2
