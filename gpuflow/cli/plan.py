@@ -94,6 +94,13 @@ def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
             "retry policy allows, else it fails:",
             highlight=False,
         )
+    elif not plan.fits_idle:
+        console.print(
+            "  [red]nothing fits, even with every host of its fleets idle and ready[/]: only a "
+            "change of the fleets (gpuflow fleet apply) makes room; until then it waits for as "
+            "long as its retry policy allows, else it fails:",
+            highlight=False,
+        )
     else:
         console.print(
             "  [yellow]nothing fits now[/]; the job waits for capacity if its retry "

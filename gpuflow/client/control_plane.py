@@ -102,7 +102,12 @@ class ControlPlaneCalls:
         records = await self._api.call("plan", PlanRequest(specs=specs), list[PlanRecord])
         return [
             JobPlan(
-                job=r.job, options=r.options, taken=r.taken, alone=r.alone, alone_fits=r.alone_fits
+                job=r.job,
+                options=r.options,
+                taken=r.taken,
+                alone=r.alone,
+                alone_fits=r.alone_fits,
+                fits_idle=r.fits_idle,
             )
             for r in records
         ]

@@ -69,6 +69,7 @@ class DryRunActivities:
                     taken=p.taken,
                     alone=p.alone,
                     alone_fits=p.alone_fits,
+                    fits_idle=p.fits_idle,
                 )
                 for p in plans
             ]

@@ -5,13 +5,14 @@ GPUs. Pure: the caller's snapshot is changed (the planned placements are applied
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.offers import Offers
-from gpuflow.scheduler.place import explain
+from gpuflow.scheduler.place import explain, place
 from gpuflow.scheduler.usage import apply_placement
 from gpuflow.specs import JobSpec
+from gpuflow.status import HostState
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class JobPlan:
     """What the job would get if the jobs before it did not exist, when that differs."""
     alone_fits: bool = False
     """Whether the job would place at all if the jobs before it did not exist."""
+    fits_idle: bool = True
+    """Whether the job would place on its fleets with nothing running and every host ready;
+    False: no job's end or host's recovery can make room, only a change of the fleets."""
 
     @property
     def placement(self) -> Placement | None:
@@ -47,6 +51,7 @@ def plan_together(jobs: list[JobSpec], snapshot: Snapshot) -> list[JobPlan]:
     """Each job's dry run, in the order given (the order they are submitted in), on `snapshot`
     less the placements planned for the jobs before it."""
     alone = [[explain(option, snapshot) for option in job.resource_options()] for job in jobs]
+    idle: Snapshot | None = None
     plans: list[JobPlan] = []
     taken_before = False
     for job, alone_options in zip(jobs, alone, strict=True):
@@ -56,18 +61,50 @@ def plan_together(jobs: list[JobSpec], snapshot: Snapshot) -> list[JobPlan]:
         taken = taken_index(options)
         first_alone = taken_index(alone_options)
         alone_placement = alone_options[first_alone].placement if first_alone is not None else None
+        fits_idle = True
+        if alone_placement is None:
+            idle = idle or idle_fleets(snapshot)
+            options_idle = [place(option, idle) for option in job.resource_options()]
+            fits_idle = any(isinstance(found, Placement) for found in options_idle)
         plan = JobPlan(
             job=job,
             options=options,
             taken=taken,
             alone=alone_placement,
             alone_fits=alone_placement is not None,
+            fits_idle=fits_idle,
         )
         plans.append(plan)
         if plan.placement is not None:
             apply_placement(snapshot, plan.placement)
             taken_before = True
     return plans
+
+
+def idle_fleets(snapshot: Snapshot) -> Snapshot:
+    """The snapshot's fleets with nothing allocated and every host ready: the most room they
+    could ever offer without a change of the fleets themselves."""
+    return Snapshot(
+        fleets=[
+            replace(
+                fleet,
+                hosts=[
+                    replace(
+                        host,
+                        state=HostState.READY,
+                        state_detail=None,
+                        blocks_used=set(),
+                        cpus_used=0.0,
+                        memory_used_mib=0,
+                        disk_used_mib=0,
+                        gpus=[replace(gpu, used=0.0) for gpu in host.gpus],
+                    )
+                    for host in fleet.hosts
+                ],
+            )
+            for fleet in snapshot.fleets
+        ]
+    )
 
 
 def _key(placement: Placement | None) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ class PlanRecord(BaseModel):
     taken: int | None
     alone: Placement | None = None
     alone_fits: bool = False
+    fits_idle: bool = True
 
 
 ANSWER_LINES = 1_000

@@ -95,6 +95,17 @@ def test_apply_plans_several_files_together(cli: Cli) -> None:
     assert len(cli.temporal.started) == 2
 
 
+def test_apply_plan_says_when_no_room_could_ever_come(cli: Cli) -> None:
+    cli.fleet(A100_BOX)
+    later = cli.write("a.yaml", "name: a\ncommands: [x]\nresources: {gpu: A100:2}\n")
+    never = cli.write("b.yaml", "name: b\ncommands: [x]\nresources: {gpu: A100:2}\nnodes: 2\n")
+    text = " ".join(cli("apply", "-y", "-d", "-f", later, "-f", later, "-f", never).split())
+    assert "nothing left for it once a is placed" in text
+    assert text.count("nothing fits, even with every host of its fleets idle and ready") == 1
+    assert "b: 2 node(s), GPU A100:2, fleets any nothing fits, even with every host" in text
+    assert "only a change of the fleets (gpuflow fleet apply) makes room" in text
+
+
 def test_apply_plan_moves_a_job_to_the_host_left_free(cli: Cli) -> None:
     cli.fleet(TWO_FLEETS.format(name="lab"))
     first = cli.write("a.yaml", "name: a\ncommands: [x]\nresources: {gpu: A100:4}\n")

@@ -71,3 +71,27 @@ def test_alternatives_fall_back_in_order(
     assert plan.taken == 1  # the share, since 4 whole GPUs are no longer free
     assert plan.placement is not None and plan.placement.nodes[0].gpu_fraction == 0.5
     assert plan_together([big], snapshot(host("h100x8")))[0].taken == 0
+
+
+def test_a_plan_says_whether_the_job_could_ever_fit_its_fleets(
+    host: HostLoader, snapshot: SnapshotBuilder, job: JobBuilder
+) -> None:
+    """Nothing fits now: a job that would fit on the fleets idle and ready waits for room (or a
+    host's return); one that would not waits for a change of the fleets."""
+    snap = snapshot(host("h100x8", name="gpu-1"), host("not-ready", name="down"))
+    whole, later, gang, l4, a100 = plan_together(
+        [
+            job({"gpu": "H100:8"}, name="whole"),
+            job({"gpu": "H100:8"}, name="later"),
+            job({"gpu": "H100:1"}, name="gang", nodes=2),
+            job({"gpu": "L4:1"}, name="l4"),
+            job({"gpu": "A100:1"}, name="a100"),
+        ],
+        snap,
+    )
+    assert whole.placement is not None and whole.fits_idle
+    assert later.placement is None and later.fits_idle  # room once `whole` ends
+    assert gang.placement is None and not gang.fits_idle  # one H100 host in all
+    assert l4.placement is None and not l4.fits_idle
+    assert a100.placement is None and a100.fits_idle  # the host that is down may come back
+    assert snap.hosts()[0].gpus[0].used == 1  # the caller's snapshot keeps its usage
