@@ -35,12 +35,12 @@ from gpuflow.scheduler.admission_jobs import (
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.place import place
 from gpuflow.scheduler.prefix import releasing, shortest
-from gpuflow.scheduler.quota import Demand, Quotas, gpu_count
+from gpuflow.scheduler.quota import Demand, Quotas, by_covered_model, gpu_count
 from gpuflow.scheduler.request import resolve
 from gpuflow.scheduler.reservation import Reservation, Room, earliest_start, hidden
 from gpuflow.scheduler.scorers import orders_by_name
 from gpuflow.scheduler.usage import apply_placement, release_placement
-from gpuflow.specs.queue import ANY_MODEL, QueueSpec
+from gpuflow.specs.queue import QueueSpec
 
 NO_CAPACITY = "no_capacity"
 QUOTA = "quota"
@@ -269,30 +269,14 @@ class _Pass:
         return None, RESERVED_FOR + reservation.job
 
     def _place_within_quota(self, job: Waiting) -> Placement | None:
-        """For a job that accepts several GPU models (or any) whose best placement is over
-        its queue's quota: a placement on one model at a time among those the queue has quota
-        for, in the order of the job's models (or by name), as Kueue tries a workload's
-        flavors. None when the quota is a total (every model counts alike) or none fits."""
-        quota = self.quotas.queue(job.queue).quota
-        if ANY_MODEL in quota:
-            return None
-        keys = {
-            key for name in self.quotas.cohort(job.queue) for key in self.quotas.queue(name).quota
-        }
-        for option in job.options or (job.job,):
-            gpu = option.resources.gpu
-            if gpu is None or len(gpu.names) == 1:
-                continue
-            for model in [m for m in gpu.names if m in keys] if gpu.names else sorted(keys):
-                narrowed = gpu.model_copy(update={"names": [model]})
-                spec = option.model_copy(
-                    update={"resources": option.resources.model_copy(update={"gpu": narrowed})}
-                )
-                found, _ = self._place(replace(job, job=spec, options=()))
-                if found is not None and self.quotas.allows(
-                    job.queue, self.quotas.demand(job.queue, found)
-                ):
-                    return found
+        """For a job whose best placement is over its queue's quota: a placement on a model
+        its quota covers, if it accepts one (quota.py `by_covered_model`)."""
+        for spec in by_covered_model(self.quotas, job.queue, job.options or (job.job,)):
+            found, _ = self._place(replace(job, job=spec, options=()))
+            if found is not None and self.quotas.allows(
+                job.queue, self.quotas.demand(job.queue, found)
+            ):
+                return found
         return None
 
     def _take(self, job: Waiting, placement: Placement, victims: tuple[str, ...]) -> None:

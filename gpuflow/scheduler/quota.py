@@ -10,7 +10,7 @@ lending at most `lending_limit` of its idle quota.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from gpuflow.scheduler.model import Placement
 from gpuflow.specs.job import JobSpec
@@ -156,3 +156,23 @@ def never_admitted(queues: Iterable[QueueSpec], queue: str, job: JobSpec) -> str
         f"queue {queue} {NEVER_ADMITTED}: it asks {gpu.count.min * job.nodes:g} GPU(s) of "
         f"{models}, more than its quota ({quota or 0}){lends} allows"
     )
+
+
+def by_covered_model(quotas: Quotas, queue: str, options: Iterable[JobSpec]) -> Iterator[JobSpec]:
+    """The job's resource options narrowed to one GPU model at a time among those the queue's
+    cohort has quota for, in the order the job names them (by name for a job of any model):
+    where a job that accepts several models may go when its best placement is over quota, as
+    Kueue tries a workload's flavors in order. Nothing when the quota is a total (every model
+    counts alike) or an option names one model."""
+    if ANY_MODEL in quotas.queue(queue).quota:
+        return
+    keys = {key for name in quotas.cohort(queue) for key in quotas.queue(name).quota}
+    for option in options:
+        gpu = option.resources.gpu
+        if gpu is None or len(gpu.names) == 1:
+            continue
+        for model in [m for m in gpu.names if m in keys] if gpu.names else sorted(keys):
+            narrowed = gpu.model_copy(update={"names": [model]})
+            yield option.model_copy(
+                update={"resources": option.resources.model_copy(update={"gpu": narrowed})}
+            )
