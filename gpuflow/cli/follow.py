@@ -9,10 +9,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
-from temporalio.client import WorkflowExecutionStatus
-from temporalio.service import RPCError
 
 from gpuflow.cli.render import Column, fitted_table, status_text
+from gpuflow.client.core import workflow_running
 from gpuflow.errors import GpuflowError
 from gpuflow.status import JobStatus
 
@@ -29,16 +28,6 @@ def _table(rows: dict[str, dict[str, Any]], width: int) -> Table:
         for row in rows.values()
     ]
     return fitted_table(columns, cells, width=width)
-
-
-async def _closed(client: Any, job_id: str) -> bool:
-    """Whether the job's workflow is closed. A job's row reads final from the moment an
-    attempt ended, also when the workflow goes on to retry it (`retry`): that job is not over."""
-    try:
-        described = await client.temporal.get_workflow_handle(job_id).describe()
-    except RPCError:
-        return True  # gone, or unreadable: its row is all there is
-    return bool(described.status != WorkflowExecutionStatus.RUNNING)
 
 
 async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool:
@@ -91,7 +80,11 @@ async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool
                     )
             live.update(_table(rows, console.width))
             for job_id, row in rows.items():
-                if job_id not in over and row["status"].is_final and await _closed(client, job_id):
+                if (
+                    job_id not in over
+                    and row["status"].is_final
+                    and not await workflow_running(client.temporal.get_workflow_handle(job_id))
+                ):
                     over.add(job_id)
             if len(over) == len(rows):
                 break

@@ -126,11 +126,13 @@ async def stop(
 ) -> None:
     """Stop a job: its processes are stopped and its GPUs released."""
     from gpuflow.cli.render import ago, status_text
+    from gpuflow.client.core import workflow_running
 
     client = await common.open_client()
     try:
         info = await client.get(job)
-        if info.status.is_final:
+        handle = client.temporal.get_workflow_handle(info.id)
+        if info.status.is_final and not await workflow_running(handle):
             when = f" {ago(info.finished_at)}" if info.finished_at else ""
             why = f": {info.reason}" if info.reason and info.reason != "done" else ""
             common.console.print(

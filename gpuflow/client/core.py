@@ -88,6 +88,16 @@ async def _closes(handle: Any, within_s: float) -> bool:
     return True
 
 
+async def workflow_running(handle: Any) -> bool:
+    """Whether the workflow still runs: a job's row reads final from the moment an attempt
+    ended, also when the workflow goes on to retry it (`retry`)."""
+    try:
+        described = await handle.describe()
+    except RPCError:
+        return False
+    return bool(described.status == WorkflowExecutionStatus.RUNNING)
+
+
 class Client(ControlPlaneCalls, QueueCalls, ScheduleCalls):
     """Async, typed access to gpuflow. Keyword-only arguments throughout. It holds a Temporal
     connection and nothing else: no database, no SSH key (see gpuflow/workflows/api.py)."""
@@ -157,10 +167,10 @@ class Client(ControlPlaneCalls, QueueCalls, ScheduleCalls):
         processes and releases its GPUs. Returns once the job's row has ended (at most
         `timeout_s`); `ended_by` says which step ended it."""
         info = await self.get(job)
-        if info.status.is_final:
+        handle = self.temporal.get_workflow_handle(info.id)
+        if info.status.is_final and not await workflow_running(handle):
             return StopOutcome(**info.model_dump(), ended_by=StopStep.ALREADY_ENDED)
         deadline = asyncio.get_running_loop().time() + timeout_s
-        handle = self.temporal.get_workflow_handle(info.id)
         step = StopStep.STOP_SIGNAL
         try:
             await handle.signal("stop")

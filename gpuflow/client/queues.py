@@ -44,7 +44,9 @@ class QueueCalls:
         """Hold the admission loop (no waiting job is admitted, none is refused) or, with
         `held=False`, let it go on; on the embedded stack `gpuflow down` holds it before
         stopping running jobs and `gpuflow up` lets it go. Holding starts a loop that is not
-        running; letting go of one that is not running does nothing."""
+        running; letting go of one that is not running does nothing. A job submitted while the
+        loop is held still starts in its own first step when nothing waits before it and its
+        queue has no quota limit (that step is not the loop's)."""
         task_queue = getattr(self._api, "task_queue", CONTROL_TASK_QUEUE)
         workflow_id = admission_workflow_id(task_queue)
         try:

@@ -39,6 +39,13 @@ class FakeHandle:
         if name == "stop":  # the job's workflow stops it at once
             self.temporal.on_stop(self.workflow_id)
 
+    async def describe(self) -> Any:
+        from temporalio.client import WorkflowExecutionStatus
+
+        final = JobStatus(self.temporal.row(self.workflow_id).status).is_final
+        status = WorkflowExecutionStatus.COMPLETED if final else WorkflowExecutionStatus.RUNNING
+        return SimpleNamespace(status=status)
+
     async def result(self) -> Any:
         from gpuflow.workflows.models import JobResult
 

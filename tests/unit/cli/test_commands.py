@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -45,6 +46,26 @@ def test_stop_on_an_ended_job_says_so_and_sends_nothing(cli: Cli) -> None:
     out = cli("stop", "idle")
     assert out.strip() == "job idle already ended (terminated 2h ago: gpu_underutilized)"
     assert cli.temporal.signals == []
+
+
+def test_stop_reaches_a_job_between_an_ended_attempt_and_its_retry(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its row reads the ended attempt's status for a moment while its workflow goes on to
+    retry it: the workflow still runs, so the stop is sent."""
+    from tests.unit.cli.conftest import FakeHandle
+
+    job_id = cli.job("again", JobStatus.TERMINATED, reason="preempted", ended_minutes_ago=0)
+
+    async def running(self: FakeHandle) -> object:
+        from temporalio.client import WorkflowExecutionStatus
+
+        return SimpleNamespace(status=WorkflowExecutionStatus.RUNNING)
+
+    monkeypatch.setattr(FakeHandle, "describe", running)
+    out = cli("stop", "again")
+    assert "already ended" not in out
+    assert cli.temporal.signals == [(job_id, "stop")]
 
 
 def test_stop_on_a_running_job_stops_it(cli: Cli) -> None:
