@@ -22,6 +22,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # a docstring's wrapped lines read as one paragraph
 )
 app.add_typer(fleet_app, name="fleet")
 app.add_typer(queue_app, name="queue")

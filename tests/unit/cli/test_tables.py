@@ -176,3 +176,12 @@ def test_brackets_a_user_wrote_print_as_text_never_as_markup(cli: Cli) -> None:
     assert "GPU A[/]:1" in cli("apply", "-f", job, stdin="n\n", code=1)
     cli.job("odd", JobStatus.FAILED, message="exit [/] code 1", ended_minutes_ago=1)
     assert "exit [/] code 1" in " ".join(cli("ps", "-a").split())
+
+
+def test_help_reads_a_wrapped_docstring_as_one_paragraph(cli: Cli) -> None:
+    """A command's docstring is wrapped at 100 columns in the source; help rewraps it to the
+    terminal instead of keeping the source's line breaks mid-sentence."""
+    out = cli("--help")
+    lines_fit(out)
+    assert any("are stopped first (asked, or -y)" in line for line in out.splitlines())
+    assert any("job processes on this host" in line for line in out.splitlines())
