@@ -127,6 +127,11 @@ def print_offers(console: Console, offers: Any, *, nodes: int) -> None:
             )
     else:
         console.print("[bold red]nothing fits[/]")
+    if offers.placement is None and offers.fits_idle is False:
+        console.print(
+            "[red]nor would it with every host of its fleets idle and ready[/]: only a change "
+            "of the fleets (gpuflow fleet apply) makes room"
+        )
     if offers.rejections:
         grouped = offers.rejections_total
         console.print(

@@ -11,8 +11,8 @@ from temporalio import activity
 
 from gpuflow.control.api_common import one_line
 from gpuflow.control.api_queues import check_known
-from gpuflow.scheduler import explain
-from gpuflow.scheduler.together import plan_together
+from gpuflow.scheduler import Placement, explain, place
+from gpuflow.scheduler.together import idle_fleets, plan_together
 from gpuflow.services.capacity import read_snapshot
 from gpuflow.store.db import Store
 from gpuflow.workflows.api_dry_runs import (
@@ -40,14 +40,20 @@ class DryRunActivities:
             options = req.spec.resource_options()
             most = answer_lines(len(options))
             fits = most if req.most is None else min(req.most, most)
-            return [
-                OptionOffersRecord(
-                    option=k + 1,
-                    gpu=option.resources.gpu_label,
-                    offers=explain(option, snapshot).bounded(most, fits=fits),
+            records = []
+            for k, option in enumerate(options):
+                found = explain(option, snapshot)
+                if found.placement is None:
+                    idle = place(option, idle_fleets(snapshot))
+                    found = found.model_copy(update={"fits_idle": isinstance(idle, Placement)})
+                records.append(
+                    OptionOffersRecord(
+                        option=k + 1,
+                        gpu=option.resources.gpu_label,
+                        offers=found.bounded(most, fits=fits),
+                    )
                 )
-                for k, option in enumerate(options)
-            ]
+            return records
 
         return await asyncio.to_thread(read)
 

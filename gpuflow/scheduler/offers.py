@@ -46,6 +46,9 @@ class Offers(BaseModel):
     """How many hosts fit, when `fits` holds only the first of them (`bounded`)."""
     rejections_total: int | None = None
     """How many hosts (and fleets) do not fit, when `rejections` is grouped by reason."""
+    fits_idle: bool | None = None
+    """For a job placed nowhere: whether it would place with every host of its fleets idle
+    and ready (False: only a change of the fleets makes room); None when not asked."""
 
     def verdict(self) -> Placement | Unschedulable:
         if self.placement is not None:

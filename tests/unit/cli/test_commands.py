@@ -127,6 +127,17 @@ def test_apply_plan_says_when_no_room_could_ever_come(cli: Cli) -> None:
     assert "only a change of the fleets (gpuflow fleet apply) makes room" in text
 
 
+def test_offers_says_when_no_room_could_ever_come(cli: Cli) -> None:
+    cli.fleet(A100_BOX)
+    never = cli.write("n.yaml", "name: n\ncommands: [x]\nresources: {gpu: A100:4}\n")
+    text = " ".join(cli("offers", "-f", never).split())
+    assert "nothing fits nor would it with every host of its fleets idle and ready" in text
+    assert json.loads(cli("offers", "-f", never, "--json"))["fits_idle"] is False
+    fits = cli.write("f.yaml", "name: f\ncommands: [x]\nresources: {gpu: A100:1}\n")
+    assert "nor would it" not in cli("offers", "-f", fits)
+    assert json.loads(cli("offers", "-f", fits, "--json"))["fits_idle"] is None
+
+
 def test_apply_plan_moves_a_job_to_the_host_left_free(cli: Cli) -> None:
     cli.fleet(TWO_FLEETS.format(name="lab"))
     first = cli.write("a.yaml", "name: a\ncommands: [x]\nresources: {gpu: A100:4}\n")
