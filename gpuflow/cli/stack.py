@@ -150,7 +150,10 @@ async def down(
         console.print(f"[yellow]cannot list jobs ({exc}); stopping the stack anyway[/]")
     else:
         try:
-            left = await settle_jobs(console, client, stop_jobs=stop_jobs, force=force)
+            # Only the embedded stack's control plane goes down with this process: on a
+            # cluster, other control workers go on admitting, and a hold would outlive `down`.
+            hold = stack_address() is not None
+            left = await settle_jobs(console, client, stop_jobs=stop_jobs, force=force, hold=hold)
         finally:
             await client.close()
     await asyncio.to_thread(stop_stack, console, pid)
@@ -165,10 +168,12 @@ async def down(
         )
 
 
-async def settle_jobs(console: Console, client: Any, *, stop_jobs: bool, force: bool) -> list[Any]:
+async def settle_jobs(
+    console: Console, client: Any, *, stop_jobs: bool, force: bool, hold: bool = True
+) -> list[Any]:
     """Before the stack goes down: stop the jobs that have (or are about to have) processes,
     or return them to be reported as left running. Pending jobs wait durably either way: while
-    jobs stop, admission is held (until the next `gpuflow up`)."""
+    jobs stop, admission is held (`hold`: the embedded stack; until the next `gpuflow up`)."""
     jobs = await client.jobs()
     active = [j for j in jobs if j.status in (JobStatus.RUNNING, JobStatus.PROVISIONING)]
     pending = [j for j in jobs if j.status == JobStatus.PENDING]
@@ -194,7 +199,8 @@ async def settle_jobs(console: Console, client: Any, *, stop_jobs: bool, force: 
     # The GPUs they free must not start waiting jobs just before the stack goes down (their
     # processes would run on without gpuflow): admission is held until the next `gpuflow up`.
     try:
-        await client.hold_admission()
+        if hold:
+            await client.hold_admission()
     except GpuflowError as exc:
         console.print(f"[yellow]{exc}: waiting jobs may start while these stop[/]")
     try:
@@ -202,7 +208,8 @@ async def settle_jobs(console: Console, client: Any, *, stop_jobs: bool, force: 
             ended = await asyncio.gather(*(client.stop(job.id, wait=True) for job in active))
     except BaseException:
         with contextlib.suppress(GpuflowError):  # the stack stays up: admission goes on
-            await client.hold_admission(False)
+            if hold:
+                await client.hold_admission(False)
         raise
     for info in ended:
         console.print(Text.assemble(f"{info.name}: ", status_text(info.status, info.reason)))

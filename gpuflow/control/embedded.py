@@ -185,8 +185,8 @@ async def serve(*, home: Path | None = None, ready_file: Path | None = None) -> 
         loop.add_signal_handler(sig, stop.set)
     try:
         async with control_plane(config, store, home=home) as control:
-            # `gpuflow down` held admission while it stopped the running jobs
-            await let_admission_go(control.client)
+            if config.embedded:  # `gpuflow down` held it while it stopped the running jobs
+                await let_admission_go(control.client)
             ui = server.ui_url if server else "(your Temporal cluster's UI)"
             if ready_file is not None:
                 ready_file.write_text(ui)

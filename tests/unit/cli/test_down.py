@@ -112,3 +112,14 @@ def test_down_lets_admission_go_when_a_stop_fails(
         ("gpuflow-admission", "hold:True"),
         ("gpuflow-admission", "hold:False"),
     ]
+
+
+def test_down_holds_no_admission_of_a_cluster(
+    cli: Cli, stack: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a Temporal cluster configured, other control workers go on admitting after this
+    one goes down: a hold would outlive `down` (only `gpuflow up` lets it go)."""
+    monkeypatch.setenv("GPUFLOW_TEMPORAL_ADDRESS", "temporal.example:7233")
+    job_id = cli.job("train", JobStatus.RUNNING, hosts=["box"])
+    cli("down", "-y")
+    assert cli.temporal.signals == [(job_id, "stop")]
