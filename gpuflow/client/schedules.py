@@ -21,10 +21,12 @@ from temporalio.client import (
 from temporalio.common import TypedSearchAttributes
 from temporalio.service import RPCError
 
+from gpuflow.client.api import Api
 from gpuflow.errors import NotFoundError, SpecError
 from gpuflow.naming import CONTROL_TASK_QUEUE
 from gpuflow.specs.job import JobSpec
 from gpuflow.workflows.api import job_memo
+from gpuflow.workflows.api_dry_runs import PlanRecord, PlanRequest
 from gpuflow.workflows.models import JobInput
 from gpuflow.workflows.ui import initial_search_attributes
 
@@ -38,6 +40,7 @@ def search_attributes_enabled() -> bool:
 
 class ScheduleCalls:
     temporal: TemporalClient
+    _api: Api
 
     async def schedule(
         self,
@@ -48,12 +51,16 @@ class ScheduleCalls:
         schedule_id: str | None = None,
     ) -> str:
         """A Temporal Schedule that submits the job on a cron or every `every_s` seconds.
-        Each run is a job of its own, `job-<name>-<time>`."""
+        Each run is a job of its own, `job-<name>-<time>`. Its queue and fleets must exist
+        (SpecError, as for a submit)."""
         if (cron is None) == (every_s is None):
             raise SpecError("give exactly one of cron or every")
         if every_s is not None and every_s < 60:
             raise SpecError(f"every is {every_s}s; a schedule runs at most once a minute")
         schedule_id = schedule_id or f"schedule-{spec.name}"
+        # Its queue and fleets must exist now, as a submit's must (the control plane checks
+        # them in a plan): a run would otherwise fail on its own, every time.
+        await self._api.call("plan", PlanRequest(specs=[spec]), list[PlanRecord])
         action = ScheduleActionStartWorkflow(
             "JobWorkflow",
             JobInput(spec=spec, search_attributes=search_attributes_enabled()),

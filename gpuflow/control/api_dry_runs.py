@@ -61,7 +61,8 @@ class DryRunActivities:
     @one_line
     async def plan(self, req: PlanRequest) -> list[PlanRecord]:
         """The jobs planned together, in order: each counts what the jobs before it take."""
-        await check_known(self.store, queues=[spec.queue for spec in req.specs])
+        fleets = list(dict.fromkeys(name for spec in req.specs for name in spec.fleets))
+        await check_known(self.store, queues=[spec.queue for spec in req.specs], fleets=fleets)
 
         def read() -> list[PlanRecord]:
             with self.store.read() as session:

@@ -106,9 +106,18 @@ async def test_the_schedules_of_gpuflows_client_carry_the_queue_attribute(
 ) -> None:
     """Their runs start with it, as submitted jobs do, so they are listed by queue at once."""
     spec = JobSpec(name="nightly", commands=["python train.py"], queue="research", priority=7)
-    schedule_id = await Client(temporal=dev_env.client).schedule(
+    asked: list[str] = []
+
+    class ControlPlane:  # no control worker here: it finds the queue and fleets known
+        async def call(self, update: str, arg: object, result_type: object, **_: object) -> list:
+            asked.append(update)
+            return []
+
+    client = Client(temporal=dev_env.client, api=ControlPlane())
+    schedule_id = await client.schedule(
         spec, cron="0 3 * * *", schedule_id=f"schedule-{uuid.uuid4().hex[:8]}"
     )
+    assert asked == ["plan"]  # the queue and fleets were checked before it was created
     schedule = dev_env.client.get_schedule_handle(schedule_id)
     try:
         action = (await schedule.describe()).schedule.action

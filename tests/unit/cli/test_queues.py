@@ -308,3 +308,13 @@ def test_ps_says_in_full_why_a_queue_can_never_admit_a_job(cli: Cli) -> None:
     assert data[job_id]["waiting"]["reason"] == "over quota: " + never
     text = " ".join(" ".join(column_rows(cli("ps"), "WHERE / WHY")).split())
     assert text == "research/#1 over quota: " + never
+
+
+def test_a_schedule_of_an_unknown_queue_or_fleet_is_refused(cli: Cli) -> None:
+    """As a submit is: each run would fail on its own otherwise."""
+    job = cli.write("n.yaml", "name: n\ncommands: [x]\nqueue: nosuch\n")
+    out = cli("schedule", "create", "-f", job, "--every", "1h", code=1)
+    assert 'queue "nosuch" does not exist; known: default' in out
+    job = cli.write("f.yaml", "name: f\ncommands: [x]\nfleets: [gone]\n")
+    out = cli("schedule", "create", "-f", job, "--every", "1h", code=1)
+    assert "fleets: gone not found" in out

@@ -141,7 +141,8 @@ def _check_reservation(
 ) -> None:
     """The jobs admitted beside the reserved job leave it its room on its hosts (it fits there
     once the jobs it waits for are gone) and do not delay its start, unless one of them ranks
-    above it: a higher priority of its queue, or a job of another queue that stayed within its
+    above it: a job ahead of it in its queue's order (a higher priority, or the same and
+    submitted earlier: a requeued job), or a job of another queue that stayed within its
     nominal quota while the reserved job would borrow."""
     reservation = decision.reservation
     if reservation is None:
@@ -153,8 +154,9 @@ def _check_reservation(
 
     def outranks(admitted: Admitted) -> bool:
         job, usage = admitted.job, usage_at[admitted.job.name]
-        if job.queue == holder.queue:
-            return job.priority > holder.priority
+        if job.queue == holder.queue:  # ahead of it in the queue's order (a requeued job)
+            ahead = (-job.priority, job.submitted_at, job.name)
+            return ahead < (-holder.priority, holder.submitted_at, holder.name)
         within = usage[job.queue] + gpu_count(admitted.placement) <= nominal[job.queue] + 1e-9
         return within and usage[holder.queue] + wanted > nominal[holder.queue] + 1e-9
 
