@@ -73,6 +73,12 @@ def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
         f"{escape(' or '.join(labels))}, fleets {escape(', '.join(spec.fleets) or 'any')}",
         highlight=False,
     )
+    if plan.queue_never is not None:
+        console.print(
+            f"  [red]{escape(plan.queue_never)}[/]: it waits until a queue's quota changes "
+            "(gpuflow queue apply) if its retry policy allows, else it fails",
+            highlight=False,
+        )
     placement = plan.placement
     if placement is not None and plan.taken is not None:
         which = f"option {plan.taken + 1} ({labels[plan.taken]}): " if len(labels) > 1 else ""

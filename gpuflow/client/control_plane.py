@@ -108,6 +108,7 @@ class ControlPlaneCalls:
                 alone=r.alone,
                 alone_fits=r.alone_fits,
                 fits_idle=r.fits_idle,
+                queue_never=r.queue_never,
             )
             for r in records
         ]

@@ -12,8 +12,10 @@ from temporalio import activity
 from gpuflow.control.api_common import one_line
 from gpuflow.control.api_queues import check_known
 from gpuflow.scheduler import Placement, explain, place
+from gpuflow.scheduler.quota import never_admitted
 from gpuflow.scheduler.together import idle_fleets, plan_together
 from gpuflow.services.capacity import read_snapshot
+from gpuflow.services.queues import queues_in
 from gpuflow.store.db import Store
 from gpuflow.workflows.api_dry_runs import (
     OffersRequest,
@@ -67,6 +69,7 @@ class DryRunActivities:
         def read() -> list[PlanRecord]:
             with self.store.read() as session:
                 snapshot = read_snapshot(session)
+                queues = queues_in(session)
             plans = plan_together(req.specs, snapshot)
             most = answer_lines(sum(len(p.options) for p in plans))
             return [
@@ -77,6 +80,7 @@ class DryRunActivities:
                     alone=p.alone,
                     alone_fits=p.alone_fits,
                     fits_idle=p.fits_idle,
+                    queue_never=never_admitted(queues, p.job.queue, p.job),
                 )
                 for p in plans
             ]

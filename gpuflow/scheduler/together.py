@@ -31,6 +31,9 @@ class JobPlan:
     fits_idle: bool = True
     """Whether the job would place on its fleets with nothing running and every host ready;
     False: no job's end or host's recovery can make room, only a change of the fleets."""
+    queue_never: str | None = None
+    """Why the job's queue could never admit it (quota.py `never_admitted`), when the caller
+    looked (the control plane's plan does); None otherwise."""
 
     @property
     def placement(self) -> Placement | None:

@@ -35,6 +35,7 @@ class PlanRecord(BaseModel):
     alone: Placement | None = None
     alone_fits: bool = False
     fits_idle: bool = True
+    queue_never: str | None = None
 
 
 ANSWER_LINES = 1_000

@@ -318,3 +318,18 @@ def test_a_schedule_of_an_unknown_queue_or_fleet_is_refused(cli: Cli) -> None:
     job = cli.write("f.yaml", "name: f\ncommands: [x]\nfleets: [gone]\n")
     out = cli("schedule", "create", "-f", job, "--every", "1h", code=1)
     assert "fleets: gone not found" in out
+
+
+def test_apply_plan_says_when_its_queue_could_never_admit_the_job(cli: Cli) -> None:
+    cli.fleet(BOX)
+    cli("queue", "apply", "-f", cli.write("research.yaml", RESEARCH))
+    big = cli.write("big.yaml", "name: big\ncommands: [x]\nqueue: research\nresources: {gpu: 8}\n")
+    text = " ".join(cli("apply", "-y", "-d", "-f", big).split())
+    assert "goes to box" in text  # the fleet has room; the queue never will
+    assert (
+        "queue research can never admit it: it asks 8 GPU(s) of any model, more than its "
+        "quota (A100:2) and cohort lab's lending allows: it waits until a queue's quota "
+        "changes (gpuflow queue apply) if its retry policy allows, else it fails"
+    ) in text
+    small = cli.write("s.yaml", "name: s\ncommands: [x]\nqueue: research\nresources: {gpu: 2}\n")
+    assert "can never admit" not in cli("apply", "-y", "-d", "-f", small)
