@@ -36,6 +36,8 @@ async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool
     rows: dict[str, dict[str, Any]] = {}
     over: set[str] = set()
     seen: dict[str, tuple[str, str]] = {}
+    placed: dict[str, str] = {}
+    """Where each job ran, as its progress last said (hosts and GPUs): kept once it ends."""
     with Live(
         _table(rows, console.width), console=console, refresh_per_second=4, transient=True
     ) as live:
@@ -52,7 +54,7 @@ async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool
                         detail = progress.message or detail
                         if progress.placement is not None:
                             sim = " simulated" if progress.simulated else ""
-                            where = (
+                            where = placed[job_id] = (
                                 ", ".join(
                                     f"{n.host_name}:{','.join(map(str, n.gpu_indices)) or '-'}"
                                     for n in progress.placement.nodes
@@ -61,6 +63,8 @@ async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool
                             )
                 except GpuflowError:
                     pass
+                if info.status.is_final and info.hosts and job_id in placed:
+                    where = placed[job_id]
                 rows[job_id] = {
                     "name": info.name,
                     "status": status,

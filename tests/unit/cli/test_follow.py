@@ -27,19 +27,26 @@ class _Job:
 
 
 class _Client:
-    def __init__(self, job: _Job) -> None:
+    def __init__(self, job: _Job, *, placed: bool = False) -> None:
         self.job = job
+        self.placed = placed
         self.temporal = self
 
     async def get(self, job_id: str) -> Any:
         status, reason, _ = self.job.now()
         self.job.polls += 1
+        hosts = ["box"] if self.placed else []
         return SimpleNamespace(
-            name="train", status=status, reason=reason, message="", hosts=[], fleet=None
+            name="train", status=status, reason=reason, message="", hosts=hosts, fleet="lab"
         )
 
     async def progress(self, job_id: str) -> Any:
-        raise GpuflowError("no progress here")
+        if not self.placed:
+            raise GpuflowError("no progress here")
+        status, _, _ = self.job.steps[min(self.job.polls - 1, len(self.job.steps) - 1)]
+        node = SimpleNamespace(host_name="box", gpu_indices=[0, 1])
+        placement = SimpleNamespace(nodes=[node])
+        return SimpleNamespace(status=status, message="", placement=placement, simulated=True)
 
     def get_workflow_handle(self, job_id: str) -> Any:
         return self
@@ -68,3 +75,14 @@ def test_a_job_preempted_and_requeued_is_followed_to_its_real_end(monkeypatch: A
     assert job.polls == 5
     text = console.export_text()
     assert "terminated (preempted)" in text and text.count("train: running") == 2
+
+
+def test_a_job_that_ended_is_shown_where_it_ran_as_while_it_ran(monkeypatch: Any) -> None:
+    real_sleep = asyncio.sleep
+    monkeypatch.setattr(follow.asyncio, "sleep", lambda _s: real_sleep(0))
+    job = _Job([(JobStatus.RUNNING, None, True), (JobStatus.DONE, "done", False)])
+    console = Console(width=80, record=True, force_terminal=False)
+    assert asyncio.run(follow.follow_jobs(console, _Client(job, placed=True), ["job-train"]))
+    final = console.export_text().splitlines()[-2:]
+    assert "box:0,1 simulated" in " ".join(final)
+    assert "box (lab)" not in console.export_text()
