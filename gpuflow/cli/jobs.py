@@ -126,27 +126,25 @@ async def stop(
 ) -> None:
     """Stop a job: its processes are stopped and its GPUs released."""
     from gpuflow.cli.render import ago, status_text
-    from gpuflow.client.core import workflow_running
+    from gpuflow.client import StopStep
 
     client = await common.open_client()
     try:
-        info = await client.get(job)
-        handle = client.temporal.get_workflow_handle(info.id)
-        if info.status.is_final and not await workflow_running(handle):
-            when = f" {ago(info.finished_at)}" if info.finished_at else ""
-            why = f": {info.reason}" if info.reason and info.reason != "done" else ""
-            common.console.print(
-                f"job {info.name} already ended ({info.status.value}{when}{why})", highlight=False
-            )
-            return
-        from gpuflow.client import StopStep
-
-        with common.console.status(f"stopping {info.name}…"):
-            info = await client.stop(info.id, wait=not detach)
+        # Client.stop decides whether the job already ended (its row, and its workflow: a job
+        # that retries reads ended between attempts) and sends nothing then.
+        with common.console.status(f"stopping {job}…"):
+            info = await client.stop(job, wait=not detach)
     finally:
         await client.close()
+    if info.ended_by == StopStep.ALREADY_ENDED:
+        when = f" {ago(info.finished_at)}" if info.finished_at else ""
+        why = f": {info.reason}" if info.reason and info.reason != "done" else ""
+        common.console.print(
+            f"job {info.name} already ended ({info.status.value}{when}{why})", highlight=False
+        )
+        return
     common.console.print(Text.assemble(f"{info.name}: ", status_text(info.status, info.reason)))
-    if info.ended_by not in (StopStep.STOP_SIGNAL, StopStep.ALREADY_ENDED):
+    if info.ended_by != StopStep.STOP_SIGNAL:
         # The workflow did not answer the stop signal: say how the job was made to end.
         common.console.print(f"  {info.ended_by.description}", style="dim")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from temporalio.client import Client as TemporalClient
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from gpuflow.client.api import Api
 from gpuflow.client.models import AppliedQueue, QueueInfo
@@ -14,8 +14,8 @@ from gpuflow.errors import GpuflowError
 from gpuflow.naming import CONTROL_TASK_QUEUE
 from gpuflow.specs.load import load_queue
 from gpuflow.specs.queue import QueueSpec
+from gpuflow.workflows import handles
 from gpuflow.workflows.api import Empty, QueueApplied, QueueRecord, QueueRef
-from gpuflow.workflows.queue_models import AdmissionState, admission_workflow_id
 
 
 class QueueCalls:
@@ -48,20 +48,8 @@ class QueueCalls:
         loop is held still starts in its own first step when nothing waits before it and its
         queue has no quota limit (that step is not the loop's)."""
         task_queue = getattr(self._api, "task_queue", CONTROL_TASK_QUEUE)
-        workflow_id = admission_workflow_id(task_queue)
         try:
-            if held:
-                await self.temporal.start_workflow(
-                    "AdmissionWorkflow",
-                    AdmissionState(),
-                    id=workflow_id,
-                    task_queue=task_queue,
-                    start_signal="hold",
-                    start_signal_args=[True],
-                )
-            else:
-                await self.temporal.get_workflow_handle(workflow_id).signal("hold", False)
+            await handles.hold_admission(self.temporal, held, task_queue)
         except RPCError as exc:
-            if held or exc.status != RPCStatusCode.NOT_FOUND:
-                verb = "hold" if held else "let go of"
-                raise GpuflowError(f"could not {verb} the admission loop: {exc}") from None
+            verb = "hold" if held else "let go of"
+            raise GpuflowError(f"could not {verb} the admission loop: {exc}") from None

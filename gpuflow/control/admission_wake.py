@@ -8,7 +8,7 @@ import logging
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from gpuflow.naming import CONTROL_TASK_QUEUE
 from gpuflow.workflows.queue_models import AdmissionState, admission_workflow_id
@@ -49,14 +49,3 @@ async def ask_for_pass(temporal: Client | None, task_queue: str | None = None) -
             "could not ask the admission loop for a pass (the job waits in its queue): asks again",
             type="AdmissionAskLost",
         )
-
-
-async def let_admission_go(temporal: Client, task_queue: str = CONTROL_TASK_QUEUE) -> None:
-    """Let go of a loop `gpuflow down` held (`Client.hold_admission`): what `gpuflow up` does
-    once its control worker runs. A loop that is not running, or not held, is fine."""
-    handle = temporal.get_workflow_handle(admission_workflow_id(task_queue))
-    try:
-        await handle.signal("hold", False)
-    except RPCError as error:
-        if error.status != RPCStatusCode.NOT_FOUND:
-            log.warning("could not let go of the admission loop: %s", error)

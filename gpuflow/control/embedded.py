@@ -18,11 +18,13 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from temporalio.client import Client
+from temporalio.service import RPCError
+
 from gpuflow.agent.main import agent_state_dir, make_agent_worker
 from gpuflow.agent.samplers import NvmlGpuSampler
 from gpuflow.config import TemporalConfig, connect_temporal, private_dir
 from gpuflow.control import collector
-from gpuflow.control.admission_wake import let_admission_go
 from gpuflow.control.fleets import host_facts
 from gpuflow.control.worker import ControlWorker
 from gpuflow.errors import ConnectionFailed, GpuflowError
@@ -31,6 +33,7 @@ from gpuflow.naming import host_id, host_task_queue
 from gpuflow.services.fleets import apply_fleet, local_host_name
 from gpuflow.specs.fleet import FleetSpec
 from gpuflow.store.db import Store, gpuflow_home
+from gpuflow.workflows.handles import hold_admission
 from gpuflow.workflows.ui import SEARCH_ATTRIBUTES
 
 log = logging.getLogger("gpuflow.up")
@@ -163,6 +166,13 @@ async def control_plane(
         yield control
 
 
+async def _let_admission_go(temporal: Client) -> None:
+    try:
+        await hold_admission(temporal, False)
+    except RPCError as exc:  # the stack runs all the same; `Client.hold_admission(False)` mends
+        log.warning("could not let go of the admission loop: %s", exc)
+
+
 async def serve(*, home: Path | None = None, ready_file: Path | None = None) -> None:
     """Run the whole embedded stack until SIGTERM/SIGINT."""
     collector.settle()
@@ -186,7 +196,7 @@ async def serve(*, home: Path | None = None, ready_file: Path | None = None) -> 
     try:
         async with control_plane(config, store, home=home) as control:
             if config.embedded:  # `gpuflow down` held it while it stopped the running jobs
-                await let_admission_go(control.client)
+                await _let_admission_go(control.client)
             ui = server.ui_url if server else "(your Temporal cluster's UI)"
             if ready_file is not None:
                 ready_file.write_text(ui)

@@ -56,6 +56,8 @@ loop's own commands."""
 SAFETY_PASS = timedelta(seconds=60)
 """While jobs wait, the longest the loop goes without a pass: what a lost ask (a wake the server
 did not take) costs. It was each waiting job's own check before, one ask per job per minute."""
+HOLD_SIGNAL = "hold"
+"""The signal that holds the loop or lets it go (workflows/handles.py `hold_admission`)."""
 PATCH_SAFETY = "admission-safety-pass"
 """The loop's own pass while jobs wait, and passes with an id; before, a loop kept no timer and
 every waiting job asked again each minute (histories from then replay that way)."""
@@ -78,7 +80,7 @@ class AdmissionWorkflow:
         """Something that admission reads changed: pass again."""
         self._asked = True
 
-    @workflow.signal
+    @workflow.signal(name=HOLD_SIGNAL)
     def hold(self, held: bool) -> None:
         """Hold the loop (no pass runs; asks wait) or let it go on. `gpuflow down` holds it
         before stopping running jobs, so the capacity they free does not start waiting jobs

@@ -11,11 +11,12 @@ from temporalio.testing import WorkflowEnvironment
 
 from gpuflow.client import Client
 from gpuflow.client.api import TemporalApi
-from gpuflow.control.admission_wake import let_admission_go, wake_admission
+from gpuflow.control.admission_wake import wake_admission
 from gpuflow.services.queues import apply_queue
 from gpuflow.specs.queue import QueueSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
+from gpuflow.workflows.handles import hold_admission
 from gpuflow.workflows.models import ProbeResult
 from gpuflow.workflows.outcome import job_result
 from gpuflow.workflows.queue_models import admission_workflow_id
@@ -49,7 +50,7 @@ async def test_a_held_loop_admits_nothing_until_it_is_let_go(
             entry = await _entry(sqlite_store, waiter.id)
             assert entry is not None and entry.state == "waiting"
             assert _local_steps(await loop.fetch_history(), "admission_pass") == passes
-            await let_admission_go(time_env.client, task_queue)
+            await client.hold_admission(False)  # what `gpuflow up` does
             result = await job_result(waiter)
             history = await loop.fetch_history()
     assert result.status == JobStatus.DONE
@@ -60,7 +61,7 @@ async def test_a_held_loop_admits_nothing_until_it_is_let_go(
 async def test_letting_go_of_a_loop_that_is_not_running_is_fine(
     time_env: WorkflowEnvironment, task_queue: str
 ) -> None:
-    await let_admission_go(time_env.client, task_queue)
+    await hold_admission(time_env.client, False, task_queue)  # what `gpuflow up` calls
     client = Client(
         temporal=time_env.client, api=TemporalApi(time_env.client, task_queue=task_queue)
     )

@@ -72,7 +72,9 @@ class FakeTemporal:
     def get_workflow_handle(self, workflow_id: str, **_: Any) -> FakeHandle:
         return FakeHandle(self, workflow_id)
 
-    async def start_workflow(self, workflow: str, inp: Any, *, id: str, **options: Any) -> Any:
+    async def start_workflow(self, workflow: Any, inp: Any, *, id: str, **options: Any) -> Any:
+        if not isinstance(workflow, str):  # by reference to the class's run method
+            workflow = workflow.__qualname__.split(".")[0]
         if workflow == "AdmissionWorkflow":
             if options.get("start_signal") == "hold":  # `gpuflow down` holds admission
                 self.signals.append((id, f"hold:{options['start_signal_args'][0]}"))
