@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,19 +13,9 @@ from rich.table import Table
 from gpuflow.cli import common
 from gpuflow.cli.common import run
 from gpuflow.cli.render import Cell, Column, fitted_table
-from gpuflow.specs.queue import ANY_MODEL
+from gpuflow.specs.queue import gpu_amounts
 
 queue_app = typer.Typer(help="Queues: where jobs wait, with GPU quotas.", no_args_is_help=True)
-
-
-def gpu_amounts(amounts: Mapping[str, float]) -> str:
-    """`16` for a total, `A100:8 T4:4` per model, `0` for nothing; a share as its fraction."""
-    parts = [
-        f"{gpus:g}" if key == ANY_MODEL else f"{key}:{gpus:g}"
-        for key, gpus in sorted(amounts.items())
-        if gpus
-    ]
-    return " ".join(parts) or "0"
 
 
 def queues_table(queues: Sequence[Any], *, width: int) -> Table:

@@ -169,7 +169,7 @@ async def down(
 
 
 async def settle_jobs(
-    console: Console, client: Any, *, stop_jobs: bool, force: bool, hold: bool = True
+    console: Console, client: Any, *, stop_jobs: bool, force: bool, hold: bool
 ) -> list[Any]:
     """Before the stack goes down: stop the jobs that have (or are about to have) processes,
     or return them to be reported as left running. Pending jobs wait durably either way: while

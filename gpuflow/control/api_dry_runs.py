@@ -11,9 +11,9 @@ from temporalio import activity
 
 from gpuflow.control.api_common import one_line
 from gpuflow.control.api_queues import check_known
-from gpuflow.scheduler import Placement, explain, place
+from gpuflow.scheduler import Snapshot, explain
 from gpuflow.scheduler.quota import never_admitted
-from gpuflow.scheduler.together import idle_fleets, plan_together
+from gpuflow.scheduler.together import fits_when_idle, idle_fleets, plan_together
 from gpuflow.services.capacity import read_snapshot
 from gpuflow.services.queues import queues_in
 from gpuflow.store.db import Store
@@ -42,12 +42,14 @@ class DryRunActivities:
             options = req.spec.resource_options()
             most = answer_lines(len(options))
             fits = most if req.most is None else min(req.most, most)
+            idle: Snapshot | None = None
             records = []
             for k, option in enumerate(options):
                 found = explain(option, snapshot)
                 if found.placement is None:
-                    idle = place(option, idle_fleets(snapshot))
-                    found = found.model_copy(update={"fits_idle": isinstance(idle, Placement)})
+                    idle = idle or idle_fleets(snapshot)
+                    ever = fits_when_idle([option], idle)
+                    found = found.model_copy(update={"fits_idle": ever})
                 records.append(
                     OptionOffersRecord(
                         option=k + 1,

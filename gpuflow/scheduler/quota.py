@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from gpuflow.scheduler.model import Placement
 from gpuflow.specs.job import JobSpec
-from gpuflow.specs.queue import ANY_MODEL, QueueSpec
+from gpuflow.specs.queue import ANY_MODEL, QueueSpec, gpu_amounts
 from gpuflow.status import NEVER_ADMITTED
 
 EPSILON = 1e-9
@@ -96,6 +96,10 @@ class Quotas:
             return [queue]
         return sorted(name for name, spec in self.queues.items() if spec.cohort == cohort)
 
+    def cohort_keys(self, queue: str) -> set[str]:
+        """The quota keys (GPU models) that the queue or a queue of its cohort has quota for."""
+        return {key for name in self.cohort(queue) for key in self.queue(name).quota}
+
     def lendable(self, queue: str, key: str) -> float:
         """Idle quota of this queue that its cohort may borrow now."""
         spec = self.queue(queue)
@@ -135,7 +139,6 @@ def never_admitted(queues: Iterable[QueueSpec], queue: str, job: JobSpec) -> str
         return None
     quotas = Quotas(queues)
     spec = quotas.queue(queue)
-    cohort = quotas.cohort(queue)
     for option in job.resource_options():
         wanted = option.resources.gpu
         if wanted is None:
@@ -144,17 +147,14 @@ def never_admitted(queues: Iterable[QueueSpec], queue: str, job: JobSpec) -> str
         if ANY_MODEL in spec.quota:
             keys = [ANY_MODEL]
         else:
-            keys = wanted.names or sorted({k for name in cohort for k in quotas.queue(name).quota})
+            keys = wanted.names or sorted(quotas.cohort_keys(queue))
         if any(quotas.allows(queue, {key: gpus}) for key in keys):
             return None
     models = " or ".join(gpu.names) if gpu.names else "any model"
-    quota = " ".join(
-        f"{gpus:g}" if key == ANY_MODEL else f"{key}:{gpus:g}" for key, gpus in spec.quota.items()
-    )
     lends = f" and cohort {spec.cohort}'s lending" if spec.cohort else ""
     return (
         f"queue {queue} {NEVER_ADMITTED}: it asks {gpu.count.min * job.nodes:g} GPU(s) of "
-        f"{models}, more than its quota ({quota or 0}){lends} allows"
+        f"{models}, more than its quota ({gpu_amounts(spec.quota)}){lends} allows"
     )
 
 
@@ -166,7 +166,7 @@ def by_covered_model(quotas: Quotas, queue: str, options: Iterable[JobSpec]) -> 
     counts alike) or an option names one model."""
     if ANY_MODEL in quotas.queue(queue).quota:
         return
-    keys = {key for name in quotas.cohort(queue) for key in quotas.queue(name).quota}
+    keys = quotas.cohort_keys(queue)
     for option in options:
         gpu = option.resources.gpu
         if gpu is None or len(gpu.names) == 1:

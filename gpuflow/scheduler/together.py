@@ -67,8 +67,7 @@ def plan_together(jobs: list[JobSpec], snapshot: Snapshot) -> list[JobPlan]:
         fits_idle = True
         if alone_placement is None:
             idle = idle or idle_fleets(snapshot)
-            options_idle = [place(option, idle) for option in job.resource_options()]
-            fits_idle = any(isinstance(found, Placement) for found in options_idle)
+            fits_idle = fits_when_idle(job.resource_options(), idle)
         plan = JobPlan(
             job=job,
             options=options,
@@ -82,6 +81,13 @@ def plan_together(jobs: list[JobSpec], snapshot: Snapshot) -> list[JobPlan]:
             apply_placement(snapshot, plan.placement)
             taken_before = True
     return plans
+
+
+def fits_when_idle(options: list[JobSpec], idle: Snapshot) -> bool:
+    """Whether one of the options places on `idle` (`idle_fleets`): False means no job's end
+    and no host's return can make room for it, only a change of the fleets (what `apply`'s
+    plan and `gpuflow offers` say of a job that fits nowhere now)."""
+    return any(isinstance(place(option, idle), Placement) for option in options)
 
 
 def idle_fleets(snapshot: Snapshot) -> Snapshot:

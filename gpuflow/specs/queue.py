@@ -3,6 +3,7 @@ of Kueue's ClusterQueue; docs/architecture.md, "Queues and admission")."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -104,3 +105,14 @@ class QueueSpec(BaseModel):
     def quota(self) -> dict[str, int]:
         """Nominal GPUs per quota key: GPU model names, or ANY_MODEL for a total."""
         return dict(self.gpus) if isinstance(self.gpus, dict) else {ANY_MODEL: self.gpus}
+
+
+def gpu_amounts(amounts: Mapping[str, float]) -> str:
+    """`16` for a total, `A100:8 T4:4` per model, `0` for nothing; a share as its fraction:
+    how `gpuflow queue list` and the admission's reasons write a quota or a use of one."""
+    parts = [
+        f"{gpus:g}" if key == ANY_MODEL else f"{key}:{gpus:g}"
+        for key, gpus in sorted(amounts.items())
+        if gpus
+    ]
+    return " ".join(parts) or "0"

@@ -207,3 +207,35 @@ def test_a_submit_that_comes_after_its_job_ended_enters_nothing(store: Store) ->
     assert submit() == QueueVerdict()
     assert _entry(store, "quick") is None
     assert allocations_of(store, "job-quick") == []
+
+
+def test_a_job_its_queue_could_never_admit_waits_saying_why(store: Store) -> None:
+    """The words `ps` shows, as the pass writes them: the job asks a model its queue (and a
+    cohort of one) has no quota for, so it waits for a quota change, not for capacity."""
+    from types import SimpleNamespace
+
+    from gpuflow.cli.waiting import queue_wait
+    from gpuflow.services.jobs import find_job, record_job
+
+    _fleet(store, gpus=2)
+    apply_queue(store, QueueSpec(name="l4s", gpus={"L4": 2}))
+    record_job(store, job_id="job-a100", name="a100", spec={})
+    _enqueue(store, "a100", 0, queue="l4s")
+    with store.placement_transaction() as session:
+        outcome = run_pass_in(session, reservation=None)
+    assert outcome.waiting == 1 and not outcome.admitted
+    never = (
+        "queue l4s can never admit it: it asks 1 GPU(s) of A100, more than its quota "
+        "(L4:2) allows; it waits until a queue's quota changes (gpuflow queue apply)"
+    )
+    entry = _entry(store, "a100")
+    assert entry is not None and (entry.reason, entry.detail) == ("quota", never)
+    row = find_job(store, "job-a100")
+    shown = SimpleNamespace(
+        status=row.status,
+        message=row.message,
+        queue="l4s",
+        queue_position=entry.position,
+        queue_reason=entry.reason,
+    )
+    assert queue_wait(shown) == "over quota: " + never
