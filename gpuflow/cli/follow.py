@@ -30,11 +30,19 @@ def _table(rows: dict[str, dict[str, Any]], width: int) -> Table:
     return fitted_table(columns, cells, width=width)
 
 
+FINAL_OPEN_S = 30.0
+"""How long a job whose row reads final is still followed while its workflow runs on: a job
+that retries records its next attempt within moments; a workflow that stays open longer (its
+control worker gone before it closed) is not waited for without end."""
+
+
 async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool:
     """Live status until every job ends (its row final, its workflow closed); prints each
     transition. True if all ended `done`."""
     rows: dict[str, dict[str, Any]] = {}
     over: set[str] = set()
+    final_since: dict[str, float] = {}
+    """When each job's row was first seen final while its workflow still ran."""
     seen: dict[str, tuple[str, str]] = {}
     placed: dict[str, str] = {}
     """Where each job ran, as its progress last said (hosts and GPUs): kept once it ends."""
@@ -83,12 +91,14 @@ async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool
                         )
                     )
             live.update(_table(rows, console.width))
+            now = asyncio.get_running_loop().time()
             for job_id, row in rows.items():
-                if (
-                    job_id not in over
-                    and row["status"].is_final
-                    and not await workflow_running(client.temporal.get_workflow_handle(job_id))
-                ):
+                if job_id in over or not row["status"].is_final:
+                    final_since.pop(job_id, None)
+                    continue
+                since = final_since.setdefault(job_id, now)
+                handle = client.temporal.get_workflow_handle(job_id)
+                if now - since > FINAL_OPEN_S or not await workflow_running(handle):
                     over.add(job_id)
             if len(over) == len(rows):
                 break

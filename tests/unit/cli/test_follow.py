@@ -86,3 +86,15 @@ def test_a_job_that_ended_is_shown_where_it_ran_as_while_it_ran(monkeypatch: Any
     final = console.export_text().splitlines()[-2:]
     assert "box:0,1 simulated" in " ".join(final)
     assert "box (lab)" not in console.export_text()
+
+
+def test_a_job_whose_workflow_never_closes_is_not_followed_forever(monkeypatch: Any) -> None:
+    """Its row reads done, its workflow stays open (its control worker went away before it
+    closed): following ends FINAL_OPEN_S after the row ended, not never."""
+    real_sleep = asyncio.sleep
+    monkeypatch.setattr(follow.asyncio, "sleep", lambda _s: real_sleep(0.01))
+    monkeypatch.setattr(follow, "FINAL_OPEN_S", 0.05)
+    job = _Job([(JobStatus.DONE, "done", True)])
+    console = Console(width=80, record=True, force_terminal=False)
+    assert asyncio.run(follow.follow_jobs(console, _Client(job), ["job-train"]))
+    assert 2 < job.polls < 50
