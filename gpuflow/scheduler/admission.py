@@ -11,7 +11,8 @@ jobs after it may only take room its reservation does not need. A job that stays
 queue's nominal quota is not held back by a reservation for a job of another queue that would
 borrow (`_outranks`). A job that does not fit may preempt `preemptible` running jobs:
 lower-priority ones of its own queue, or, when it stays within its queue's nominal quota, jobs
-of queues of its cohort that are borrowing.
+of its cohort's queues, each only while its queue borrows (`Quotas.reclaimable`). The room
+victims free is their preemptor's first (`Waiting.claims`), ahead of any reservation.
 
 A job like one that failed since the pass last changed anything (same queue, priority, requests
 and limits: `_likeness`) fails the same way and is not tried again, so a pass over a long queue
@@ -31,11 +32,13 @@ from gpuflow.scheduler.admission_jobs import (
     Preemption,
     Running,
     Waiting,
+    queue_order,
+    victim_order,
 )
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.place import place
 from gpuflow.scheduler.prefix import releasing, shortest
-from gpuflow.scheduler.quota import Demand, Quotas, by_covered_model, gpu_count
+from gpuflow.scheduler.quota import Demand, Quotas, by_covered_model
 from gpuflow.scheduler.request import resolve
 from gpuflow.scheduler.reservation import Reservation, Room, earliest_start, hidden
 from gpuflow.scheduler.scorers import orders_by_name
@@ -86,15 +89,6 @@ def _first_fit(job: Waiting, snapshot: Snapshot) -> Placement | None:
     return None
 
 
-def _order(job: Waiting) -> tuple[float, float, str]:
-    return (-job.priority, job.submitted_at, job.name)
-
-
-def _victim_order(job: Running) -> tuple[float, int, float, str]:
-    """Preferred victims first: fewest GPUs, lowest priority, most recently started."""
-    return (gpu_count(job.placement), job.priority, -job.started_at, job.name)
-
-
 class _Pass:
     def __init__(
         self,
@@ -124,13 +118,15 @@ class _Pass:
 
     def run(self, waiting: Sequence[Waiting]) -> Decision:
         pending: dict[str, list[Waiting]] = {}
-        for job in sorted(waiting, key=_order):
+        for job in sorted(waiting, key=queue_order):
             self.quotas.queue(job.queue)
             pending.setdefault(job.queue, []).append(job)
         tried: dict[str, list[Waiting]] = {name: [] for name in pending}
+        for jobs in pending.values():  # the room their victims freed goes to them first
+            jobs[:] = [job for job in jobs if not (job.claims and self._claim(job))]
         holder = next((job for job in waiting if self.before and job.name == self.before.job), None)
-        if holder is not None:  # it holds from the start: jobs ahead of it may not take its room
-            self._reserve(holder)
+        if holder is not None and holder.name not in self.live:
+            self._reserve(holder)  # it holds from the start: jobs ahead may not take its room
         while any(pending.values()):
             queue = min((q for q in pending if pending[q]), key=lambda q: (self.quotas.share(q), q))
             job = pending[queue].pop(0)
@@ -141,7 +137,7 @@ class _Pass:
                 # capacity came back, or the room it held is open to the others: look again
                 if self.decision.admitted[-1].victims or held_room:
                     for name, jobs in tried.items():
-                        pending[name] = sorted([*jobs, *pending[name]], key=_order)
+                        pending[name] = sorted([*jobs, *pending[name]], key=queue_order)
                         jobs.clear()
             else:
                 tried[queue].append(job)
@@ -151,6 +147,15 @@ class _Pass:
             Held(job, self.reasons[job.name], position) for position, job in enumerate(held)
         ]
         return self.decision
+
+    def _claim(self, job: Waiting) -> bool:
+        """Admit a job whose victims were stopped for it, if it fits now (they have released)."""
+        self.positions.setdefault(job.name, len(self.positions))
+        found = _first_fit(job, self.snapshot)
+        if found is None or not self.quotas.allows(job.queue, self.quotas.demand(job.queue, found)):
+            return False
+        self._take(job, found, ())
+        return True
 
     def _try(self, job: Waiting) -> bool:
         like = self._likeness(job)
@@ -196,7 +201,11 @@ class _Pass:
         # ahead of the holder in its queue or not (the holder, carried from the pass before,
         # can be behind a requeued job): it decides whether the job may take the held room
         holder = self.reserved
-        ahead = holder is not None and job.queue == holder.queue and _order(job) < _order(holder)
+        ahead = (
+            holder is not None
+            and job.queue == holder.queue
+            and queue_order(job) < queue_order(holder)
+        )
         return (job.queue, job.priority, job.may_wait, ahead, asks, options)
 
     def _allowed(self, job: Waiting, placement: Placement) -> bool:
@@ -234,7 +243,7 @@ class _Pass:
         if holder is None:
             return True
         if job.queue == holder.queue:
-            return _order(job) < _order(holder)
+            return queue_order(job) < queue_order(holder)
         return self.quotas.borrows(holder.queue, self.reserved_demand) and not (
             self.quotas.borrows(job.queue, demand)
         )
@@ -247,7 +256,7 @@ class _Pass:
         holder = self.reserved
         if holder is None or job.priority > holder.priority:
             return True
-        return job.queue == holder.queue and _order(job) < _order(holder)
+        return job.queue == holder.queue and queue_order(job) < queue_order(holder)
 
     def _place(self, job: Waiting) -> tuple[Placement | None, str]:
         """Every job but the holder goes outside the reserved hosts when it can: those that
@@ -323,7 +332,7 @@ class _Pass:
         live = self.preemptible.values()
         same = [r for r in live if r.queue == job.queue and r.priority < job.priority]
         others = [r for r in live if r.queue in cohort and self.quotas.borrowing(r.queue)]
-        return sorted([*same, *others], key=_victim_order)
+        return self.quotas.reclaimable(sorted([*same, *others], key=victim_order), job.queue)
 
     def _preempt(self, job: Waiting) -> tuple[Placement, tuple[str, ...]] | None:
         """A placement for the job once some candidates are released, and those victims

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpuflow.scheduler.model import Placement
+from gpuflow.scheduler.quota import gpu_count
 from gpuflow.scheduler.reservation import Reservation
 from gpuflow.specs import JobSpec
 
@@ -40,6 +41,9 @@ class Waiting:
     may_wait: bool = True
     """False: a pass that cannot admit it refuses it, so it reserves nothing (a reservation
     would hold the others back for a job that leaves)."""
+    claims: bool = False
+    """An earlier pass preempted running jobs for it: the room they free is its own, before any
+    reservation (otherwise they would have been stopped for nothing)."""
 
 
 @dataclass(frozen=True)
@@ -75,3 +79,13 @@ class Decision:
     preemptions: list[Preemption] = field(default_factory=list)
     waiting: list[Held] = field(default_factory=list)
     reservation: Reservation | None = None
+
+
+def queue_order(job: Waiting) -> tuple[float, float, str]:
+    """A queue's order: higher priority first, then earlier submission, then name."""
+    return (-job.priority, job.submitted_at, job.name)
+
+
+def victim_order(job: Running) -> tuple[float, int, float, str]:
+    """Preferred victims first: fewest GPUs, lowest priority, most recently started."""
+    return (gpu_count(job.placement), job.priority, -job.started_at, job.name)

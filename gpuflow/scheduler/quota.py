@@ -10,12 +10,16 @@ lending at most `lending_limit` of its idle quota.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from gpuflow.scheduler.model import Placement
 from gpuflow.specs.job import JobSpec
 from gpuflow.specs.queue import ANY_MODEL, QueueSpec, gpu_amounts
 from gpuflow.status import NEVER_ADMITTED
+
+if TYPE_CHECKING:
+    from gpuflow.scheduler.admission_jobs import Running
 
 EPSILON = 1e-9
 Demand = Mapping[str, float]
@@ -77,6 +81,28 @@ class Quotas:
 
     def borrowing(self, queue: str) -> bool:
         return any(self.borrowed(queue, key) > EPSILON for key in self.usage[queue])
+
+    def reclaimable(self, candidates: Sequence[Running], queue: str) -> list[Running]:
+        """The candidates, in their order, that a job of `queue` may preempt: its own queue's,
+        and another queue's only while that queue still borrows a model the victim holds once
+        the candidates before it are released, as Kueue reclaims: taking quota back never
+        takes a lender's own nominal quota (a victim may take its queue below it by no more
+        than its own size)."""
+        saved = {name: dict(usage) for name, usage in self.usage.items()}
+        kept = []
+        try:
+            for job in candidates:
+                demand = self.demand(job.queue, job.placement)
+                if job.queue != queue and not any(
+                    self.borrowed(job.queue, key) > EPSILON for key in demand
+                ):
+                    continue
+                kept.append(job)
+                self.add(job.queue, demand, -1.0)
+        finally:
+            for name, usage in saved.items():
+                self.usage[name] = defaultdict(float, usage)
+        return kept
 
     def within_nominal(self, queue: str, demand: Demand) -> bool:
         quota, usage = self.queue(queue).quota, self.usage[queue]

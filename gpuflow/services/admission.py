@@ -144,7 +144,8 @@ def run_pass_in(
     attempts = {row.job_id: row.attempt for row in admitted}
     attempts.update((entry.job_id, entry.attempt) for entry in waiting_rows)
     _commit(session, decision, by_id, attempts, now, outcome)
-    _hold(session, decision.waiting, by_id, worded, (snapshot, queues), outcome)
+    live = {job.name for job in running}
+    _hold(session, decision.waiting, by_id, (worded, live), (snapshot, queues), outcome)
     for job_id in [job.job_id for job in outcome.admitted] + [
         job.job_id for job in outcome.refused
     ]:
@@ -283,6 +284,7 @@ def _waiting(entry: QueueEntryRow, specs: SpecCache) -> Waiting:
         preemptible=entry.preemptible,
         options=options,
         may_wait=entry.may_wait,
+        claims=bool(entry.reason and entry.reason.startswith(PREEMPTING)),
     )
 
 
@@ -322,12 +324,14 @@ def _hold(
     session: Session,
     held: list[Held],
     by_id: dict[str, QueueEntryRow],
-    worded: set[str],
+    known: tuple[set[str], set[str]],
     fleet: tuple[Snapshot, list[QueueSpec]],
     outcome: PassOutcome,
 ) -> None:
     """Jobs left waiting learn their position and why; one that may not wait is refused, with
-    the per-host reasons of the fleet as the pass leaves it."""
+    the per-host reasons of the fleet as the pass leaves it. `known`: the jobs whose reasons
+    are in words already, and the running jobs."""
+    worded, live = known
     places: dict[str, int] = {}
     for item in held:
         entry = by_id[item.job.name]
@@ -336,7 +340,7 @@ def _hold(
         item = Held(item.job, item.reason, position)
         if entry.may_wait:
             outcome.waiting += 1
-            if entry.reason and entry.reason.startswith(PREEMPTING):
+            if _claim_stands(entry.reason, live):
                 continue  # its victims are stopping: it keeps its claim
             if entry.reason != item.reason or entry.job_id not in worded:
                 # Newly held, or held for another reason: say why in words, once.
@@ -362,6 +366,14 @@ def _hold(
         outcome.refused.append(
             RefusedJob(job_id=entry.job_id, attempt=entry.attempt, reasons=told(reasons))
         )
+
+
+def _claim_stands(reason: str | None, live: set[str]) -> bool:
+    """A preemptor keeps its claim (and says so) while a job stopped for it still holds
+    capacity; once they have all released and it still waits, it waits as any job does."""
+    if not reason or not reason.startswith(PREEMPTING):
+        return False
+    return not live.isdisjoint(reason.removeprefix(PREEMPTING).split(","))
 
 
 def _told_enough(outcome: PassOutcome) -> bool:

@@ -105,10 +105,13 @@ def _check(
     for admitted in decision.admitted:
         for victim in admitted.victims:
             assert live[victim].preemptible, f"{victim} was not preemptible"
-            lost = live.pop(victim)
-            job = admitted.job
+            lost, job = live[victim], admitted.job
             same = lost.queue == job.queue and lost.priority < job.priority
             assert same or lost.queue != job.queue
+            if lost.queue != job.queue:  # reclaim takes only what the queue borrows
+                nominal = next(q.quota["*"] for q in queues if q.name == lost.queue)
+                assert _usage(live)[lost.queue] > nominal + 1e-9, f"{victim}: its queue's own"
+            del live[victim]
         job = admitted.job
         usage_at[job.name] = _usage(live)
         live[job.name] = as_running(job, admitted.placement, now)

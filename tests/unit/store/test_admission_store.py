@@ -239,3 +239,45 @@ def test_a_job_its_queue_could_never_admit_waits_saying_why(store: Store) -> Non
         queue_reason=entry.reason,
     )
     assert queue_wait(shown) == "over quota: " + never
+
+
+def test_a_preemptor_says_why_it_waits_once_its_victims_have_gone(store: Store) -> None:
+    """`preempting` is shown only while a job stopped for it still holds capacity: when the
+    victim has released and the preemptor still does not fit (the host shrank meanwhile), it
+    waits as any job does, saying why."""
+    _fleet(store, cpus=8)
+    assert _enqueue(store, "victim", 0, preemptible=True).placement is not None
+    boss = _enqueue(store, "boss", 1, priority=100, resources={"gpu": "A100:1", "cpu": 6})
+    assert boss.reason == "preempting:job-victim"
+    with store.placement_transaction() as session:  # the victim is still stopping
+        run_pass_in(session, reservation=None)
+    entry = _entry(store, "boss")
+    assert entry is not None and entry.reason == "preempting:job-victim"
+    _release(store, "victim")
+    _fleet(store, cpus=4)  # no allocation left on the host: it may change
+    with store.placement_transaction() as session:
+        outcome = run_pass_in(session, reservation=None)
+    assert outcome.admitted == [] and outcome.preempted == []
+    entry = _entry(store, "boss")
+    assert entry is not None and (entry.state, entry.reason) == ("waiting", "no_capacity")
+    assert entry.detail and "CPU" in entry.detail
+
+
+def test_a_cut_quota_gives_back_what_the_queue_borrows_never_its_own(store: Store) -> None:
+    """A queue's quota cut from 8 to 2 while it runs two 2-GPU jobs: it borrows 2 of them. A job
+    of the other queue that needs all 4 GPUs preempts nothing (taking back the borrowed 2 does
+    not make room, and the other 2 are the queue's own), and waits."""
+    _fleet(store, gpus=4, cpus=32)
+    research = {"name": "research", "cohort": "lab", "borrowing_limit": 4}
+    apply_queue(store, QueueSpec.model_validate({**research, "gpus": {"A100": 8}}))
+    apply_queue(store, QueueSpec(name="prod", gpus={"A100": 8}, cohort="lab", lending_limit=4))
+    two = {"queue": "research", "preemptible": True, "resources": {"gpu": "A100:2"}}
+    for k, name in enumerate(["r1", "r2"]):
+        assert _enqueue(store, name, k, **two).placement is not None
+    apply_queue(store, QueueSpec.model_validate({**research, "gpus": {"A100": 2}}))
+    prod = _enqueue(store, "p1", 3, queue="prod", priority=100, resources={"gpu": "A100:4"})
+    assert prod.placement is None and prod.reason == "no_capacity"
+    with store.placement_transaction() as session:
+        outcome = run_pass_in(session, reservation=None)
+    assert outcome.preempted == [] and outcome.admitted == []
+    assert len(allocations_of(store, "job-r1")) == len(allocations_of(store, "job-r2")) == 1

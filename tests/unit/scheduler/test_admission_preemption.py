@@ -1,0 +1,88 @@
+"""Preemption across passes (gpuflow/scheduler/admission.py): what reclaiming quota may take from
+a lender, and who gets the room once the victims have released it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gpuflow.scheduler import release_placement
+from gpuflow.scheduler.admission import NO_CAPACITY, admit
+from gpuflow.specs import QueueSpec
+from tests.unit.scheduler.test_admission import fleet, names, reasons, start, waiting
+
+
+def test_reclaiming_quota_never_takes_a_queue_below_its_own_nominal_quota() -> None:
+    """b holds 8 GPUs with a nominal quota of 4 (it borrows 4, say after its quota was cut).
+    a's job needs all 8 GPUs of the one host: only b's borrowed 4 may be taken back, which does
+    not make room, so nothing is preempted (stopping both would take b's own quota)."""
+    snapshot = fleet(1)
+    queues = [QueueSpec(name="a", gpus=8, cohort="lab"), QueueSpec(name="b", gpus=4, cohort="lab")]
+    held = [
+        start(snapshot, waiting(f"b-{i}", 4, queue="b", preemptible=True), now=i) for i in range(2)
+    ]
+    decision = admit(
+        queues=queues,
+        running=held,
+        waiting=[waiting("a-big", 8, queue="a", priority=100, at=5)],
+        snapshot=snapshot,
+        now=10,
+    )
+    assert decision.preemptions == []
+    assert reasons(decision) == {"a-big": NO_CAPACITY}
+    # When taking back what b borrows is enough, that is all it takes.
+    decision = admit(
+        queues=queues,
+        running=held,
+        waiting=[waiting("a-half", 4, queue="a", at=5)],
+        snapshot=snapshot,
+        now=10,
+    )
+    assert names(decision) == ["a-half"]
+    assert [p.victim for p in decision.preemptions] == ["b-1"]  # the most recently started
+
+
+def test_the_room_freed_for_a_preemptor_is_its_own_before_a_carried_reservation() -> None:
+    """`urgent` (queue b) preempts `victim`, its queue's own low-priority job. While the victim
+    stops, `big` (queue a, the lower share, a higher priority) reserves the host. Once the victim
+    has released, the room goes to `urgent`, for which the victim was stopped, not to the
+    reservation (priorities order jobs within a queue, not across)."""
+    snapshot = fleet(1)
+    queues = [QueueSpec(name="a", gpus=8), QueueSpec(name="b", gpus=8)]
+    victim = start(snapshot, waiting("victim", 8, queue="b", preemptible=True))
+    urgent = waiting("urgent", 8, queue="b", priority=50, at=5)
+    first = admit(queues=queues, running=[victim], waiting=[urgent], snapshot=snapshot, now=5)
+    assert [(p.victim, p.for_job) for p in first.preemptions] == [("victim", "urgent")]
+
+    # The victim is still stopping: the pass preempts it again and `big` reserves the host.
+    snapshot = fleet(1)
+    victim = start(snapshot, waiting("victim", 8, queue="b", preemptible=True))
+    big = waiting("big", 8, queue="a", priority=100, at=6)
+    claimant = replace(urgent, claims=True)
+    stopping = admit(
+        queues=queues, running=[victim], waiting=[big, claimant], snapshot=snapshot, now=6
+    )
+    assert stopping.reservation is not None and stopping.reservation.job == "big"
+
+    # The victim has released: the claimant takes the room; `big` keeps waiting.
+    release_placement(snapshot, victim.placement)
+    after = admit(
+        queues=queues,
+        running=[],
+        waiting=[big, claimant],
+        snapshot=snapshot,
+        now=7,
+        reserved=stopping.reservation,
+    )
+    assert names(after) == ["urgent"]
+    assert reasons(after) == {"big": NO_CAPACITY}
+    # Without the claim, the carried reservation would have given the room to `big`.
+    snapshot = fleet(1)
+    unclaimed = admit(
+        queues=queues,
+        running=[],
+        waiting=[big, urgent],
+        snapshot=snapshot,
+        now=7,
+        reserved=stopping.reservation,
+    )
+    assert names(unclaimed) == ["big"]
