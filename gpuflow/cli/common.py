@@ -7,8 +7,9 @@ import asyncio
 import functools
 import json
 import sys
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 import typer
 from rich.console import Console
@@ -62,3 +63,29 @@ async def open_client() -> Any:
         if address is None or not str(exc).startswith("cannot reach Temporal"):
             raise
         raise ConnectionFailed(stack_down_message(address)) from None
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+S = TypeVar("S", bound=_Named)
+
+
+def load_each(files: Sequence[Path], load: Callable[[Path], S], what: str) -> list[S]:
+    """Every file's spec, all read and checked before any is applied (a bad file applies
+    nothing); two files of one name are refused, as the second would undo the first."""
+    from gpuflow.errors import SpecError
+    from gpuflow.specs.safe_yaml import display_path
+
+    specs, seen = [], dict[str, Path]()
+    for path in files:
+        spec = load(path)
+        name = spec.name
+        if name in seen:
+            first = display_path(seen[name])
+            raise SpecError(f"{display_path(path)}: {what} {name} is also in {first}")
+        seen[name] = path
+        specs.append(spec)
+    return specs

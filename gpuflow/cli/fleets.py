@@ -15,25 +15,30 @@ fleet_app = typer.Typer(help="Fleets of hosts.", no_args_is_help=True)
 @fleet_app.command("apply")
 @run
 async def fleet_apply(
-    file: Path = typer.Option(..., "--file", "-f", help="Fleet file."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    files: list[Path] = typer.Option(..., "--file", "-f", help="Fleet file(s)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (a list for several files)."),
 ) -> None:
-    """Create or update a fleet."""
+    """Create or update fleets, one per file, in order."""
     from gpuflow.cli.render import fleets_table
     from gpuflow.specs.load import load_fleet
 
-    spec = load_fleet(file)
+    specs = common.load_each(files, load_fleet, "fleet")
     client = await common.open_client()
+    applied = []
     try:
-        with common.console.status(f"applying fleet {spec.name} ({len(spec.hosts) or 1} host(s))…"):
-            info = await client.apply_fleet(spec)
+        for spec in specs:
+            hosts = len(spec.hosts) or 1
+            with common.console.status(f"applying fleet {spec.name} ({hosts} host(s))…"):
+                applied.append(await client.apply_fleet(spec))
     finally:
         await client.close()
     if as_json:
-        common.print_json(info.model_dump(mode="json"))
+        dumped = [info.model_dump(mode="json") for info in applied]
+        common.print_json(dumped[0] if len(files) == 1 else dumped)
         return
-    common.console.print(f"fleet [bold]{info.name}[/] applied")
-    common.console.print(fleets_table([info], width=common.console.width))
+    for info in applied:
+        common.console.print(f"fleet [bold]{info.name}[/] applied")
+    common.console.print(fleets_table(applied, width=common.console.width))
 
 
 @fleet_app.command("list")

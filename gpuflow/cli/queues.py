@@ -49,25 +49,30 @@ def queues_table(queues: Sequence[Any], *, width: int) -> Table:
 @queue_app.command("apply")
 @run
 async def queue_apply(
-    file: Path = typer.Option(..., "--file", "-f", help="Queue file (type: queue)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    files: list[Path] = typer.Option(..., "--file", "-f", help="Queue file(s) (type: queue)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (a list for several files)."),
 ) -> None:
-    """Create or update a queue."""
+    """Create or update queues, one per file, in order."""
     from gpuflow.specs.load import load_queue
 
-    spec = load_queue(file)
+    specs = common.load_each(files, load_queue, "queue")
     client = await common.open_client()
+    applied = []
     try:
-        with common.console.status(f"applying queue {escape(spec.name)}…"):
-            applied = await client.apply_queue(spec)
+        for spec in specs:
+            with common.console.status(f"applying queue {escape(spec.name)}…"):
+                applied.append(await client.apply_queue(spec))
     finally:
         await client.close()
     if as_json:
-        common.print_json(applied.model_dump(mode="json"))
+        dumped = [queue.model_dump(mode="json") for queue in applied]
+        common.print_json(dumped[0] if len(files) == 1 else dumped)
         return
-    done = "created" if applied.created else "updated"
-    common.console.print(f"queue [bold]{escape(applied.queue.name)}[/] {done}")
-    common.console.print(queues_table([applied.queue], width=common.console.width))
+    for queue in applied:
+        done = "created" if queue.created else "updated"
+        common.console.print(f"queue [bold]{escape(queue.queue.name)}[/] {done}")
+    queues = [queue.queue for queue in applied]
+    common.console.print(queues_table(queues, width=common.console.width))
 
 
 @queue_app.command("list")

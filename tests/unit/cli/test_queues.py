@@ -13,7 +13,7 @@ from gpuflow.cli import common
 from gpuflow.client import AppliedQueue, QueueInfo
 from gpuflow.errors import SpecError
 from gpuflow.scheduler.model import NodePlacement
-from gpuflow.specs import JobSpec, QueueSpec
+from gpuflow.specs import FleetSpec, JobSpec, QueueSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.tables import AllocationRow, QueueEntryRow
 from tests.unit.cli.conftest import Cli, column_rows, lines_fit
@@ -333,3 +333,51 @@ def test_apply_plan_says_when_its_queue_could_never_admit_the_job(cli: Cli) -> N
     ) in text
     small = cli.write("s.yaml", "name: s\ncommands: [x]\nqueue: research\nresources: {gpu: 2}\n")
     assert "can never admit" not in cli("apply", "-y", "-d", "-f", small)
+
+
+def test_apply_takes_several_files_checks_them_all_first_and_refuses_a_name_twice(
+    cli: Cli,
+) -> None:
+    research, prod = cli.write("research.yaml", RESEARCH), cli.write("prod.yaml", PROD)
+    out = cli("queue", "apply", "-f", research, "-f", prod)
+    lines = lines_fit(out)
+    assert lines[:2] == ["queue research created", "queue prod created"]
+    assert [line.split()[0] for line in lines[3:]] == ["research", "prod"]
+    applied = json.loads(cli("queue", "apply", "-f", research, "-f", prod, "--json"))
+    assert [(a["queue"]["name"], a["created"]) for a in applied] == [
+        ("research", False),
+        ("prod", False),
+    ]
+    # A bad file, or a name twice, applies nothing, not even the files before it.
+    bad = cli.write("bad.yaml", "type: queue\nname: broken\ngpus: -1\n")
+    fresh = cli.write("fresh.yaml", PROD.replace("name: prod", "name: fresh"))
+    line = _error(cli("queue", "apply", "-f", fresh, "-f", bad, code=1))
+    assert line.startswith(bad + ": gpus:")
+    again = cli.write("again.yaml", PROD)
+    line = _error(cli("queue", "apply", "-f", fresh, "-f", prod, "-f", again, code=1))
+    assert line == f"{again}: queue prod is also in {prod}"
+    names = [q["name"] for q in json.loads(cli("queue", "list", "--json"))]
+    assert "fresh" not in names
+
+
+def test_fleet_apply_takes_several_files(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each fleet is applied through the client, in order (the control plane's side, which
+    reads hosts and starts health checks, is stood in for by the store's apply)."""
+    from gpuflow.client.control_plane import ControlPlaneCalls as ControlPlane
+    from gpuflow.services.fleets import apply_fleet
+
+    async def apply(self: ControlPlane, spec: FleetSpec) -> object:
+        apply_fleet(cli.store, spec, {})
+        return next(fleet for fleet in await self.fleets() if fleet.name == spec.name)
+
+    monkeypatch.setattr(ControlPlane, "apply_fleet", apply)
+    other = BOX.replace("name: lab", "name: lab2").replace("name: box", "name: box2")
+    first, second = cli.write("lab.yaml", BOX), cli.write("lab2.yaml", other)
+    out = cli("fleet", "apply", "-f", first, "-f", second)
+    assert lines_fit(out)[:2] == ["fleet lab applied", "fleet lab2 applied"]
+    listed = {f["name"] for f in json.loads(cli("fleet", "list", "--json"))}
+    assert {"lab", "lab2"} <= listed
+    applied = json.loads(cli("fleet", "apply", "-f", first, "-f", second, "--json"))
+    assert [f["name"] for f in applied] == ["lab", "lab2"]
+    line = _error(cli("fleet", "apply", "-f", first, "-f", first, code=1))
+    assert line == f"{first}: fleet lab is also in {first}"
