@@ -133,6 +133,12 @@ def print_offers(console: Console, offers: Any, *, nodes: int) -> None:
             )
     else:
         console.print("[bold red]nothing fits[/]")
+    if offers.queue_never is not None:
+        console.print(
+            f"[red]{escape(offers.queue_never)}[/]: it would wait until a queue's quota "
+            "changes (gpuflow queue apply) if its retry policy allows, else fail",
+            highlight=False,
+        )
     if offers.placement is None and offers.fits_idle is False:
         console.print(
             "[red]nor would it with every host of its fleets idle and ready[/]: only a change "

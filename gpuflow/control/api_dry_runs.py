@@ -36,9 +36,12 @@ class DryRunActivities:
     async def offers(self, req: OffersRequest) -> list[OptionOffersRecord]:
         """Every resource option's fits (the best first, at most `req.most`) and rejections."""
 
+        await check_known(self.store, queues=[req.spec.queue])
+
         def read() -> list[OptionOffersRecord]:
             with self.store.read() as session:
                 snapshot = read_snapshot(session)
+                queues = queues_in(session)
             options = req.spec.resource_options()
             most = answer_lines(len(options))
             fits = most if req.most is None else min(req.most, most)
@@ -50,6 +53,9 @@ class DryRunActivities:
                     idle = idle or idle_fleets(snapshot)
                     ever = fits_when_idle([option], idle)
                     found = found.model_copy(update={"fits_idle": ever})
+                never = never_admitted(queues, req.spec.queue, option)
+                if never is not None:
+                    found = found.model_copy(update={"queue_never": never})
                 records.append(
                     OptionOffersRecord(
                         option=k + 1,

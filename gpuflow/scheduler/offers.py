@@ -49,6 +49,9 @@ class Offers(BaseModel):
     fits_idle: bool | None = None
     """For a job placed nowhere: whether it would place with every host of its fleets idle
     and ready (False: only a change of the fleets makes room); None when not asked."""
+    queue_never: str | None = None
+    """Why the job's queue could never admit it (quota.py `never_admitted`); None when it
+    could, or when not asked."""
 
     def verdict(self) -> Placement | Unschedulable:
         if self.placement is not None:

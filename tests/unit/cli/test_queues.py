@@ -335,6 +335,25 @@ def test_apply_plan_says_when_its_queue_could_never_admit_the_job(cli: Cli) -> N
     assert "can never admit" not in cli("apply", "-y", "-d", "-f", small)
 
 
+def test_offers_says_when_its_queue_could_never_admit_the_job(cli: Cli) -> None:
+    cli.fleet(BOX)
+    cli("queue", "apply", "-f", cli.write("research.yaml", RESEARCH))
+    big = cli.write("big.yaml", "name: big\ncommands: [x]\nqueue: research\nresources: {gpu: 8}\n")
+    text = " ".join(cli("offers", "-f", big).split())
+    assert "goes to box" in text
+    never = (
+        "queue research can never admit it: it asks 8 GPU(s) of any model, more than its "
+        "quota (A100:2) and cohort lab's lending allows"
+    )
+    assert never + ": it would wait until a queue's quota changes" in text
+    assert json.loads(cli("offers", "-f", big, "--json"))["queue_never"] == never
+    small = cli.write("s.yaml", "name: s\ncommands: [x]\nqueue: research\nresources: {gpu: 2}\n")
+    assert json.loads(cli("offers", "-f", small, "--json"))["queue_never"] is None
+    lost = cli.write("l.yaml", "name: l\ncommands: [x]\nqueue: nowhere\nresources: {gpu: 2}\n")
+    line = _error(cli("offers", "-f", lost, code=1))
+    assert line.startswith('queue "nowhere" does not exist; known: ')
+
+
 def test_apply_takes_several_files_checks_them_all_first_and_refuses_a_name_twice(
     cli: Cli,
 ) -> None:
