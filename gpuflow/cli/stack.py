@@ -175,7 +175,7 @@ async def settle_jobs(
     or return them to be reported as left running. Pending jobs wait durably either way: while
     jobs stop, admission is held (`hold`: the embedded stack; until the next `gpuflow up`)."""
     jobs = await client.jobs()
-    active = [j for j in jobs if j.status in (JobStatus.RUNNING, JobStatus.PROVISIONING)]
+    active = [j for j in jobs if _has_processes(j)]
     pending = [j for j in jobs if j.status == JobStatus.PENDING]
     if pending:
         console.print(
@@ -204,16 +204,42 @@ async def settle_jobs(
     except GpuflowError as exc:
         console.print(f"[yellow]{exc}: waiting jobs may start while these stop[/]")
     try:
-        with console.status(f"stopping {len(active)} job(s)…"):
-            ended = await asyncio.gather(*(client.stop(job.id, wait=True) for job in active))
+        ended = await _stop_until_none_run(console, client, active)
     except BaseException:
         with contextlib.suppress(GpuflowError):  # the stack stays up: admission goes on
             if hold:
                 await client.hold_admission(False)
         raise
-    for info in ended:
-        console.print(Text.assemble(f"{info.name}: ", status_text(info.status, info.reason)))
     return [info for info in ended if not info.status.is_final]
+
+
+STOP_ROUNDS = 3
+"""Times `down` looks again for jobs that started while it stopped the others."""
+
+
+async def _stop_until_none_run(console: Console, client: Any, active: list[Any]) -> list[Any]:
+    """Stop the jobs, then look again: a job submitted meanwhile may have started in its own
+    first step (a job placed at submit, which the hold does not reach), and it must not run on
+    without gpuflow either. Up to STOP_ROUNDS looks; what still runs after them is returned."""
+    ended: list[Any] = []
+    for _ in range(STOP_ROUNDS):
+        with console.status(f"stopping {len(active)} job(s)…"):
+            now = await asyncio.gather(*(client.stop(job.id, wait=True) for job in active))
+        for info in now:
+            console.print(Text.assemble(f"{info.name}: ", status_text(info.status, info.reason)))
+        ended += now
+        seen = {info.id for info in ended}
+        active = [job for job in await client.jobs() if _has_processes(job) and job.id not in seen]
+        if not active:
+            return ended
+        console.print(f"{len(active)} more job(s) started meanwhile:")
+        for job in active:
+            console.print(f"  {job.name} ({job.id})", highlight=False)
+    return ended + active
+
+
+def _has_processes(job: Any) -> bool:
+    return job.status in (JobStatus.RUNNING, JobStatus.PROVISIONING)
 
 
 def _confirm(question: str) -> bool:

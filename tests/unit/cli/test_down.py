@@ -123,3 +123,26 @@ def test_down_holds_no_admission_of_a_cluster(
     job_id = cli.job("train", JobStatus.RUNNING, hosts=["box"])
     cli("down", "-y")
     assert cli.temporal.signals == [(job_id, "stop")]
+
+
+def test_down_stops_a_job_that_started_while_it_stopped_the_others(
+    cli: Cli, stack: subprocess.Popen[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job submitted while `down` stops jobs may start in its own first step (the hold
+    reaches only the admission loop): `down` looks again and stops it too."""
+    train = cli.job("train", JobStatus.RUNNING, hosts=["box"])
+    stop = cli.temporal.on_stop
+    started: list[str] = []
+
+    def on_stop(job_id: str) -> None:
+        stop(job_id)
+        if not started:  # submitted meanwhile, placed at once on the GPUs train freed
+            started.append(cli.job("sneaky", JobStatus.RUNNING, suffix="eeeeee", hosts=["box"]))
+
+    monkeypatch.setattr(cli.temporal, "on_stop", on_stop)
+    out = cli("down", "-y")
+    stops = [job for job, what in cli.temporal.signals if what == "stop"]
+    assert stops == [train, started[0]]
+    assert "1 more job(s) started meanwhile:\n  sneaky (job-sneaky-eeeeee)" in out
+    assert "sneaky: stopped (stopped_by_user)" in out
+    assert "left" not in out and out.rstrip().endswith("gpuflow is down")
