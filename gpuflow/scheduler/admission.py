@@ -275,7 +275,8 @@ class _Pass:
             return elsewhere, ""
         if self._allowed(job, found):
             return found, ""
-        return None, RESERVED_FOR + reservation.job
+        over = not self.quotas.allows(job.queue, self.quotas.demand(job.queue, found))
+        return None, QUOTA if over else RESERVED_FOR + reservation.job  # the lasting reason
 
     def _place_within_quota(self, job: Waiting) -> Placement | None:
         """For a job whose best placement is over its queue's quota: a placement on a model
