@@ -70,7 +70,10 @@ def parse_max_duration(value: Any) -> int | None:
 
 
 class RetrySpec(BaseModel):
-    """When a job is tried again. `retry: true` retries on every event."""
+    """When a job is tried again. `retry: true` retries on every event. An attempt after an
+    `error` or an `interruption` other than a preemption starts after a wait: 10 s, doubling
+    while attempts keep ending within 10 minutes of their start, at most 5 minutes (none when
+    the wait would pass `duration`: the job ends with its last failure)."""
 
     model_config = SPEC_CONFIG
 

@@ -19,7 +19,7 @@ from gpuflow.workflows.phases import JobPhases
 
 with workflow.unsafe.imports_passed_through():
     from gpuflow import utilization
-    from gpuflow.status import JobStatus, RetryEvent, TerminationReason
+    from gpuflow.status import JobStatus, TerminationReason
     from gpuflow.workflows import monitor, ui
     from gpuflow.workflows.models import (
         JobInput,
@@ -179,6 +179,9 @@ class JobWorkflow(JobPhases):
             await self._finalize(ending)
             if not self._should_retry(inp, ending):
                 return ending
+            delay = self._retry_delay(ending, resume)
+            if delay and workflow.now() + delay >= retry_deadline(inp):
+                return ending  # no attempt could start in time
             self._attempt += 1
             self._start_attempted = False
             self._gone = set()
@@ -186,10 +189,17 @@ class JobWorkflow(JobPhases):
             resume = None
             self._placement = None
             self._utilization = utilization.UtilizationState()
+            after = f" in {int(delay.total_seconds())} s" if delay else ""
             await self._record(
                 JobStatus.PENDING,
-                f"attempt {self._attempt}: retrying after {ending.reason.value}",
+                f"attempt {self._attempt}: retrying after {ending.reason.value}{after}",
             )
+            if delay:
+                await steps.wait_until(lambda: self._stop_requested, delay, "wait to retry")
+                if self._stop_requested:
+                    ending = self._interruption()
+                    await self._finalize(ending)
+                    return ending
 
     async def _fail_internally(self, error: Exception) -> Ending:
         """A bug, or an input nothing bounded, broke the workflow code: the job ends `failed`
@@ -365,19 +375,6 @@ class JobWorkflow(JobPhases):
         if self._stop_requested:
             return Ending(TerminationReason.STOPPED_BY_USER, "stopped by the user")
         return Ending(TerminationReason.PREEMPTED, f"preempted for job {self._preempted_for}")
-
-    def _should_retry(self, inp: JobInput, ending: Ending) -> bool:
-        retry = inp.spec.retry
-        event = ending.reason.retry_event
-        if retry is None or event is None or event not in retry.on_events:
-            return False
-        if event == RetryEvent.NO_CAPACITY:
-            return False  # capacity waits already happened inside _place, up to the deadline
-        if self._stop_requested:
-            return False
-        if retry.max_attempts is not None and self._attempt >= retry.max_attempts:
-            return False
-        return workflow.now() < retry_deadline(inp)
 
 
 def _unexpected(error: Exception) -> bool:

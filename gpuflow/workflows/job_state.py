@@ -3,7 +3,7 @@ UI details and the search attributes. Workflow code; JobWorkflow is built on it.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 
@@ -13,9 +13,9 @@ with workflow.unsafe.imports_passed_through():
     from gpuflow import utilization
     from gpuflow.scheduler.model import Placement
     from gpuflow.specs.job import JobSpec
-    from gpuflow.status import JobStatus, TerminationReason
+    from gpuflow.status import JobStatus, RetryEvent, TerminationReason
     from gpuflow.workflows import monitor, ui
-    from gpuflow.workflows.models import JobInput, JobStatusInput
+    from gpuflow.workflows.models import JobInput, JobResume, JobStatusInput
     from gpuflow.workflows.queue_models import Admission, Refusal
 
 
@@ -75,6 +75,9 @@ class JobState:
         self._gone: set[int] = set()
         """Ranks whose script exited and whose process group the agent saw empty: nothing
         of theirs is left to stop."""
+        self._quick_failures = 0
+        """Attempts in a row that ended (not preempted) within RETRY_BACKOFF_RESET of their
+        start: how long the next waits (`retry_backoff`)."""
 
     def _patched(self, patch: str) -> bool:
         """Whether this run takes the path `patch` introduced (one of those PATCHES_2026_12
@@ -164,6 +167,31 @@ class JobState:
                 ui.search_attribute_updates(status, placement, priority)
             )
 
+    def _should_retry(self, inp: JobInput, ending: Ending) -> bool:
+        retry = inp.spec.retry
+        event = ending.reason.retry_event
+        if retry is None or event is None or event not in retry.on_events:
+            return False
+        if event == RetryEvent.NO_CAPACITY:
+            return False  # capacity waits already happened inside _place, up to the deadline
+        if self._stop_requested:
+            return False
+        if retry.max_attempts is not None and self._attempt >= retry.max_attempts:
+            return False
+        return workflow.now() < retry_deadline(inp)
+
+    def _retry_delay(self, ending: Ending, ran: JobResume | None) -> timedelta:
+        """How long to wait before the next attempt (`retry_backoff`); none for a preempted job
+        (it goes back to its queue's order at once) or a run of an older history."""
+        started = ran.running_since if ran is not None else None
+        quick = started is None or workflow.now() - started < RETRY_BACKOFF_RESET
+        self._quick_failures = self._quick_failures + 1 if quick else 1
+        if ending.reason == TerminationReason.PREEMPTED:
+            return timedelta(0)
+        if not workflow.patched(PATCH_RETRY_BACKOFF):
+            return timedelta(0)
+        return retry_backoff(self._quick_failures)
+
 
 def retry_deadline(inp: JobInput) -> datetime:
     """Until when a job may wait for capacity or start another attempt: its retry duration
@@ -171,3 +199,23 @@ def retry_deadline(inp: JobInput) -> datetime:
     assert inp.submitted_at is not None  # filled in at the start of `run`
     retry = inp.spec.retry
     return inp.submitted_at + monitor.span(retry.duration if retry else 0)
+
+
+PATCH_RETRY_BACKOFF = "retry-backoff"
+"""Another attempt after a failure waits `retry_backoff` first; before, it started at once
+(histories from then replay that way). Its own marker: runs that recorded PATCHES_2026_12 did
+not wait."""
+RETRY_BACKOFF_FIRST = timedelta(seconds=10)
+RETRY_BACKOFF_MAX = timedelta(minutes=5)
+RETRY_BACKOFF_RESET = timedelta(minutes=10)
+"""An attempt that ran this long before it ended starts the count of quick failures anew."""
+
+
+def retry_backoff(quick_failures: int) -> timedelta:
+    """The wait before the next attempt after `quick_failures` attempts in a row ended soon
+    after they started: 10 s, doubling, at most 5 minutes (Kubernetes' CrashLoopBackOff), so a
+    command that fails at once is not restarted in a hot loop."""
+    if quick_failures < 1:
+        return timedelta(0)
+    doubled = RETRY_BACKOFF_FIRST * (1 << min(quick_failures - 1, 16))
+    return min(doubled, RETRY_BACKOFF_MAX)
