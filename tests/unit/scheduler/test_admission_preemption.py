@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuflow.scheduler import release_placement
-from gpuflow.scheduler.admission import NO_CAPACITY, admit
+from gpuflow.scheduler.admission import NO_CAPACITY, Decision, Waiting, admit
 from gpuflow.specs import QueueSpec
 from tests.unit.scheduler.test_admission import fleet, names, reasons, start, waiting
 
@@ -63,26 +62,19 @@ def test_the_room_freed_for_a_preemptor_is_its_own_before_a_carried_reservation(
     )
     assert stopping.reservation is not None and stopping.reservation.job == "big"
 
-    # The victim has released: the claimant takes the room; `big` keeps waiting.
-    release_placement(snapshot, victim.placement)
-    after = admit(
-        queues=queues,
-        running=[],
-        waiting=[big, claimant],
-        snapshot=snapshot,
-        now=7,
-        reserved=stopping.reservation,
-    )
+    # The victim has released: the claimant takes the room; `big` keeps waiting. Without the
+    # claim, the carried reservation would have given the room to `big`.
+    def released(first: Waiting) -> Decision:
+        return admit(
+            queues=queues,
+            running=[],
+            waiting=[big, first],
+            snapshot=fleet(1),
+            now=7,
+            reserved=stopping.reservation,
+        )
+
+    after = released(claimant)
     assert names(after) == ["urgent"]
     assert reasons(after) == {"big": NO_CAPACITY}
-    # Without the claim, the carried reservation would have given the room to `big`.
-    snapshot = fleet(1)
-    unclaimed = admit(
-        queues=queues,
-        running=[],
-        waiting=[big, urgent],
-        snapshot=snapshot,
-        now=7,
-        reserved=stopping.reservation,
-    )
-    assert names(unclaimed) == ["big"]
+    assert names(released(urgent)) == ["big"]
