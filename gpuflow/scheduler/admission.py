@@ -122,8 +122,8 @@ class _Pass:
             self.quotas.queue(job.queue)
             pending.setdefault(job.queue, []).append(job)
         tried: dict[str, list[Waiting]] = {name: [] for name in pending}
-        for jobs in pending.values():  # the room their victims freed goes to them first
-            jobs[:] = [job for job in jobs if not (job.claims and self._claim(job))]
+        for jobs in pending.values():
+            jobs[:] = self._claimed(jobs)
         holder = next((job for job in waiting if self.before and job.name == self.before.job), None)
         if holder is not None and holder.name not in self.live:
             self._reserve(holder)  # it holds from the start: jobs ahead may not take its room
@@ -148,14 +148,18 @@ class _Pass:
         ]
         return self.decision
 
-    def _claim(self, job: Waiting) -> bool:
-        """Admit a job whose victims were stopped for it, if it fits now (they have released)."""
-        self.positions.setdefault(job.name, len(self.positions))
-        found = _first_fit(job, self.snapshot)
-        if found is None or not self.quotas.allows(job.queue, self.quotas.demand(job.queue, found)):
-            return False
-        self._take(job, found, ())
-        return True
+    def _claimed(self, jobs: list[Waiting]) -> list[Waiting]:
+        """The queue's jobs less those whose victims freed their room and that take it now, up
+        to the first that does not (a claim does not jump its queue)."""
+        for k, job in enumerate(jobs):
+            found = _first_fit(job, self.snapshot) if job.claims else None
+            if found is None or not self.quotas.allows(
+                job.queue, self.quotas.demand(job.queue, found)
+            ):
+                return jobs[k:]
+            self.positions.setdefault(job.name, len(self.positions))
+            self._take(job, found, ())
+        return []
 
     def _try(self, job: Waiting) -> bool:
         like = self._likeness(job)
@@ -275,8 +279,9 @@ class _Pass:
             return elsewhere, ""
         if self._allowed(job, found):
             return found, ""
-        over = not self.quotas.allows(job.queue, self.quotas.demand(job.queue, found))
-        return None, QUOTA if over else RESERVED_FOR + reservation.job  # the lasting reason
+        if not self.quotas.allows(job.queue, self.quotas.demand(job.queue, found)):
+            return None, QUOTA  # the lasting reason: the reservation is not all that holds it
+        return None, RESERVED_FOR + reservation.job
 
     def _place_within_quota(self, job: Waiting) -> Placement | None:
         """For a job whose best placement is over its queue's quota: a placement on a model

@@ -78,3 +78,14 @@ def test_the_room_freed_for_a_preemptor_is_its_own_before_a_carried_reservation(
     assert names(after) == ["urgent"]
     assert reasons(after) == {"big": NO_CAPACITY}
     assert names(released(urgent)) == ["big"]
+
+
+def test_a_job_ahead_in_the_preemptors_queue_still_goes_first() -> None:
+    """The claim does not jump the queue: `top` (priority 100, the same queue) came while the
+    victim stopped for `urgent` (50) and could preempt nothing; it takes the room first."""
+    queues = [QueueSpec(name="b", gpus=8)]
+    urgent = replace(waiting("urgent", 8, queue="b", priority=50, at=5), claims=True)
+    top = waiting("top", 8, queue="b", priority=100, at=6)
+    decision = admit(queues=queues, running=[], waiting=[urgent, top], snapshot=fleet(1), now=7)
+    assert names(decision) == ["top"]
+    assert reasons(decision) == {"urgent": NO_CAPACITY}
