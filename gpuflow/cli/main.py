@@ -8,7 +8,7 @@ import sys
 import typer
 
 from gpuflow.cli import agent as _agent
-from gpuflow.cli import common, jobs
+from gpuflow.cli import common, describe, jobs
 from gpuflow.cli.common import run
 from gpuflow.cli.fleets import fleet_app
 from gpuflow.cli.queues import queue_app
@@ -70,6 +70,7 @@ app.command("agent", context_settings={"help_option_names": ["-h", "--help"]})(_
 
 app.command()(jobs.apply)
 app.command()(jobs.ps)
+app.command()(describe.describe)
 app.command()(jobs.logs)
 app.command()(jobs.stop)
 app.command()(jobs.metrics)

@@ -10,6 +10,8 @@ from gpuflow.client.core import Client
 from gpuflow.client.models import (
     AppliedQueue,
     FleetInfo,
+    JobEvent,
+    JobEvents,
     JobInfo,
     JobOutcome,
     OptionOffers,
@@ -24,6 +26,8 @@ __all__ = [
     "AppliedQueue",
     "Client",
     "FleetInfo",
+    "JobEvent",
+    "JobEvents",
     "JobInfo",
     "JobOutcome",
     "OptionOffers",

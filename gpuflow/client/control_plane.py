@@ -5,7 +5,7 @@ fleets, offers and plans, secrets. Each is one update of the control plane's API
 from __future__ import annotations
 
 from gpuflow.client.api import Api
-from gpuflow.client.models import FleetInfo, OptionOffers, taken_option
+from gpuflow.client.models import FleetInfo, JobEvents, OptionOffers, taken_option
 from gpuflow.errors import SpecError
 from gpuflow.scheduler import Offers
 from gpuflow.scheduler.together import JobPlan
@@ -25,6 +25,8 @@ from gpuflow.workflows.api_dry_runs import (
     PlanRecord,
     PlanRequest,
 )
+from gpuflow.workflows.api_events import EVENTS_PER_ANSWER, JobEventsRequest
+from gpuflow.workflows.api_events import JobEvents as JobEventsRecord
 from gpuflow.workflows.api_fleets import HOSTS_PER_PAGE, FleetRecord, FleetRef, FleetsPage
 
 APPLY_TIMEOUT_S = 360.0
@@ -33,6 +35,15 @@ APPLY_TIMEOUT_S = 360.0
 
 class ControlPlaneCalls:
     _api: Api
+
+    async def events(self, job: str, *, most: int = 100) -> JobEvents:
+        """The job's newest `most` recorded statuses with their words (every retry, wait,
+        preemption and ending), oldest first; `total` says how many it has in all."""
+        if not 1 <= most <= EVENTS_PER_ANSWER:
+            raise SpecError(f"most must be 1..{EVENTS_PER_ANSWER}, not {most}")
+        request = JobEventsRequest(ref=job, most=most)
+        record = await self._api.call("job_events", request, JobEventsRecord)
+        return JobEvents.model_validate(record.model_dump())
 
     # ---- fleets and offers ------------------------------------------------------------------
 

@@ -58,6 +58,22 @@ class JobInfo(BaseModel):
         return cls.model_validate(record.model_dump())
 
 
+class JobEvent(BaseModel):
+    """One status a job recorded, with its words (`Client.events`)."""
+
+    at: datetime
+    status: str
+    message: str
+
+
+class JobEvents(BaseModel):
+    """A job's newest events, oldest first, and how many it has in all."""
+
+    job_id: str
+    events: list[JobEvent]
+    total: int
+
+
 class JobOutcome(BaseModel):
     """How a job ended (`Client.wait`)."""
 

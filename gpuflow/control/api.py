@@ -27,6 +27,7 @@ from gpuflow.control.admission import GroupCommit
 from gpuflow.control.admission_wake import ask_for_pass
 from gpuflow.control.api_common import job_record, one_line, unrecorded_job
 from gpuflow.control.api_dry_runs import DryRunActivities
+from gpuflow.control.api_events import EventActivities
 from gpuflow.control.api_queues import QueueActivities, check_known
 from gpuflow.control.fleets import host_facts
 from gpuflow.errors import NotFoundError
@@ -72,7 +73,7 @@ from gpuflow.workflows.models import JobInput
 from gpuflow.workflows.ui import initial_search_attributes
 
 
-class ApiActivities(QueueActivities, DryRunActivities):
+class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
     """The API's activities, over the control worker's store and Temporal client."""
 
     def __init__(
@@ -309,6 +310,7 @@ class ApiActivities(QueueActivities, DryRunActivities):
             self.fleets,
             *self.queue_activities(),
             *self.dry_run_activities(),
+            *self.event_activities(),
             self.secret_key,
             self.set_secret,
             self.secret_names,

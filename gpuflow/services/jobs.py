@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import and_, or_
+from sqlalchemy import and_, func, or_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
@@ -259,6 +259,22 @@ def job_events(store: Store, job_id: str) -> list[JobEventRow]:
                 .order_by(col(JobEventRow.ts), col(JobEventRow.id))
             )
         )
+
+
+def newest_events(store: Store, ref: str, most: int) -> tuple[str, list[JobEventRow], int]:
+    """The job (by id, or the newest of that name), its newest `most` events oldest first, and
+    how many it has in all; NotFoundError when no job has that id or name."""
+    with store.read() as session:
+        job_id = find_job_in(session, ref).id
+        of_job = JobEventRow.job_id == job_id
+        total = session.exec(select(func.count()).select_from(JobEventRow).where(of_job)).one()
+        newest = (
+            select(JobEventRow)
+            .where(of_job)
+            .order_by(col(JobEventRow.ts).desc(), col(JobEventRow.id).desc())
+            .limit(most)
+        )
+        return job_id, list(reversed(session.exec(newest).all())), int(total)
 
 
 def gpu_summary(placement: Any) -> str:

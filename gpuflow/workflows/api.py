@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         PlanRecord,
         PlanRequest,
     )
+    from gpuflow.workflows.api_events import JobEvents, JobEventsRequest
     from gpuflow.workflows.api_fleets import FleetRecord, FleetRef, FleetsPage
 
 API_WORKFLOW_ID = "gpuflow-api"
@@ -278,6 +279,15 @@ class ControlApiWorkflow:
     @job.validator
     def _check_job(self, ref: JobRef) -> None:
         _name(ref.ref, "job")
+
+    @workflow.update
+    async def job_events(self, req: JobEventsRequest) -> JobEvents:
+        events: JobEvents = await self._call("api_job_events", req, JobEvents)
+        return events
+
+    @job_events.validator
+    def _check_job_events(self, req: JobEventsRequest) -> None:
+        _name(req.ref, "job")
 
     @workflow.update
     async def jobs(self, req: JobsRequest) -> list[JobRecord]:

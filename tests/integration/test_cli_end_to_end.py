@@ -122,6 +122,11 @@ async def test_cli_round_trip(dev_env: WorkflowEnvironment, tmp_path: Path) -> N
         assert box["blocks_busy"] == 1
 
         assert "started" in await _gpuflow(env, "logs", "spin")
+        described = json.loads(await _gpuflow(env, "describe", "spin", "--json"))
+        assert described["job"]["id"] == job_id
+        statuses = [event["status"] for event in described["events"]]
+        assert statuses[:1] == ["pending"] and "running" in statuses
+        assert f"spin ({job_id})" in await _gpuflow(env, "describe", "spin")
         metrics: dict[str, object] = {}
         for _ in range(100):
             if (await client.metrics(job_id)).gpus:

@@ -1,0 +1,116 @@
+"""`gpuflow describe`: one job in full, with the statuses it recorded (what `ps` shortens)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from gpuflow.cli import common
+from gpuflow.cli.common import run
+from gpuflow.cli.render import STATUS_STYLE, Cell, Column, ago, fitted_table, status_text
+from gpuflow.cli.waiting import queue_reason_text
+from gpuflow.status import WAITING_PREFIX, JobStatus
+
+
+@run
+async def describe(
+    job: str = typer.Argument(..., help="Job name or id."),
+    events: int = typer.Option(20, "--events", min=1, max=500, help="The newest N statuses."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """One job in full: where it runs or why it waits (every reason), its queue and place in
+    line, and the statuses it recorded (retries, waits, preemptions), newest last."""
+    client = await common.open_client()
+    try:
+        with common.err.status(f"reading {job}…"):
+            info = await client.get(job)
+            history = await client.events(info.id, most=events)
+    finally:
+        await client.close()
+    if as_json:
+        common.print_json(
+            {
+                "job": info.model_dump(mode="json"),
+                "events": [event.model_dump(mode="json") for event in history.events],
+                "events_total": history.total,
+            }
+        )
+        return
+    width = common.console.width
+    common.console.print(_facts(info))
+    left = history.total - len(history.events)
+    title = f"statuses (the newest {len(history.events)} of {history.total:,})" if left else ""
+    common.console.print(Text(title or "statuses", style="bold"))
+    common.console.print(_events_table(history.events, width=width))
+
+
+def _facts(info: Any) -> Group:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row("job", Text(f"{info.name} ({info.id})"))
+    grid.add_row("status", status_text(info.status, info.reason))
+    for label, value in _lines(info):
+        grid.add_row(label, Text(value))
+    reasons = _reasons(info)
+    if reasons:
+        grid.add_row("why", Text("\n".join(reasons)))
+    elif info.message:
+        grid.add_row("message", Text(info.message))
+    return Group(grid)
+
+
+def _lines(info: Any) -> list[tuple[str, str]]:
+    lines = []
+    if info.queue:
+        place = f"{info.queue}"
+        if info.status == JobStatus.PENDING and info.queue_position is not None:
+            place += f", #{info.queue_position} in line: {queue_reason_text(info.queue_reason)}"
+        lines.append(("queue", place))
+    lines.append(("priority", str(info.priority)))
+    lines.append(("attempt", str(info.attempt)))
+    if info.hosts:
+        where = ", ".join(info.hosts) + (f" ({info.gpus})" if info.gpus else "")
+        lines.append(("where", f"{where} on fleet {info.fleet}" if info.fleet else where))
+    for label, moment in (
+        ("submitted", info.submitted_at),
+        ("started", info.started_at),
+        ("finished", info.finished_at),
+    ):
+        if moment is not None:
+            lines.append((label, f"{_when(moment)} ({ago(moment)})"))
+    return lines
+
+
+def _reasons(info: Any) -> list[str]:
+    """A waiting job's reasons, one per line (`ps` shows the first)."""
+    message = info.message or ""
+    if info.status != JobStatus.PENDING or not message.startswith(WAITING_PREFIX):
+        return []
+    parts = [part.strip() for part in message.removeprefix(WAITING_PREFIX).split("; ")]
+    return [part for part in parts if part]
+
+
+def _events_table(events: list[Any], *, width: int) -> Table:
+    columns = [Column("TIME"), Column("STATUS"), Column("MESSAGE", wrap=True)]
+    rows: list[list[Cell]] = [
+        [_when(event.at), _status(event.status), event.message] for event in events
+    ]
+    return fitted_table(columns, rows, width=width)
+
+
+def _status(value: str) -> Text:
+    known = {status.value: status for status in JobStatus}.get(value)
+    return Text(value, style=STATUS_STYLE.get(known, "") if known else "")
+
+
+def _when(moment: datetime) -> str:
+    """Local time to the second; the date too when it is not today."""
+    local = (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone()
+    today = datetime.now().astimezone().date()
+    return local.strftime("%H:%M:%S" if local.date() == today else "%Y-%m-%d %H:%M:%S")

@@ -1,0 +1,101 @@
+"""`gpuflow describe`: one job in full, every reason it waits and the statuses it recorded, at
+80 columns, and `--json`; the Python client's `events`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+
+from gpuflow.services.jobs import record_status_in
+from gpuflow.status import JobStatus
+from tests.unit.cli.conftest import Cli, column_rows, lines_fit
+
+T0 = datetime.now(UTC) - timedelta(minutes=5)
+
+
+def _record(cli: Cli, job_id: str, k: int, status: JobStatus, message: str, **kw: object) -> None:
+    with cli.store.session() as session:
+        record_status_in(
+            session,
+            job_id=job_id,
+            name=job_id.split("-")[1],
+            spec={"name": job_id.split("-")[1], "commands": ["true"]},
+            status=status,
+            event_key=f"e{k}",
+            message=message,
+            at=T0 + timedelta(seconds=k),
+            **kw,  # type: ignore[arg-type]
+        )
+        session.commit()
+
+
+def _statuses(out: str) -> list[str]:
+    """The STATUS column of the statuses table (rows start with a time)."""
+    table = out.split("TIME", 1)[1].splitlines()[1:]
+    return [line.split()[1] for line in table if line[:2].isdigit()]
+
+
+def test_describe_shows_every_reason_a_job_waits_for(cli: Cli) -> None:
+    job_id = cli.job("train", JobStatus.PENDING)
+    reasons = [
+        "sim-a100: 2 of 4 GPUs free, job needs 4",
+        "vm: has no GPUs, job needs 4 GPUs",
+        "sim-l4: has L4 GPUs, job needs A100",
+    ]
+    _record(cli, job_id, 1, JobStatus.PENDING, "waiting for capacity: " + "; ".join(reasons))
+    out = cli("describe", "train")
+    lines = lines_fit(out)
+    assert lines[0].split() == ["job", "train", f"({job_id})"]
+    text = "\n".join(lines)
+    for reason in reasons:  # ps shows the first and "(+2 more)"; describe shows them all
+        assert reason in text
+    assert "(+2 more)" not in text
+
+
+def test_describe_lists_a_retried_jobs_statuses_newest_last(cli: Cli) -> None:
+    job_id = cli.job("flaky", JobStatus.PENDING)
+    steps = [
+        (JobStatus.RUNNING, "running on 1 node(s)"),
+        (JobStatus.FAILED, "node 0 exited with code 3"),
+        (JobStatus.PENDING, "attempt 2: retrying after process_failed in 10 s"),
+        (JobStatus.RUNNING, "running on 1 node(s)"),
+        (JobStatus.FAILED, "node 0 exited with code 3"),
+        (JobStatus.PENDING, "attempt 3: retrying after process_failed in 20 s"),
+    ]
+    for k, (status, message) in enumerate(steps, 1):
+        _record(cli, job_id, k, status, message, attempt=1 + (k - 1) // 3)
+    out = cli("describe", "flaky")
+    lines_fit(out)
+    assert _statuses(out) == [status.value for status, _ in steps]
+    assert column_rows(out, "MESSAGE") == [message for _, message in steps]
+    shown = json.loads(cli("describe", "flaky", "--json"))
+    assert shown["job"]["id"] == job_id and shown["events_total"] == len(steps)
+    assert [e["message"] for e in shown["events"]] == [message for _, message in steps]
+    # The newest N, and how many there are.
+    out = cli("describe", "flaky", "--events", "2")
+    assert f"statuses (the newest 2 of {len(steps)})" in out
+    assert _statuses(out) == ["failed", "pending"]
+    assert json.loads(cli("describe", job_id, "--json", "--events", "1"))["events_total"] == 6
+
+
+def test_describe_of_an_unknown_job_is_one_line(cli: Cli) -> None:
+    out = cli("describe", "nothing", code=1)
+    assert out.strip() == "error: no job named 'nothing' (see `gpuflow ps -a`)"
+
+
+def test_the_python_client_reads_a_jobs_events(cli: Cli) -> None:
+    from gpuflow.cli import common
+
+    job_id = cli.job("train", JobStatus.RUNNING, hosts=["box"])
+    _record(cli, job_id, 1, JobStatus.RUNNING, "running on 1 node(s)")
+
+    async def read() -> tuple[int, list[str]]:
+        client = await common.open_client()
+        try:
+            events = await client.events("train", most=5)
+        finally:
+            await client.close()
+        return events.total, [event.message for event in events.events]
+
+    assert asyncio.run(read()) == (1, ["running on 1 node(s)"])
