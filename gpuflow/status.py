@@ -5,6 +5,7 @@ Pure module (no I/O); workflows import it through pass-through imports.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 
@@ -117,6 +118,21 @@ WAITING_PREFIX = "waiting for capacity: "
 NEVER_ADMITTED = "can never admit it"
 """What a waiting job's reason says when its queue could not admit it even with its whole
 cohort idle (`gpuflow ps` shows that reason in full)."""
+
+
+def retrying(attempt: int, after: str, wait_s: int) -> str:
+    """What a job says between attempts: `attempt 3: retrying after process_failed in 20 s`
+    (without ` in …` when the next attempt starts at once)."""
+    return f"attempt {attempt}: retrying after {after}" + (f" in {wait_s} s" if wait_s else "")
+
+
+def waits_to_retry(message: str | None) -> bool:
+    """Whether a pending job's message says it waits before its next attempt (`retrying`):
+    it is in no line then."""
+    return bool(message) and _RETRY_WAIT.fullmatch(message or "") is not None
+
+
+_RETRY_WAIT = re.compile(r"attempt \d+: retrying after \S+ in \d+ s")
 
 
 def capacity_reasons(message: str) -> list[str]:

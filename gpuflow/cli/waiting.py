@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from gpuflow.status import NEVER_ADMITTED, NO_CAPACITY_PREFIX, WAITING_PREFIX, JobStatus
+from gpuflow.status import (
+    NEVER_ADMITTED,
+    NO_CAPACITY_PREFIX,
+    WAITING_PREFIX,
+    JobStatus,
+    waits_to_retry,
+)
 
 
 def line_positions(jobs: Sequence[Any]) -> dict[str, tuple[int, int]]:
@@ -19,7 +25,13 @@ def line_positions(jobs: Sequence[Any]) -> dict[str, tuple[int, int]]:
     placed in line yet (no `queue_position`): higher priority first, then earlier submission,
     as admission orders the jobs of one queue."""
     waiting = sorted(
-        (job for job in jobs if job.status == JobStatus.PENDING and job.queue_position is None),
+        (
+            job
+            for job in jobs
+            if job.status == JobStatus.PENDING
+            and job.queue_position is None
+            and not waits_to_retry(job.message)
+        ),
         key=lambda job: (-job.priority, job.submitted_at),
     )
     return {job.id: (k, len(waiting)) for k, job in enumerate(waiting, 1)}

@@ -19,7 +19,7 @@ from gpuflow.workflows.phases import JobPhases
 
 with workflow.unsafe.imports_passed_through():
     from gpuflow import utilization
-    from gpuflow.status import JobStatus, TerminationReason
+    from gpuflow.status import JobStatus, TerminationReason, retrying
     from gpuflow.workflows import monitor, ui
     from gpuflow.workflows.models import (
         JobInput,
@@ -189,10 +189,9 @@ class JobWorkflow(JobPhases):
             resume = None
             self._placement = None
             self._utilization = utilization.UtilizationState()
-            after = f" in {int(delay.total_seconds())} s" if delay else ""
+            wait_s = int(delay.total_seconds())
             await self._record(
-                JobStatus.PENDING,
-                f"attempt {self._attempt}: retrying after {ending.reason.value}{after}",
+                JobStatus.PENDING, retrying(self._attempt, ending.reason.value, wait_s)
             )
             if delay:
                 await steps.wait_until(lambda: self._stop_requested, delay, "wait to retry")

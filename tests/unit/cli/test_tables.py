@@ -185,3 +185,18 @@ def test_help_reads_a_wrapped_docstring_as_one_paragraph(cli: Cli) -> None:
     lines_fit(out)
     assert any("are stopped first (asked, or -y)" in line for line in out.splitlines())
     assert any("job processes on this host" in line for line in out.splitlines())
+
+
+def test_ps_puts_a_job_waiting_to_retry_in_no_line(cli: Cli) -> None:
+    """Between attempts (job.py's retry wait) a job is in no queue: no `#k of n waiting`."""
+    flaky = cli.job(
+        "flaky", JobStatus.PENDING, message="attempt 3: retrying after process_failed in 20 s"
+    )
+    fresh = cli.job("fresh", JobStatus.PENDING, suffix="b2c3d4", message="")
+    data = {j["id"]: j["waiting"] for j in json.loads(cli("ps", "--json"))}
+    assert data[flaky] == {
+        "reason": "attempt 3: retrying after process_failed in 20 s",
+        "position": None,
+        "waiting": None,
+    }
+    assert data[fresh] == {"reason": "waiting to be placed", "position": 1, "waiting": 1}
