@@ -92,7 +92,14 @@ def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
                 highlight=False,
             )
         return
-    if plan.displaced and plan.alone is not None:
+    if plan.preempts:
+        victims = ", ".join(plan.preempts)
+        console.print(
+            f"  [yellow]nothing fits now[/]; admission would preempt {escape(victims)} "
+            "(preemptible) to start it, unless a waiting job goes first:",
+            highlight=False,
+        )
+    elif plan.displaced and plan.alone is not None:
         console.print(
             f"  [yellow]nothing left for it[/] once {escape(_jobs(after))} "
             f"{'is' if len(after) == 1 else 'are'} placed "

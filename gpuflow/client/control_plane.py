@@ -120,6 +120,7 @@ class ControlPlaneCalls:
                 alone_fits=r.alone_fits,
                 fits_idle=r.fits_idle,
                 queue_never=r.queue_never,
+                preempts=r.preempts,
             )
             for r in records
         ]

@@ -16,6 +16,7 @@ from gpuflow.scheduler.quota import never_admitted
 from gpuflow.scheduler.together import fits_when_idle, idle_fleets, plan_together
 from gpuflow.services.capacity import read_snapshot
 from gpuflow.services.queues import queues_in
+from gpuflow.services.running import preemptions_for
 from gpuflow.store.db import Store
 from gpuflow.workflows.api_dry_runs import (
     OffersRequest,
@@ -78,7 +79,10 @@ class DryRunActivities:
             with self.store.read() as session:
                 snapshot = read_snapshot(session)
                 queues = queues_in(session)
-            plans = plan_together(req.specs, snapshot)
+                plans = plan_together(req.specs, snapshot)
+                preempts = [
+                    preemptions_for(session, p.job) if p.placement is None else [] for p in plans
+                ]
             most = answer_lines(sum(len(p.options) for p in plans))
             return [
                 PlanRecord(
@@ -89,8 +93,9 @@ class DryRunActivities:
                     alone_fits=p.alone_fits,
                     fits_idle=p.fits_idle,
                     queue_never=never_admitted(queues, p.job.queue, p.job),
+                    preempts=victims,
                 )
-                for p in plans
+                for p, victims in zip(plans, preempts, strict=True)
             ]
 
         return await asyncio.to_thread(read)

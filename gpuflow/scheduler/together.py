@@ -5,7 +5,7 @@ GPUs. Pure: the caller's snapshot is changed (the planned placements are applied
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.offers import Offers
@@ -34,6 +34,9 @@ class JobPlan:
     queue_never: str | None = None
     """Why the job's queue could never admit it (quota.py `never_admitted`), when the caller
     looked (the control plane's plan does); None otherwise."""
+    preempts: list[str] = field(default_factory=list)
+    """For a job that fits nowhere now: the running jobs an admission pass would preempt to
+    start it (services/running.py `preemptions_for`), when the caller looked."""
 
     @property
     def placement(self) -> Placement | None:

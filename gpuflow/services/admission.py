@@ -21,14 +21,14 @@ from sqlmodel import Session, col, select
 
 from gpuflow.scheduler import place
 from gpuflow.scheduler.admission import Decision, Held, Running, Waiting, admit
-from gpuflow.scheduler.model import Placement, Snapshot
+from gpuflow.scheduler.model import Snapshot
 from gpuflow.scheduler.quota import never_admitted
 from gpuflow.scheduler.reservation import Reservation
-from gpuflow.services.capacity import JOBS_PER_READ, placements_of
+from gpuflow.services.capacity import JOBS_PER_READ
 from gpuflow.services.queues import queues_in
+from gpuflow.services.running import admitted_rows, running_of, utc
 from gpuflow.services.snapshot import columns, read_snapshot
 from gpuflow.services.verdicts import (
-    ADMITTED,
     PREEMPTING,
     WAITING,
     admit_placement_in,
@@ -48,16 +48,7 @@ from gpuflow.workflows.queue_models import (
     ReservationState,
 )
 
-_ADMITTED_COLUMNS = columns(  # what a pass reads of a running job
-    QueueEntryRow,
-    "job_id attempt queue priority preemptible submitted_at admitted_at max_duration_s",
-)
-
 __all__ = ["PassOutcome", "SpecCache", "run_pass_in", "snapshot_in"]
-
-
-def _utc(at: datetime) -> datetime:
-    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 @dataclass
@@ -180,9 +171,7 @@ def _read_entries(
     )
     rows = session.exec(waiting).all()  # flushes what this transaction wrote before
     worded = {entry.job_id for entry, has_detail in rows if has_detail}
-    admitted = sa_select(*_ADMITTED_COLUMNS).where(col(QueueEntryRow.state) == ADMITTED)
-    found = session.connection().execute(admitted.order_by(*order)).all()
-    return [entry for entry, _ in rows], worded, found
+    return [entry for entry, _ in rows], worded, admitted_rows(session)
 
 
 def _parse_specs(session: Session, entries: list[QueueEntryRow], specs: SpecCache) -> None:
@@ -238,33 +227,13 @@ def _resync(
 def _running_jobs(
     session: Session, admitted: Sequence[Row[Any]], queues: set[str]
 ) -> list[Running]:
-    """The admitted entries' jobs with what they hold (one without an allocation holds
-    nothing the pass can count or preempt). An entry of a queue deleted meanwhile counts in
-    the default queue, as it is then recorded."""
+    """`running_of`, with the entries of a queue deleted meanwhile recorded in the default
+    queue, as they are counted."""
     lost = [row.job_id for row in admitted if row.queue not in queues]
     if lost:
         moved = update(QueueEntryRow).where(col(QueueEntryRow.job_id).in_(lost))
         session.execute(moved.values(queue=DEFAULT_QUEUE))
-    keys = [(row.job_id, row.attempt, row.admitted_at) for row in admitted]
-    placements = placements_of(session, keys)
-    return [
-        _running(row, placements[key], row.queue if row.queue in queues else DEFAULT_QUEUE)
-        for row, key in zip(admitted, keys, strict=True)
-        if key in placements
-    ]
-
-
-def _running(entry: Row[Any], placement: Placement, queue: str) -> Running:
-    started = _utc(entry.admitted_at or entry.submitted_at).timestamp()
-    return Running(
-        name=entry.job_id,
-        queue=queue,
-        placement=placement,
-        priority=entry.priority,
-        preemptible=entry.preemptible,
-        started_at=started,
-        ends_at=None if entry.max_duration_s is None else started + entry.max_duration_s,
-    )
+    return running_of(session, admitted, queues)
 
 
 def _waiting(entry: QueueEntryRow, specs: SpecCache) -> Waiting:
@@ -279,7 +248,7 @@ def _waiting(entry: QueueEntryRow, specs: SpecCache) -> Waiting:
         name=entry.job_id,
         queue=entry.queue,
         job=spec,
-        submitted_at=_utc(entry.submitted_at).timestamp(),
+        submitted_at=utc(entry.submitted_at).timestamp(),
         priority=entry.priority,
         preemptible=entry.preemptible,
         options=options,

@@ -36,6 +36,7 @@ class PlanRecord(BaseModel):
     alone_fits: bool = False
     fits_idle: bool = True
     queue_never: str | None = None
+    preempts: list[str] = Field(default_factory=list)
 
 
 ANSWER_LINES = 1_000

@@ -400,3 +400,25 @@ def test_fleet_apply_takes_several_files(cli: Cli, monkeypatch: pytest.MonkeyPat
     assert [f["name"] for f in applied] == ["lab", "lab2"]
     line = _error(cli("fleet", "apply", "-f", first, "-f", first, code=1))
     assert line == f"{first}: fleet lab is also in {first}"
+
+
+def test_apply_plan_says_which_running_jobs_admission_would_preempt(cli: Cli) -> None:
+    cli.fleet(BOX)
+    from datetime import UTC, datetime
+
+    from gpuflow.services.queue_entries import enter_at_submit_in
+
+    low_id = "job-low-a1b2c3"  # running, admitted as a submit is when nothing waits
+    low = JobSpec(name="low", commands=["x"], resources={"gpu": 8}, preemptible=True)
+    with cli.store.placement_transaction() as session:
+        verdict = enter_at_submit_in(
+            session, job_id=low_id, run_id="r1", spec=low, at=datetime.now(UTC)
+        )
+    assert verdict.placement is not None
+    high = "name: high\ncommands: [x]\npriority: 100\nresources: {gpu: 4}\n"
+    text = " ".join(cli("apply", "-y", "-d", "-f", cli.write("high.yaml", high)).split())
+    assert f"nothing fits now; admission would preempt {low_id} (preemptible) to start it" in text
+    # A job of the same priority preempts nothing: the plan says it waits.
+    same = "name: same\ncommands: [x]\nresources: {gpu: 4}\n"
+    text = " ".join(cli("apply", "-y", "-d", "-f", cli.write("same.yaml", same)).split())
+    assert "would preempt" not in text and "nothing fits now; the job waits" in text

@@ -1,0 +1,91 @@
+"""The running jobs as admission counts them: each admitted queue entry with what it holds.
+Read by the admission pass (services/admission.py) and by a plan's preview of what a pass would
+preempt (`preemptions_for`); inside the caller's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Row
+from sqlalchemy import select as sa_select
+from sqlmodel import Session, col
+
+from gpuflow.scheduler.admission import Running, Waiting, admit
+from gpuflow.scheduler.model import Placement
+from gpuflow.services.capacity import placements_of
+from gpuflow.services.queues import queues_in
+from gpuflow.services.snapshot import columns, read_snapshot
+from gpuflow.services.verdicts import ADMITTED
+from gpuflow.specs.job import DEFAULT_QUEUE, JobSpec
+from gpuflow.store.tables import QueueEntryRow
+
+ADMITTED_COLUMNS = columns(  # what a pass reads of a running job
+    QueueEntryRow,
+    "job_id attempt queue priority preemptible submitted_at admitted_at max_duration_s",
+)
+
+
+def utc(at: datetime) -> datetime:
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def admitted_rows(session: Session) -> Sequence[Row[Any]]:
+    """The admitted entries as plain columns (`ADMITTED_COLUMNS`), in submission order."""
+    admitted = sa_select(*ADMITTED_COLUMNS).where(col(QueueEntryRow.state) == ADMITTED)
+    order = (col(QueueEntryRow.submitted_at), col(QueueEntryRow.job_id))
+    return session.connection().execute(admitted.order_by(*order)).all()
+
+
+def running_of(session: Session, admitted: Sequence[Row[Any]], queues: set[str]) -> list[Running]:
+    """The admitted entries' jobs with what they hold (one without an allocation holds nothing
+    to count or preempt); an entry of a queue that no longer exists counts in the default
+    queue."""
+    keys = [(row.job_id, row.attempt, row.admitted_at) for row in admitted]
+    placements = placements_of(session, keys)
+    return [
+        _running(row, placements[key], row.queue if row.queue in queues else DEFAULT_QUEUE)
+        for row, key in zip(admitted, keys, strict=True)
+        if key in placements
+    ]
+
+
+def _running(entry: Row[Any], placement: Placement, queue: str) -> Running:
+    started = utc(entry.admitted_at or entry.submitted_at).timestamp()
+    return Running(
+        name=entry.job_id,
+        queue=queue,
+        placement=placement,
+        priority=entry.priority,
+        preemptible=entry.preemptible,
+        started_at=started,
+        ends_at=None if entry.max_duration_s is None else started + entry.max_duration_s,
+    )
+
+
+def preemptions_for(session: Session, spec: JobSpec) -> list[str]:
+    """The running jobs an admission pass would preempt now to start `spec`, were it alone in
+    the queue (a waiting job ahead of it may go first): [] when it fits without, or nothing
+    preemptible makes room. A read; the pass decides for real."""
+    queues = queues_in(session)
+    known = {queue.name for queue in queues}
+    if spec.queue not in known:
+        return []
+    running = running_of(session, admitted_rows(session), known)
+    if not any(job.preemptible for job in running):
+        return []
+    now = datetime.now(UTC).timestamp()
+    waiting = Waiting(
+        name="planned",
+        queue=spec.queue,
+        job=spec,
+        submitted_at=now,
+        priority=spec.priority,
+        preemptible=spec.preemptible,
+        options=tuple(spec.resource_options()),
+    )
+    decision = admit(
+        queues=queues, running=running, waiting=[waiting], snapshot=read_snapshot(session), now=now
+    )
+    return [p.victim for p in decision.preemptions]
