@@ -324,6 +324,14 @@ def _hold(
                     RefusedJob(job_id=entry.job_id, attempt=entry.attempt, reasons=told(reasons))
                 )
                 session.add(entry)
+            elif position == 0:  # the next of its queue: its words follow the fleet's changes
+                reasons = _reasons(item, *fleet)
+                if say_waiting(session, entry.job_id, reasons):
+                    set_values(entry, position=0, detail="\n".join(reasons))
+                    session.add(entry)
+                elif entry.position != 0:
+                    entry.position = 0
+                    session.add(entry)
             elif entry.position != item.position:
                 entry.position = item.position
                 session.add(entry)

@@ -84,12 +84,16 @@ def admit_placement_in(
     )
 
 
-def say_waiting(session: Session, job_id: str, reasons: list[str]) -> None:
-    """The job's row says why it waits (what `ps` and `get` show), as the place step did."""
+def say_waiting(session: Session, job_id: str, reasons: list[str]) -> bool:
+    """The job's row says why it waits (what `ps` and `get` show), as the place step did;
+    False when it said so already (nothing written)."""
     job = session.get(JobRow, job_id)
-    if job is not None and job.status == JobStatus.PENDING:
-        job.message = WAITING_PREFIX + "; ".join(reasons)
-        session.add(job)
+    message = WAITING_PREFIX + "; ".join(reasons)
+    if job is None or job.status != JobStatus.PENDING or job.message == message:
+        return False
+    job.message = message
+    session.add(job)
+    return True
 
 
 def refuse_in(session: Session, entry: QueueEntryRow, reason: str, reasons: list[str]) -> None:

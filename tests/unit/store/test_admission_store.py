@@ -296,3 +296,28 @@ def test_a_plan_previews_the_jobs_a_pass_would_preempt(store: Store) -> None:
     assert len(allocations_of(store, "job-victim")) == 1  # a read: nothing changed
     entry = _entry(store, "victim")
     assert entry is not None and entry.state == "admitted"
+
+
+def test_the_next_job_of_a_queue_says_why_it_waits_as_the_fleet_is_now(store: Store) -> None:
+    """Its words are made again at each pass (`ps` and `describe` show them): once a blocker
+    ends, they count the GPUs that came free, not the ones free when it first waited."""
+    from gpuflow.services.jobs import find_job, record_job
+
+    _fleet(store, gpus=4)
+    for k, name in enumerate(["one", "two"]):
+        assert _enqueue(store, name, k, resources={"gpu": "A100:2"}).placement is not None
+    record_job(store, job_id="job-big", name="big", spec={})
+    held = _enqueue(store, "big", 2, resources={"gpu": "A100:4"})
+    assert held.reason == "no_capacity"
+    with store.placement_transaction() as session:
+        run_pass_in(session, reservation=None)
+    assert "h1: 0 of 4 GPUs free, job needs 4" in (find_job(store, "job-big").message or "")
+    _release(store, "one")
+    with store.placement_transaction() as session:
+        outcome = run_pass_in(session, reservation=None)
+    assert outcome.held == []  # nothing new to tell its workflow: only the words follow
+    message = find_job(store, "job-big").message or ""
+    assert "h1: 2 of 4 GPUs free, job needs 4" in message, message
+    entry = _entry(store, "big")
+    assert entry is not None and entry.detail is not None
+    assert entry.detail.startswith("h1: 2 of 4 GPUs free, job needs 4")
