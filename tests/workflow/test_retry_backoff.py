@@ -21,7 +21,6 @@ from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.store.db import Store
 from gpuflow.workflows import checked_workflow_runner
 from gpuflow.workflows.job import JobWorkflow
-from gpuflow.workflows.job_state import retry_backoff
 from gpuflow.workflows.models import ProbeResult
 from gpuflow.workflows.outcome import job_result
 from tests.workflow.harness import ScriptedHosts, job, sim_fleet, start_job, workers
@@ -43,11 +42,6 @@ def _retry_waits(history: WorkflowHistory) -> list[float]:
         if "wait to retry" in summary:
             waits.append(event.timer_started_event_attributes.start_to_fire_timeout.seconds)
     return waits
-
-
-def test_the_wait_doubles_from_10_seconds_to_5_minutes() -> None:
-    waits = [retry_backoff(n).total_seconds() for n in range(8)]
-    assert waits == [0, 10, 20, 40, 80, 160, 300, 300]
 
 
 async def test_a_failing_command_waits_longer_before_each_attempt(
