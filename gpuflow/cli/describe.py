@@ -14,6 +14,8 @@ from gpuflow.cli import common
 from gpuflow.cli.common import run
 from gpuflow.cli.render import STATUS_STYLE, Cell, Column, ago, fitted_table, status_text
 from gpuflow.cli.waiting import queue_reason_text
+from gpuflow.client.models import JobEvents
+from gpuflow.errors import NotFoundError
 from gpuflow.status import WAITING_PREFIX, JobStatus
 
 
@@ -29,7 +31,10 @@ async def describe(
     try:
         with common.err.status(f"reading {job}…"):
             info = await client.get(job)
-            history = await client.events(info.id, most=events)
+            try:
+                history = await client.events(info.id, most=events)
+            except NotFoundError:  # its workflow started; its first record is still to come
+                history = JobEvents(job_id=info.id, events=[], total=0)
     finally:
         await client.close()
     if as_json:

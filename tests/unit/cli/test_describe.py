@@ -7,6 +7,8 @@ import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from gpuflow.services.jobs import record_status_in
 from gpuflow.status import JobStatus
 from tests.unit.cli.conftest import Cli, column_rows, lines_fit
@@ -99,3 +101,24 @@ def test_the_python_client_reads_a_jobs_events(cli: Cli) -> None:
         return events.total, [event.message for event in events.events]
 
     assert asyncio.run(read()) == (1, ["running on 1 node(s)"])
+
+
+def test_describe_of_a_job_not_recorded_yet_shows_no_statuses(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its workflow is open (the control plane answers `get` from it) but its first record is
+    still to come: describe shows the job, and no statuses, instead of failing."""
+    from gpuflow.client import Client, JobInfo
+
+    async def get(self: Client, job: str) -> JobInfo:
+        return JobInfo(
+            id="job-early-a1b2c3",
+            name="early",
+            status=JobStatus.PENDING,
+            submitted_at=datetime.now(UTC),
+        )
+
+    monkeypatch.setattr(Client, "get", get)
+    out = cli("describe", "early")
+    assert "early (job-early-a1b2c3)" in out and "statuses" in out
+    assert json.loads(cli("describe", "early", "--json"))["events_total"] == 0
