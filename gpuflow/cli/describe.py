@@ -13,10 +13,13 @@ from rich.text import Text
 from gpuflow.cli import common
 from gpuflow.cli.common import run
 from gpuflow.cli.render import STATUS_STYLE, Cell, Column, ago, fitted_table, status_text
-from gpuflow.cli.waiting import queue_reason_text
+from gpuflow.cli.waiting import queue_reason_text, short_reasons
 from gpuflow.client.models import JobEvents
 from gpuflow.errors import NotFoundError
-from gpuflow.status import WAITING_PREFIX, JobStatus
+from gpuflow.status import WAITING_PREFIX, JobStatus, capacity_reasons
+
+MOST_REASONS = 30
+"""Reasons a job waits shown at most (one per host, or per group of hosts on a big fleet)."""
 
 
 @run
@@ -63,6 +66,9 @@ def _facts(info: Any) -> Group:
     for label, value in _lines(info):
         grid.add_row(label, Text(value))
     reasons = _reasons(info)
+    if len(reasons) > MOST_REASONS:  # a fleet of thousands of hosts: the first, and a count
+        left = len(reasons) - MOST_REASONS + 1
+        reasons = [*reasons[: MOST_REASONS - 1], f"... and {left:,} more (--json has all)"]
     if reasons:
         grid.add_row("why", Text("\n".join(reasons)))
     elif info.message:
@@ -104,9 +110,18 @@ def _reasons(info: Any) -> list[str]:
 def _events_table(events: list[Any], *, width: int) -> Table:
     columns = [Column("TIME"), Column("STATUS"), Column("MESSAGE", wrap=True)]
     rows: list[list[Cell]] = [
-        [_when(event.at), _status(event.status), event.message] for event in events
+        [_when(event.at), _status(event.status), _short(event.message)] for event in events
     ]
     return fitted_table(columns, rows, width=width)
+
+
+def _short(message: str) -> str:
+    """A status's words, its per-host reasons cut to the first (the `why` above has them)."""
+    reasons = capacity_reasons(message)
+    if len(reasons) < 2:
+        return message
+    prefix = message[: len(message) - len("; ".join(reasons))]
+    return prefix + short_reasons("; ".join(reasons))
 
 
 def _status(value: str) -> Text:
