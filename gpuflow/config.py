@@ -6,7 +6,9 @@ so the config stays small, printable and free of key material."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -250,3 +252,17 @@ async def connect_temporal(config: TemporalConfig | None = None) -> Client:
         raise ConnectionFailed(
             f"cannot reach Temporal at {config.address}{via} ({reason}); {hint}"
         ) from None
+
+
+async def connect_when_ready(config: TemporalConfig, *, within_s: float) -> Client:
+    """`connect_temporal` to a server that is starting: a dev server opens its port before its
+    frontend is healthy ('Frontend is not healthy yet'), so a refused connection is tried again
+    every half second until `within_s` has passed; then its error is raised."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return await connect_temporal(config)
+        except ConnectionFailed:
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(0.5)

@@ -23,7 +23,7 @@ from temporalio.service import RPCError
 
 from gpuflow.agent.main import agent_state_dir, make_agent_worker
 from gpuflow.agent.samplers import NvmlGpuSampler
-from gpuflow.config import TemporalConfig, connect_temporal, private_dir
+from gpuflow.config import TemporalConfig, connect_when_ready, private_dir
 from gpuflow.control import collector
 from gpuflow.control.fleets import host_facts
 from gpuflow.control.worker import ControlWorker
@@ -87,6 +87,11 @@ class DevServer:
                 self.process.wait()
 
 
+DEV_SERVER_READY_S = 60.0
+"""How long a dev server just started may take from its open port to a healthy frontend (a few
+seconds on a busy machine; one start here failed on 'Frontend is not healthy yet')."""
+
+
 def start_dev_server(home: Path, *, port: int, ui_port: int, timeout_s: float = 60) -> DevServer:
     """Start `temporal server start-dev`, persisting under `home`, with the search attributes."""
     if _port_open(port):
@@ -143,10 +148,16 @@ async def apply_local_fleet(store: Store) -> None:
 
 @contextlib.asynccontextmanager
 async def control_plane(
-    config: TemporalConfig, store: Store, *, home: Path, local_agent: bool = True
+    config: TemporalConfig,
+    store: Store,
+    *,
+    home: Path,
+    local_agent: bool = True,
+    starting_s: float = 0,
 ) -> AsyncIterator[ControlWorker]:
-    """The control worker and (optionally) this machine's agent, connected to `config`."""
-    client = await connect_temporal(config)
+    """The control worker and (optionally) this machine's agent, connected to `config`; to a
+    server that is starting (`starting_s` > 0), once it answers within that many seconds."""
+    client = await connect_when_ready(config, within_s=starting_s)
     async with contextlib.AsyncExitStack() as stack:
         # On the embedded stack this is the only control worker: jobs start on it eagerly.
         control = await stack.enter_async_context(
@@ -194,7 +205,8 @@ async def serve(*, home: Path | None = None, ready_file: Path | None = None) -> 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        async with control_plane(config, store, home=home) as control:
+        starting_s = DEV_SERVER_READY_S if server is not None else 0
+        async with control_plane(config, store, home=home, starting_s=starting_s) as control:
             if config.embedded:  # `gpuflow down` held it while it stopped the running jobs
                 await _let_admission_go(control.client)
             ui = server.ui_url if server else "(your Temporal cluster's UI)"

@@ -404,3 +404,34 @@ def test_the_variable_list_names_every_variable_the_config_reads() -> None:
 
     source = Path(gpuflow.config.__file__).read_text()
     assert set(re.findall(r'"(GPUFLOW_TEMPORAL_[A-Z_]+)"', source)) == set(TEMPORAL_VARIABLES)
+
+
+def test_a_starting_server_is_tried_again_until_it_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A dev server opens its port before its frontend is healthy: `gpuflow up` connects once
+    it answers, and gives up with the server's own words after the time it allows."""
+    from gpuflow.config import connect_when_ready
+
+    tries: list[int] = []
+    ready_after = 3
+
+    async def connect(*_: Any, **__: Any) -> str:
+        tries.append(1)
+        if len(tries) < ready_after:
+            raise RuntimeError("Frontend is not healthy yet")
+        return "client"
+
+    monkeypatch.setattr(Client, "connect", connect)
+    config = TemporalConfig.from_env()
+    assert asyncio.run(connect_when_ready(config, within_s=10)) == "client"
+    assert len(tries) == ready_after
+    tries.clear()
+    ready_after = 10**6
+    with pytest.raises(ConnectionFailed, match="Frontend is not healthy yet"):
+        asyncio.run(connect_when_ready(config, within_s=1.2))
+    assert 2 <= len(tries) <= 4  # every half second, then the error
+    tries.clear()
+    with pytest.raises(ConnectionFailed):  # a cluster's client: one try, at once
+        asyncio.run(connect_when_ready(config, within_s=0))
+    assert len(tries) == 1
