@@ -169,7 +169,12 @@ async def metrics(
             return
         if not watch:
             if not state.gpus:
-                common.console.print("no GPU samples yet")
+                ended = progress.status.is_final
+                common.console.print(
+                    "no GPU samples: the job ended before its first"
+                    if ended
+                    else "no GPU samples yet"
+                )
             width = common.console.width
             common.console.print(metrics_table(state, progress.placement, width=width))
             return

@@ -138,3 +138,25 @@ def test_describe_shows_the_first_reasons_of_a_big_fleet_and_counts_the_rest(cli
     assert len(lines) < 60
     shown = json.loads(cli("describe", "wide", "--json"))
     assert shown["job"]["message"].count("; ") == 1212
+
+
+def test_metrics_of_a_job_that_ended_before_its_first_sample_says_so(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuflow.client import Client, Progress
+    from gpuflow.utilization import UtilizationState
+
+    async def metrics(self: Client, job: str) -> UtilizationState:
+        return UtilizationState()
+
+    def progress_of(status: JobStatus) -> object:
+        async def progress(self: Client, job: str) -> Progress:
+            return Progress(job_id="job-quick-a1b2c3", name="quick", status=status, attempt=1)
+
+        return progress
+
+    monkeypatch.setattr(Client, "metrics", metrics)
+    monkeypatch.setattr(Client, "progress", progress_of(JobStatus.DONE))
+    assert "no GPU samples: the job ended before its first" in cli("metrics", "quick")
+    monkeypatch.setattr(Client, "progress", progress_of(JobStatus.RUNNING))
+    assert "no GPU samples yet" in cli("metrics", "quick")
