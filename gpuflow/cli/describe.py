@@ -88,9 +88,10 @@ def _lines(info: Any) -> list[tuple[str, str]]:
     if info.hosts:
         where = ", ".join(info.hosts) + (f" ({info.gpus})" if info.gpus else "")
         lines.append(("where", f"{where} on fleet {info.fleet}" if info.fleet else where))
+    started = "first started" if info.attempt > 1 else "started"  # attempt 1's start
     for label, moment in (
         ("submitted", info.submitted_at),
-        ("started", info.started_at),
+        (started, info.started_at),
         ("finished", info.finished_at),
     ):
         if moment is not None:

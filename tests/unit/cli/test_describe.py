@@ -73,6 +73,7 @@ def test_describe_lists_a_retried_jobs_statuses_newest_last(cli: Cli) -> None:
     lines_fit(out)
     assert _statuses(out) == [status.value for status, _ in steps]
     assert column_rows(out, "MESSAGE") == [message for _, message in steps]
+    assert "first started" in out  # the row keeps attempt 1's start
     shown = json.loads(cli("describe", "flaky", "--json"))
     assert shown["job"]["id"] == job_id and shown["events_total"] == len(steps)
     assert [e["message"] for e in shown["events"]] == [message for _, message in steps]
