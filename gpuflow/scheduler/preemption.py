@@ -1,0 +1,98 @@
+"""Preemption within an admission pass (admission.py): which preemptible running jobs a
+blocked job may stop, the fewest that make room, and what its queue's quota then allows.
+`_Pass` has these steps; they change the pass's snapshot and quotas only when they preempt."""
+
+from __future__ import annotations
+
+from gpuflow.scheduler.admission_jobs import Running, Waiting, victim_order
+from gpuflow.scheduler.model import Placement, Snapshot
+from gpuflow.scheduler.place import place
+from gpuflow.scheduler.prefix import releasing, shortest
+from gpuflow.scheduler.quota import Quotas
+from gpuflow.scheduler.reservation import Room
+from gpuflow.scheduler.usage import apply_placement, release_placement
+
+
+class Preempting:
+    """The preemption steps of an admission pass, over the pass's own state."""
+
+    snapshot: Snapshot
+    quotas: Quotas
+    live: dict[str, Running]
+    preemptible: dict[str, Running]
+    room: Room | None
+
+    def _allowed(self, job: Waiting, placement: Placement) -> bool:
+        raise NotImplementedError
+
+    def _candidates(self, job: Waiting) -> list[Running]:
+        cohort = set(self.quotas.cohort(job.queue)) - {job.queue}
+        live = self.preemptible.values()
+        same = [r for r in live if r.queue == job.queue and r.priority < job.priority]
+        others = [r for r in live if r.queue in cohort and self.quotas.borrowing(r.queue)]
+        return self.quotas.reclaimable(sorted([*same, *others], key=victim_order), job.queue)
+
+    def _preempt(self, job: Waiting) -> tuple[Placement, tuple[str, ...]] | None:
+        """A placement for the job once some candidates are released, and those victims
+        (released from the snapshot and the quotas); None leaves both as they were."""
+        candidates = self._candidates(job)
+
+        def fits() -> Placement | None:
+            found = place(job.job, self.snapshot)
+            return found if isinstance(found, Placement) and self._allowed(job, found) else None
+
+        # the fewest preferred victims that make room (releasing more never takes room away)
+        with releasing(self.snapshot, candidates) as released:
+            got = shortest(released, fits)
+        if got is None:
+            return None
+        high = got[0]
+        out = candidates[:high]
+        for victim in out:
+            self._release(victim)
+        found = place(job.job, self.snapshot)
+        if isinstance(found, Placement) and self._allowed(job, found):
+            apply_placement(self.snapshot, found)
+            for victim in reversed(candidates[:high]):  # the most protected go back first
+                try:
+                    self._restore(victim)
+                except ValueError:
+                    continue
+                out.remove(victim)
+            release_placement(self.snapshot, found)
+            if self._quota_after(job, found, out, candidates):
+                for victim in out:
+                    del self.live[victim.name], self.preemptible[victim.name]
+                    if self.room is not None:
+                        self.room.give_back(victim.name, victim.placement)
+                return found, tuple(victim.name for victim in out)
+        for victim in out:
+            self._restore(victim)
+        return None
+
+    def _quota_after(
+        self, job: Waiting, found: Placement, out: list[Running], candidates: list[Running]
+    ) -> bool:
+        """With `out` released, the job fits its quota, releasing more jobs of its own queue if
+        that is what it takes (added to `out`); victims of other queues are allowed only when
+        the job stays within its nominal quota."""
+        demand = self.quotas.demand(job.queue, found)
+        extra = [c for c in candidates if c.queue == job.queue and c not in out]
+        while not self.quotas.allows(job.queue, demand):
+            if not extra:
+                return False
+            victim = extra.pop(0)
+            self._release(victim)
+            out.append(victim)
+        if any(victim.queue != job.queue for victim in out):
+            return self.quotas.within_nominal(job.queue, demand)
+        return True
+
+    def _release(self, job: Running) -> None:
+        release_placement(self.snapshot, job.placement)
+        self.quotas.add(job.queue, self.quotas.demand(job.queue, job.placement), -1.0)
+
+    def _restore(self, job: Running) -> None:
+        """Raises ValueError (changing nothing) when its capacity is taken."""
+        apply_placement(self.snapshot, job.placement)
+        self.quotas.add(job.queue, self.quotas.demand(job.queue, job.placement))
