@@ -151,11 +151,16 @@ async def _run_jobs(client: Client) -> dict[str, str]:
 def _wait(driver: Any, what: str | Callable[[], str], condition: Callable[[Any], Any]) -> Any:
     """Poll `condition` until it holds; else fail saying what was expected and what the page
     read (`what` may be a callable, to describe the last state seen)."""
-    from selenium.common.exceptions import TimeoutException
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
     from selenium.webdriver.support.ui import WebDriverWait
 
+    # The UI draws its elements again as data comes in: one read between a look and its use
+    # finds the element gone (seen once in CI); the next poll reads the page as it is then.
+    ignored = (StaleElementReferenceException,)
     try:
-        return WebDriverWait(driver, WAIT_S, poll_frequency=0.2).until(condition)
+        return WebDriverWait(driver, WAIT_S, poll_frequency=0.2, ignored_exceptions=ignored).until(
+            condition
+        )
     except TimeoutException:
         body = driver.find_element("tag name", "body").text
         wanted = what() if callable(what) else what
@@ -180,13 +185,17 @@ def _list_statuses(driver: Any) -> dict[str, str]:
 
 def _frame_text(driver: Any, frame_id: str) -> str:
     """The text of the frame with this id, or "" while it is not there."""
-    from selenium.common.exceptions import NoSuchElementException, NoSuchFrameException
+    from selenium.common.exceptions import (
+        NoSuchElementException,
+        NoSuchFrameException,
+        StaleElementReferenceException,
+    )
 
     try:
         driver.switch_to.frame(driver.find_element("id", frame_id))
         return str(driver.find_element("tag name", "body").text)
-    except (NoSuchElementException, NoSuchFrameException):
-        return ""
+    except (NoSuchElementException, NoSuchFrameException, StaleElementReferenceException):
+        return ""  # not there, or the UI drew it again between the look and the read
     finally:
         driver.switch_to.default_content()
 
