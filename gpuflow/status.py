@@ -135,9 +135,14 @@ def waits_to_retry(message: str | None) -> bool:
 _RETRY_WAIT = re.compile(r"attempt \d+: retrying after \S+ in \d+ s")
 
 
+def capacity_prefix(message: str) -> str | None:
+    """The no-capacity or waiting prefix the message starts with, if any."""
+    return next((p for p in (NO_CAPACITY_PREFIX, WAITING_PREFIX) if message.startswith(p)), None)
+
+
 def capacity_reasons(message: str) -> list[str]:
     """The per-host reasons a no-capacity or waiting message carries; [] for any other."""
-    for prefix in (NO_CAPACITY_PREFIX, WAITING_PREFIX):
-        if message.startswith(prefix):
-            return [r for r in message.removeprefix(prefix).split("; ") if r]
-    return []
+    prefix = capacity_prefix(message)
+    if prefix is None:
+        return []
+    return [r for r in message.removeprefix(prefix).split("; ") if r]

@@ -16,7 +16,7 @@ from gpuflow.cli.render import STATUS_STYLE, Cell, Column, ago, fitted_table, st
 from gpuflow.cli.waiting import queue_reason_text, short_reasons
 from gpuflow.client.models import JobEvents
 from gpuflow.errors import NotFoundError
-from gpuflow.status import WAITING_PREFIX, JobStatus, capacity_reasons
+from gpuflow.status import JobStatus, capacity_prefix, capacity_reasons
 
 MOST_REASONS = 30
 """Reasons a job waits shown at most (one per host, or per group of hosts on a big fleet)."""
@@ -100,12 +100,8 @@ def _lines(info: Any) -> list[tuple[str, str]]:
 
 
 def _reasons(info: Any) -> list[str]:
-    """A waiting job's reasons, one per line (`ps` shows the first)."""
-    message = info.message or ""
-    if info.status != JobStatus.PENDING or not message.startswith(WAITING_PREFIX):
-        return []
-    parts = [part.strip() for part in message.removeprefix(WAITING_PREFIX).split("; ")]
-    return [part for part in parts if part]
+    """Why the job waits, or found no capacity, one host per line (`ps` shows the first)."""
+    return capacity_reasons(info.message or "")
 
 
 def _events_table(events: list[Any], *, width: int) -> Table:
@@ -121,8 +117,7 @@ def _short(message: str) -> str:
     reasons = capacity_reasons(message)
     if len(reasons) < 2:
         return message
-    prefix = message[: len(message) - len("; ".join(reasons))]
-    return prefix + short_reasons("; ".join(reasons))
+    return f"{capacity_prefix(message)}{short_reasons('; '.join(reasons))}"
 
 
 def _status(value: str) -> Text:

@@ -161,3 +161,13 @@ def test_metrics_of_a_job_that_ended_before_its_first_sample_says_so(
     assert "no GPU samples: the job ended before its first" in cli("metrics", "quick")
     monkeypatch.setattr(Client, "progress", progress_of(JobStatus.RUNNING))
     assert "no GPU samples yet" in cli("metrics", "quick")
+
+
+def test_describe_lists_a_refused_jobs_reasons_one_per_line(cli: Cli) -> None:
+    job_id = cli.job("nofit", JobStatus.FAILED, reason="no_capacity")
+    reasons = ["box: 0 of 8 GPUs free, job needs 8", "vm: has no GPUs, job needs 8 GPUs"]
+    _record(cli, job_id, 1, JobStatus.FAILED, "no capacity: " + "; ".join(reasons))
+    why = cli("describe", "nofit").split("statuses")[0]
+    lines = [line.strip() for line in why.splitlines()]
+    assert any(line.endswith(reasons[0]) and line.startswith("why") for line in lines)
+    assert reasons[1] in lines
