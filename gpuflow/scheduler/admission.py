@@ -6,13 +6,16 @@ it reads the queues, the jobs and a snapshot of the fleets, and changes only tha
 Order: the queue with the lowest dominant share goes next (recomputed after every admission),
 within a queue higher priority first, then earlier submission, then name. Fit is decided by
 `place` only. A job that does not fit does not block the ones behind it (best effort), except
-that the highest-priority job blocked for capacity holds a reservation (reservation.py): the
-jobs after it may only take room its reservation does not need. A job that stays within its
-queue's nominal quota is not held back by a reservation for a job of another queue that would
-borrow (`_outranks`). A job that does not fit may preempt `preemptible` running jobs:
-lower-priority ones of its own queue, or, when it stays within its queue's nominal quota, jobs
-of its cohort's queues, each only while its queue borrows (`Quotas.reclaimable`). The room
-victims free is their preemptor's first (`Waiting.claims`), ahead of any reservation.
+that the first job blocked for capacity in this order holds a reservation (reservation.py): the
+jobs after it may only take room its reservation does not need. It keeps the reservation from
+pass to pass until it starts; only a job ahead of it in its own queue, or a job of another queue
+that stays within its nominal quota while the holder would borrow, takes it over (`_yields_to`:
+priorities do not count across queues). A job that stays within its queue's nominal quota is not
+held back by a reservation for a job of another queue that would borrow (`_outranks`). A job
+that does not fit may preempt `preemptible` running jobs: lower-priority ones of its own queue,
+or, when it stays within its queue's nominal quota, jobs of its cohort's queues, each only while
+its queue borrows (`Quotas.reclaimable`). The room victims free is their preemptor's first
+(`Waiting.claims`), ahead of any reservation.
 
 A job like one that failed since the pass last changed anything (same queue, priority, requests
 and limits: `_likeness`) fails the same way and is not tried again, so a pass over a long queue
@@ -237,7 +240,7 @@ class _Pass(Preempting):
 
     def _outranks(self, job: Waiting, demand: Demand) -> bool:
         """Whether the reservation may not hold this job back. In the reserved job's queue: ahead
-        of it in the queue's order (`_ahead_of_holder`). In another queue, priorities do not
+        of it in the queue's order (`_yields_to`). In another queue, priorities do not
         count (they order jobs within a queue), quotas do: a job that stays within its queue's
         nominal quota goes before a reserved job that would borrow, as Kueue admits workloads
         within nominal quota before borrowing ones. Only idle quota is lent, and quota its
@@ -251,15 +254,23 @@ class _Pass(Preempting):
             self.quotas.borrows(job.queue, demand)
         )
 
-    def _ahead_of_holder(self, job: Waiting) -> bool:
-        """Whether the job takes the reservation from its holder: a higher priority, or in the
-        holder's queue, ahead of it in the queue's order. Within a pass the first job blocked
-        in a queue reserves first; a holder carried from the pass before can be behind a job
-        of its queue that came back (a preempted job requeued keeps its submission time)."""
+    def _yields_to(self, job: Waiting, demand: Demand | None) -> bool:
+        """Whether the reservation's holder gives it up to this blocked job. In the holder's
+        queue: to a job ahead of it in the queue's order (within a pass the first job blocked in
+        a queue reserves first; a holder carried from the pass before can be behind a job of its
+        queue that came back: a preempted job requeued keeps its submission time). From another
+        queue, priorities do not count, as in `_outranks`: only a job that stays within its
+        queue's nominal quota (`demand`, None: not known yet) takes it from a holder that would
+        borrow. Otherwise the holder keeps it until it starts, so a big job is not starved by
+        the jobs of a queue that keeps coming back with higher priorities."""
         holder = self.reserved
-        if holder is None or job.priority > holder.priority:
+        if holder is None:
             return True
-        return job.queue == holder.queue and queue_order(job) < queue_order(holder)
+        if job.queue == holder.queue:
+            return queue_order(job) < queue_order(holder)
+        if not self.quotas.borrows(holder.queue, self.reserved_demand):
+            return False
+        return demand is None or not self.quotas.borrows(job.queue, demand)
 
     def _place(self, job: Waiting) -> tuple[Placement | None, str]:
         """Every job but the holder goes outside the reserved hosts when it can: those that
@@ -318,13 +329,15 @@ class _Pass(Preempting):
             self.reserved, self.decision.reservation, self.room = None, None, None
 
     def _reserve(self, job: Waiting) -> None:
-        if self.reserved is not None and not self._ahead_of_holder(job):
+        if not self._yields_to(job, None):
             return
         before = self.before
         keep = before.hosts if before and before.job == job.name else frozenset()
         live = list(self.live.values())
         found = earliest_start(job.job, self.snapshot, live, self.now, keep=keep)
         if found is None:
+            return
+        if not self._yields_to(job, self.quotas.demand(job.queue, found.placement)):
             return
         reservation = Reservation(job.name, found.starts_at, found.hosts, found.waits_for)
         self.failed.clear()

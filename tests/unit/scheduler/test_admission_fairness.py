@@ -119,3 +119,72 @@ def test_a_small_reservation_does_not_hand_its_host_to_a_borrower_of_its_queue()
     assert names(second) == ["a-new"]
     # b-big, blocked now, holds the reservation and b-tiny (below it in b) leaves it its room
     assert reasons(second) == {"b-big": NO_CAPACITY, "b-tiny": RESERVED_FOR + "b-big"}
+
+
+def test_a_higher_priority_of_another_queue_does_not_take_the_reservation() -> None:
+    """Seen from the CLI: research filled the one host with jobs of priority 10-40 and had two
+    more waiting (50, 60); prod's 8-GPU job (priority 5, prod's share the lower) reserved the
+    host, and at the first release research's priority 60 took the reservation over, then its
+    50, and so on while research kept submitting: prod's job would never start. Priorities
+    order jobs within a queue; across queues the share decides, and a holder within its
+    queue's nominal quota keeps its reservation until it starts."""
+    snapshot = fleet(1)
+    queues = [
+        QueueSpec(name="prod", gpus=16, cohort="lab", lending_limit=8),
+        QueueSpec(name="research", gpus=16, cohort="lab", borrowing_limit=8),
+    ]
+    running = [
+        start(snapshot, waiting(f"r{k}", 2, queue="research", priority=10 * k, at=k))
+        for k in range(1, 5)
+    ]
+    big = waiting("big", 8, queue="prod", priority=5, at=10)
+    later = [waiting(f"r{k}", 2, queue="research", priority=10 * k, at=k) for k in (5, 6)]
+    first = admit(queues=queues, running=running, waiting=[*later, big], snapshot=snapshot, now=0)
+    assert first.reservation is not None and first.reservation.job == "big"
+    for k, ended in enumerate(running[:3]):
+        release_placement(snapshot, ended.placement)
+        decision = admit(
+            queues=queues,
+            running=running[k + 1 :],
+            waiting=[*later, big],
+            snapshot=snapshot,
+            now=10 + k,
+            reserved=first.reservation,
+        )
+        assert names(decision) == []
+        assert decision.reservation is not None and decision.reservation.job == "big"
+        assert reasons(decision) == {
+            "big": NO_CAPACITY,
+            "r5": RESERVED_FOR + "big",
+            "r6": RESERVED_FOR + "big",
+        }
+    release_placement(snapshot, running[3].placement)
+    last = admit(
+        queues=queues,
+        running=[],
+        waiting=[*later, big],
+        snapshot=snapshot,
+        now=20,
+        reserved=first.reservation,
+    )
+    assert names(last) == ["big"]
+
+
+def test_a_job_within_quota_takes_the_reservation_from_one_that_would_borrow() -> None:
+    """The one way across queues: a blocked job that stays within its queue's nominal quota
+    reserves instead of a holder that would borrow (the holder's room is not its own)."""
+    snapshot = fleet(1)
+    a_running = start(snapshot, waiting("a-steady", 6))
+    big = waiting("a-big", 8, at=1)  # queue a would hold 14 of its 8: it would borrow
+    b_job = waiting("b-six", 6, queue="b", at=2)  # b holds nothing: within its 8
+    first = admit(queues=TWO, running=[a_running], waiting=[big], snapshot=snapshot, now=0)
+    assert first.reservation is not None and first.reservation.job == "a-big"
+    second = admit(
+        queues=TWO,
+        running=[a_running],
+        waiting=[big, b_job],
+        snapshot=snapshot,
+        now=5,
+        reserved=first.reservation,
+    )
+    assert second.reservation is not None and second.reservation.job == "b-six"
