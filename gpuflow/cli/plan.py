@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpuflow.cli.render import gang_table, offers_table, titled
+from gpuflow.scheduler.admission import QUOTA, RESERVED_FOR
 from gpuflow.scheduler.together import JobPlan
 from gpuflow.specs.job import JobSpec
 
@@ -82,6 +83,14 @@ def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
     placement = plan.placement
     if placement is not None and plan.taken is not None:
         which = f"option {plan.taken + 1} ({labels[plan.taken]}): " if len(labels) > 1 else ""
+        if plan.waits is not None:
+            if plan.queue_never is None:
+                line = in_line(plan.ahead, spec.queue)
+                held = held_line(_hosts(placement), plan.waits, plan.first, line)
+                console.print(f"  {held}", highlight=False)
+            else:
+                console.print(f"  {never_line(_hosts(placement))} (above)", highlight=False)
+            return
         console.print(
             f"  goes to {which}{verdict(placement, spec.nodes)}", highlight=False, markup=False
         )
@@ -116,8 +125,9 @@ def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
         )
     else:
         console.print(
-            "  [yellow]nothing fits now[/]; the job waits for capacity if its retry "
-            "policy allows, else it fails:",
+            f"  [yellow]nothing fits now[/] ({escape(in_line(plan.ahead, spec.queue))}); the job "
+            "waits for "
+            "capacity if its retry policy allows, else it fails:",
             highlight=False,
         )
     for k, offers in enumerate(plan.options):
@@ -126,18 +136,46 @@ def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
             console.print(f"    {prefix}{rejection}", highlight=False, markup=False)
 
 
-def print_offers(console: Console, offers: Any, *, nodes: int) -> None:
+def waits_because(waits: str, first: int) -> str:
+    """Why admission would hold a job that a host fits now (services/preview.py)."""
+    if waits == QUOTA:
+        return "the queue has no quota left for it (gpuflow queue list)"
+    if waits.startswith(RESERVED_FOR):
+        return f"the room it fits in is reserved for job {waits.removeprefix(RESERVED_FOR)}"
+    if first:
+        jobs = "job waiting" if first == 1 else "jobs waiting"
+        return f"{first} {jobs} before it would take the room it fits in"
+    return "the jobs admitted before it take the room it fits in"
+
+
+def in_line(ahead: int, queue: str) -> str:
+    """Its place in its queue's line if it waits."""
+    return f"#{ahead + 1} in line in queue {queue}"
+
+
+def held_line(hosts: str, waits: str, first: int, line: str) -> str:
+    """A job a host fits that admission would hold: where it fits, its place, why."""
+    return (
+        f"[yellow]fits on {escape(hosts)} now, but waits[/], {escape(line)}: "
+        f"{escape(waits_because(waits, first))}"
+    )
+
+
+def never_line(hosts: str) -> str:
+    """A job a host fits that its queue could never admit (`queue_never` says why)."""
+    return f"[yellow]fits on {escape(hosts)} now, but its queue could never admit it[/]"
+
+
+def print_offers(console: Console, offers: Any, *, nodes: int, queue: str) -> None:
     """One resource option of `gpuflow offers`: the verdict, what fits and why the rest do not."""
     width = console.width
     if nodes > 1:
-        _print_gang(console, offers, nodes=nodes, width=width)
+        _print_gang(console, offers, nodes=nodes, width=width, queue=queue)
     elif offers.fits:
         console.print(titled("fits", offers_table(offers, width=width)))
         _more_fit(console, offers)
         if offers.placement is not None:
-            console.print(
-                f"goes to {verdict(offers.placement, nodes)}", highlight=False, markup=False
-            )
+            _goes_to(console, offers, nodes=nodes, queue=queue)
     else:
         console.print("[bold red]nothing fits[/]")
     if offers.queue_never is not None:
@@ -161,10 +199,22 @@ def print_offers(console: Console, offers: Any, *, nodes: int) -> None:
             console.print(f"  {rejection}", highlight=False, markup=False)
 
 
-def _print_gang(console: Console, offers: Any, *, nodes: int, width: int) -> None:
+def _goes_to(console: Console, offers: Any, *, nodes: int, queue: str) -> None:
+    """Where the job goes, or, when admission would hold it, where it fits and why it waits."""
+    if offers.waits is None:
+        console.print(f"goes to {verdict(offers.placement, nodes)}", highlight=False, markup=False)
+    elif offers.queue_never is None:
+        line = in_line(offers.ahead, queue)
+        held = held_line(_hosts(offers.placement), offers.waits, offers.first, line)
+        console.print(held, highlight=False)
+    else:
+        console.print(f"{never_line(_hosts(offers.placement))} (below)", highlight=False)
+
+
+def _print_gang(console: Console, offers: Any, *, nodes: int, width: int, queue: str) -> None:
     if offers.placement is not None:
         console.print(gang_table(offers.placement, width=width))
-        console.print(f"goes to {verdict(offers.placement, nodes)}", highlight=False, markup=False)
+        _goes_to(console, offers, nodes=nodes, queue=queue)
         return
     console.print(
         f"[bold red]no gang of {nodes} whole idle hosts in one fleet[/] "

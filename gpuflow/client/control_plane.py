@@ -121,6 +121,9 @@ class ControlPlaneCalls:
                 fits_idle=r.fits_idle,
                 queue_never=r.queue_never,
                 preempts=r.preempts,
+                waits=r.waits,
+                ahead=r.ahead,
+                first=r.first,
             )
             for r in records
         ]

@@ -15,8 +15,8 @@ from gpuflow.scheduler import Snapshot, explain
 from gpuflow.scheduler.quota import never_admitted
 from gpuflow.scheduler.together import fits_when_idle, idle_fleets, plan_together
 from gpuflow.services.capacity import read_snapshot
+from gpuflow.services.preview import preview, preview_each
 from gpuflow.services.queues import queues_in
-from gpuflow.services.running import preemptions_for
 from gpuflow.store.db import Store
 from gpuflow.workflows.api_dry_runs import (
     OffersRequest,
@@ -40,28 +40,35 @@ class DryRunActivities:
         await check_known(self.store, queues=[req.spec.queue])
 
         def read() -> list[OptionOffersRecord]:
+            options = req.spec.resource_options()
             with self.store.read() as session:
                 snapshot = read_snapshot(session)
                 queues = queues_in(session)
-            options = req.spec.resource_options()
+                found = [explain(option, snapshot) for option in options]
+                fitting = [k for k, offers in enumerate(found) if offers.placement is not None]
+                previews = preview_each(session, [[options[k]] for k in fitting])
+            fates = {k: fate for k, (fate,) in zip(fitting, previews, strict=True)}
             most = answer_lines(len(options))
             fits = most if req.most is None else min(req.most, most)
             idle: Snapshot | None = None
             records = []
-            for k, option in enumerate(options):
-                found = explain(option, snapshot)
-                if found.placement is None:
+            for k, (option, offers) in enumerate(zip(options, found, strict=True)):
+                if offers.placement is None:
                     idle = idle or idle_fleets(snapshot)
                     ever = fits_when_idle([option], idle)
-                    found = found.model_copy(update={"fits_idle": ever})
+                    offers = offers.model_copy(update={"fits_idle": ever})
                 never = never_admitted(queues, req.spec.queue, option)
                 if never is not None:
-                    found = found.model_copy(update={"queue_never": never})
+                    offers = offers.model_copy(update={"queue_never": never})
+                fate = fates.get(k)
+                if fate is not None and fate.waits is not None:
+                    held = {"waits": fate.waits, "ahead": fate.ahead, "first": fate.first}
+                    offers = offers.model_copy(update=held)
                 records.append(
                     OptionOffersRecord(
                         option=k + 1,
                         gpu=option.resources.gpu_label,
-                        offers=found.bounded(most, fits=fits),
+                        offers=offers.bounded(most, fits=fits),
                     )
                 )
             return records
@@ -71,7 +78,8 @@ class DryRunActivities:
     @activity.defn(name="api_plan")
     @one_line
     async def plan(self, req: PlanRequest) -> list[PlanRecord]:
-        """The jobs planned together, in order: each counts what the jobs before it take."""
+        """The jobs planned together, in order: each counts what the jobs before it take, and
+        what an admission pass run now would do with them (services/preview.py)."""
         fleets = list(dict.fromkeys(name for spec in req.specs for name in spec.fleets))
         await check_known(self.store, queues=[spec.queue for spec in req.specs], fleets=fleets)
 
@@ -80,9 +88,7 @@ class DryRunActivities:
                 snapshot = read_snapshot(session)
                 queues = queues_in(session)
                 plans = plan_together(req.specs, snapshot)
-                preempts = [
-                    preemptions_for(session, p.job) if p.placement is None else [] for p in plans
-                ]
+                fates = preview(session, req.specs)
             most = answer_lines(sum(len(p.options) for p in plans))
             return [
                 PlanRecord(
@@ -93,9 +99,12 @@ class DryRunActivities:
                     alone_fits=p.alone_fits,
                     fits_idle=p.fits_idle,
                     queue_never=never_admitted(queues, p.job.queue, p.job),
-                    preempts=victims,
+                    preempts=fate.preempts,
+                    waits=fate.waits,
+                    ahead=fate.ahead,
+                    first=fate.first,
                 )
-                for p, victims in zip(plans, preempts, strict=True)
+                for p, fate in zip(plans, fates, strict=True)
             ]
 
         return await asyncio.to_thread(read)

@@ -52,6 +52,13 @@ class Offers(BaseModel):
     queue_never: str | None = None
     """Why the job's queue could never admit it (quota.py `never_admitted`); None when it
     could, or when not asked."""
+    waits: str | None = None
+    """Why an admission pass run now would leave it waiting though a host fits (no_capacity,
+    quota or reserved_for:<job>; services/preview.py), when the caller looked."""
+    ahead: int = 0
+    """Jobs that would still wait ahead of it in its queue, when it would wait."""
+    first: int = 0
+    """Jobs waiting now that the pass would start instead, when it would wait."""
 
     def verdict(self) -> Placement | Unschedulable:
         if self.placement is not None:

@@ -35,8 +35,15 @@ class JobPlan:
     """Why the job's queue could never admit it (quota.py `never_admitted`), when the caller
     looked (the control plane's plan does); None otherwise."""
     preempts: list[str] = field(default_factory=list)
-    """For a job that fits nowhere now: the running jobs an admission pass would preempt to
-    start it (services/running.py `preemptions_for`), when the caller looked."""
+    """The running jobs an admission pass run now would preempt to start it (services/
+    preview.py), when the caller looked."""
+    waits: str | None = None
+    """Why an admission pass run now would leave it waiting (no_capacity, quota or
+    reserved_for:<job>), when the caller looked; None: it would start (or preempt)."""
+    ahead: int = 0
+    """Jobs that would still wait ahead of it in its queue, when it would wait."""
+    first: int = 0
+    """Jobs waiting now that the pass would start instead, when it would wait."""
 
     @property
     def placement(self) -> Placement | None:

@@ -1,6 +1,6 @@
 """The running jobs as admission counts them: each admitted queue entry with what it holds.
 Read by the admission pass (services/admission.py) and by a plan's preview of what a pass would
-preempt (`preemptions_for`); inside the caller's transaction."""
+do (services/preview.py); inside the caller's transaction."""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from sqlalchemy import Row
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
-from gpuflow.scheduler.admission import Running, Waiting, admit
+from gpuflow.scheduler.admission import Running
 from gpuflow.scheduler.model import Placement
 from gpuflow.services.capacity import placements_of
-from gpuflow.services.queues import queues_in
-from gpuflow.services.snapshot import columns, read_snapshot
+from gpuflow.services.snapshot import columns
 from gpuflow.services.verdicts import ADMITTED
-from gpuflow.specs.job import DEFAULT_QUEUE, JobSpec
+from gpuflow.specs.job import DEFAULT_QUEUE
 from gpuflow.store.tables import QueueEntryRow
 
 ADMITTED_COLUMNS = columns(  # what a pass reads of a running job
@@ -62,30 +61,3 @@ def _running(entry: Row[Any], placement: Placement, queue: str) -> Running:
         started_at=started,
         ends_at=None if entry.max_duration_s is None else started + entry.max_duration_s,
     )
-
-
-def preemptions_for(session: Session, spec: JobSpec) -> list[str]:
-    """The running jobs an admission pass would preempt now to start `spec`, were it alone in
-    the queue (a waiting job ahead of it may go first): [] when it fits without, or nothing
-    preemptible makes room. A read; the pass decides for real."""
-    queues = queues_in(session)
-    known = {queue.name for queue in queues}
-    if spec.queue not in known:
-        return []
-    running = running_of(session, admitted_rows(session), known)
-    if not any(job.preemptible for job in running):
-        return []
-    now = datetime.now(UTC).timestamp()
-    waiting = Waiting(
-        name="planned",
-        queue=spec.queue,
-        job=spec,
-        submitted_at=now,
-        priority=spec.priority,
-        preemptible=spec.preemptible,
-        options=tuple(spec.resource_options()),
-    )
-    decision = admit(
-        queues=queues, running=running, waiting=[waiting], snapshot=read_snapshot(session), now=now
-    )
-    return [p.victim for p in decision.preemptions]

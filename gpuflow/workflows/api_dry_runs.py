@@ -37,6 +37,9 @@ class PlanRecord(BaseModel):
     fits_idle: bool = True
     queue_never: str | None = None
     preempts: list[str] = Field(default_factory=list)
+    waits: str | None = None
+    ahead: int = 0
+    first: int = 0
 
 
 ANSWER_LINES = 1_000

@@ -325,7 +325,8 @@ def test_apply_plan_says_when_its_queue_could_never_admit_the_job(cli: Cli) -> N
     cli("queue", "apply", "-f", cli.write("research.yaml", RESEARCH))
     big = cli.write("big.yaml", "name: big\ncommands: [x]\nqueue: research\nresources: {gpu: 8}\n")
     text = " ".join(cli("apply", "-y", "-d", "-f", big).split())
-    assert "goes to box" in text  # the fleet has room; the queue never will
+    # the fleet has room; the queue never will
+    assert "fits on box now, but its queue could never admit it (above)" in text
     assert (
         "queue research can never admit it: it asks 8 GPU(s) of any model, more than its "
         "quota (A100:2) and cohort lab's lending allows: it waits until a queue's quota "
@@ -340,7 +341,7 @@ def test_offers_says_when_its_queue_could_never_admit_the_job(cli: Cli) -> None:
     cli("queue", "apply", "-f", cli.write("research.yaml", RESEARCH))
     big = cli.write("big.yaml", "name: big\ncommands: [x]\nqueue: research\nresources: {gpu: 8}\n")
     text = " ".join(cli("offers", "-f", big).split())
-    assert "goes to box" in text
+    assert "fits on box now, but its queue could never admit it (below) queue research" in text
     never = (
         "queue research can never admit it: it asks 8 GPU(s) of any model, more than its "
         "quota (A100:2) and cohort lab's lending allows"
@@ -421,4 +422,41 @@ def test_apply_plan_says_which_running_jobs_admission_would_preempt(cli: Cli) ->
     # A job of the same priority preempts nothing: the plan says it waits.
     same = "name: same\ncommands: [x]\nresources: {gpu: 4}\n"
     text = " ".join(cli("apply", "-y", "-d", "-f", cli.write("same.yaml", same)).split())
-    assert "would preempt" not in text and "nothing fits now; the job waits" in text
+    assert "would preempt" not in text
+    assert "nothing fits now (#1 in line in queue default); the job waits" in text
+
+
+def test_plan_and_offers_say_when_admission_would_hold_a_job_a_host_fits(cli: Cli) -> None:
+    """Seen from the CLI: the plan said `goes to sim-a100` for a job whose queue's quota was
+    spent, and the job then waited `over quota`. The dry runs now answer on admission's terms:
+    a pass run now, with the jobs waiting and running (services/preview.py)."""
+    cli.fleet(BOX)
+    cli("queue", "apply", "-f", cli.write("tiny.yaml", "type: queue\nname: tiny\ngpus: 2\n"))
+    job = "name: {}\ncommands: [x]\nqueue: tiny\nresources: {{gpu: 2}}\n"
+    first = " ".join(cli("apply", "-y", "-d", "-f", cli.write("t1.yaml", job.format("t1"))).split())
+    assert "goes to box" in first
+    from datetime import UTC, datetime
+
+    from gpuflow.services.queue_entries import enter_at_submit_in
+
+    with cli.store.placement_transaction() as session:  # t1 runs, as its submit admits it
+        spec = JobSpec.model_validate(
+            {"name": "t1", "commands": ["x"], "queue": "tiny", "resources": {"gpu": 2}}
+        )
+        admitted = enter_at_submit_in(
+            session, job_id="job-t1-a1b2c3", run_id="r1", spec=spec, at=datetime.now(UTC)
+        )
+    assert admitted.placement is not None
+    second = cli.write("t2.yaml", job.format("t2"))
+    held = (
+        "fits on box now, but waits, #1 in line in queue tiny: the queue has no quota left "
+        "for it (gpuflow queue list)"
+    )
+    text = " ".join(cli("apply", "-y", "-d", "-f", second).split())
+    assert held in text and "goes to" not in text
+    text = " ".join(cli("offers", "-f", second).split())
+    assert held in text and "goes to" not in text
+    answer = json.loads(cli("offers", "-f", second, "--json"))
+    assert (answer["waits"], answer["ahead"], answer["first"]) == ("quota", 0, 0)
+    other = cli.write("d.yaml", "name: d\ncommands: [x]\nresources: {gpu: 2}\n")
+    assert json.loads(cli("offers", "-f", other, "--json"))["waits"] is None

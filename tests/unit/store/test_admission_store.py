@@ -283,21 +283,6 @@ def test_a_cut_quota_gives_back_what_the_queue_borrows_never_its_own(store: Stor
     assert len(allocations_of(store, "job-r1")) == len(allocations_of(store, "job-r2")) == 1
 
 
-def test_a_plan_previews_the_jobs_a_pass_would_preempt(store: Store) -> None:
-    from gpuflow.services.running import preemptions_for
-
-    _fleet(store, cpus=8)
-    assert _enqueue(store, "victim", 0, preemptible=True).placement is not None
-    boss = JobSpec(name="boss", commands=["x"], resources={"gpu": "A100:1"}, priority=100)
-    peer = JobSpec(name="peer", commands=["x"], resources={"gpu": "A100:1"})
-    with store.read() as session:
-        assert preemptions_for(session, boss) == ["job-victim"]
-        assert preemptions_for(session, peer) == []  # the same priority preempts nothing
-    assert len(allocations_of(store, "job-victim")) == 1  # a read: nothing changed
-    entry = _entry(store, "victim")
-    assert entry is not None and entry.state == "admitted"
-
-
 def test_the_next_job_of_a_queue_says_why_it_waits_as_the_fleet_is_now(store: Store) -> None:
     """Its words are made again at each pass (`ps` and `describe` show them): once a blocker
     ends, they count the GPUs that came free, not the ones free when it first waited."""

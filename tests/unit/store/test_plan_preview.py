@@ -1,0 +1,100 @@
+"""A plan's verdict on admission's terms (gpuflow/services/preview.py), on SQLite and
+PostgreSQL: a host that fits is not a start when the queue's quota is spent, when jobs waiting
+ahead take the free capacity first, or when the room is reserved for a blocked job; and a pass
+run now would preempt what the preview says."""
+
+from __future__ import annotations
+
+from gpuflow.services.capacity import allocations_of, release_allocation_in
+from gpuflow.services.preview import preview, preview_each
+from gpuflow.services.queue_entries import leave_queue_in
+from gpuflow.services.queues import apply_queue
+from gpuflow.specs import JobSpec, QueueSpec
+from gpuflow.store.db import Store
+from tests.unit.store.test_admission_store import _enqueue, _entry, _fleet
+
+
+def _spec(name: str, **fields: object) -> JobSpec:
+    return JobSpec.model_validate(
+        {"name": name, "commands": ["true"], "resources": {"gpu": "A100:1"}, **fields}
+    )
+
+
+def _end(store: Store, name: str) -> None:
+    """The job's process ended and released its GPUs; no pass has run since."""
+    with store.placement_transaction() as session:
+        release_allocation_in(session, job_id=f"job-{name}")
+        leave_queue_in(session, job_id=f"job-{name}")
+
+
+def test_a_spent_quota_holds_a_job_a_host_would_fit(store: Store) -> None:
+    _fleet(store, gpus=4, cpus=32)
+    apply_queue(store, QueueSpec(name="tiny", gpus={"A100": 1}))
+    assert _enqueue(store, "t1", 0, queue="tiny").placement is not None
+    with store.read() as session:
+        (second,) = preview(session, [_spec("t2", queue="tiny")])
+        (elsewhere,) = preview(session, [_spec("d1")])  # the default queue has no limit
+    assert second.placement is None and second.waits == "quota" and second.ahead == 0
+    assert elsewhere.placement is not None and elsewhere.waits is None
+
+
+def test_jobs_waiting_ahead_take_the_free_capacity_first(store: Store) -> None:
+    _fleet(store, gpus=1, cpus=32)
+    assert _enqueue(store, "running", 0).placement is not None
+    assert _enqueue(store, "waiting", 1).placement is None  # the one GPU is taken
+    _end(store, "running")  # a GPU is free, and the waiting job is first in line for it
+    with store.read() as session:
+        same, urgent = preview(session, [_spec("same"), _spec("urgent", priority=10)])
+        (alone,) = preview(session, [_spec("alone")])
+    assert urgent.placement is not None  # a higher priority goes before the waiting job
+    assert same.placement is None and same.waits == "no_capacity" and same.ahead == 1
+    # the waiting job starts, so none waits ahead of it: the capacity went first
+    assert alone.placement is None and (alone.waits, alone.ahead, alone.first) == (
+        "no_capacity",
+        0,
+        1,
+    )
+    assert allocations_of(store, "job-waiting") == []  # a read: nothing was admitted
+    entry = _entry(store, "waiting")
+    assert entry is not None and entry.state == "waiting"
+
+
+def test_the_room_reserved_for_a_blocked_job_holds_a_job_that_would_fit(store: Store) -> None:
+    _fleet(store, gpus=4, cpus=32)
+    for k in range(3):
+        assert _enqueue(store, f"r{k}", k).placement is not None
+    assert _enqueue(store, "big", 5, resources={"gpu": "A100:4"}).placement is None
+    with store.read() as session:
+        (small,) = preview(session, [_spec("small")])
+        (short,) = preview(session, [_spec("short", max_duration="1m")])
+    assert small.placement is None and small.waits == "reserved_for:job-big"
+    assert small.ahead == 1
+    # a job that declares its end backfills only before a known reserved start: no running
+    # job declares one here, so the start is not known and it waits too
+    assert short.placement is None and short.waits == "reserved_for:job-big"
+
+
+def test_a_plan_previews_the_jobs_a_pass_would_preempt(store: Store) -> None:
+    _fleet(store, cpus=8)
+    assert _enqueue(store, "victim", 0, preemptible=True).placement is not None
+    with store.read() as session:
+        boss, peer = preview(session, [_spec("boss", priority=100), _spec("peer")])
+    assert boss.preempts == ["job-victim"]
+    assert peer.preempts == [] and peer.waits == "no_capacity"  # the same priority: nothing
+    assert len(allocations_of(store, "job-victim")) == 1  # a read: nothing changed
+    entry = _entry(store, "victim")
+    assert entry is not None and entry.state == "admitted"
+
+
+def test_each_option_is_previewed_on_the_fleet_as_it_is(store: Store) -> None:
+    """A dry run previews each resource option on its own, on one read of the fleet: what one
+    option's pass takes (or preempts) is given back before the next."""
+    _fleet(store, gpus=1, cpus=8)
+    assert _enqueue(store, "victim", 0, preemptible=True).placement is not None
+    boss = _spec("boss", priority=100)
+    with store.read() as session:
+        fates = preview_each(session, [[_spec("one")], [boss], [boss], [_spec("two")]])
+    one, first, second, two = (fate for (fate,) in fates)
+    assert one.placement is None and two.placement is None  # the victim holds the one GPU
+    assert first.preempts == second.preempts == ["job-victim"]
+    assert first.placement == second.placement is not None
