@@ -8,14 +8,15 @@ within a queue higher priority first, then earlier submission, then name. Fit is
 `place` only. A job that does not fit does not block the ones behind it (best effort), except
 that the first job blocked for capacity in this order holds a reservation (reservation.py): the
 jobs after it may only take room its reservation does not need. It keeps the reservation from
-pass to pass until it starts; only a job ahead of it in its own queue, or a job of another queue
-that stays within its nominal quota while the holder would borrow, takes it over (`_yields_to`:
-priorities do not count across queues). A job that stays within its queue's nominal quota is not
-held back by a reservation for a job of another queue that would borrow (`_outranks`). A job
-that does not fit may preempt `preemptible` running jobs: lower-priority ones of its own queue,
-or, when it stays within its queue's nominal quota, jobs of its cohort's queues, each only while
-its queue borrows (`Quotas.reclaimable`). The room victims free is their preemptor's first
-(`Waiting.claims`), ahead of any reservation.
+pass to pass until it starts, unless a blocked job comes before it in a later pass's order
+(ahead of it in its queue, or of a queue whose share is lower), or a job of another queue that
+stays within its nominal quota while the holder would borrow (`_yields_to`: priorities do not
+count across queues). A job that stays within its queue's nominal quota is not held back by a
+reservation for a job of another queue that would borrow (`_outranks`). A job that does not fit
+may preempt `preemptible` running jobs: lower-priority ones of its own queue, or, when it stays
+within its queue's nominal quota, jobs of its cohort's queues, each only while its queue borrows
+(`Quotas.reclaimable`). The room victims free is their preemptor's first (`Waiting.claims`),
+ahead of any reservation.
 
 A job like one that failed since the pass last changed anything (same queue, priority, requests
 and limits: `_likeness`) fails the same way and is not tried again, so a pass over a long queue
@@ -255,19 +256,23 @@ class _Pass(Preempting):
         )
 
     def _yields_to(self, job: Waiting, demand: Demand | None) -> bool:
-        """Whether the reservation's holder gives it up to this blocked job. In the holder's
-        queue: to a job ahead of it in the queue's order (within a pass the first job blocked in
-        a queue reserves first; a holder carried from the pass before can be behind a job of its
-        queue that came back: a preempted job requeued keeps its submission time). From another
-        queue, priorities do not count, as in `_outranks`: only a job that stays within its
-        queue's nominal quota (`demand`, None: not known yet) takes it from a holder that would
-        borrow. Otherwise the holder keeps it until it starts, so a big job is not starved by
-        the jobs of a queue that keeps coming back with higher priorities."""
+        """Whether the reservation's holder gives it up to this blocked job: the reservation
+        is the first blocked job's in the pass's order. In the holder's queue: a job ahead of it
+        in the queue's order (within a pass the first job blocked in a queue reserves first; a
+        holder carried from the pass before can be behind a job of its queue that came back: a
+        preempted job requeued keeps its submission time). From another queue: a job tried
+        before the holder in this pass (its queue's share is the lower: a holder carried from
+        the pass before has not been tried yet), or one that stays within its queue's nominal
+        quota (`demand`, None: not known yet) when the holder would borrow. Priorities do not
+        count across queues, as in `_outranks`: a job tried after the holder never takes it, so
+        a queue whose jobs keep coming with higher priorities cannot starve another's big job."""
         holder = self.reserved
         if holder is None:
             return True
         if job.queue == holder.queue:
             return queue_order(job) < queue_order(holder)
+        if holder.name not in self.positions:
+            return True
         if not self.quotas.borrows(holder.queue, self.reserved_demand):
             return False
         return demand is None or not self.quotas.borrows(job.queue, demand)

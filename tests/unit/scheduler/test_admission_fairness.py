@@ -188,3 +188,49 @@ def test_a_job_within_quota_takes_the_reservation_from_one_that_would_borrow() -
         reserved=first.reservation,
     )
     assert second.reservation is not None and second.reservation.job == "b-six"
+
+
+def test_a_job_of_the_queue_with_the_lower_share_takes_a_carried_reservation() -> None:
+    """Seen from the CLI, once the rule above was in: research's priority-60 job held the
+    reservation (it was the first blocked job) when prod's 8-GPU job came; prod's share being
+    the lower, its job is tried first in every pass, so the reservation is its own from then
+    on, and research's priority-70 job, arriving later, waits behind it."""
+    snapshot = fleet(1)
+    queues = [
+        QueueSpec(name="prod", gpus=16, cohort="lab", lending_limit=8),
+        QueueSpec(name="research", gpus=16, cohort="lab", borrowing_limit=8),
+    ]
+    running = [
+        start(snapshot, waiting(f"r{k}", 2, queue="research", priority=10 * k, at=k))
+        for k in range(1, 5)
+    ]
+    r6 = waiting("r6", 2, queue="research", priority=60, at=6)
+    first = admit(queues=queues, running=running, waiting=[r6], snapshot=snapshot, now=6)
+    assert first.reservation is not None and first.reservation.job == "r6"
+    big = waiting("big", 8, queue="prod", priority=5, at=10)
+    second = admit(
+        queues=queues,
+        running=running,
+        waiting=[r6, big],
+        snapshot=snapshot,
+        now=10,
+        reserved=first.reservation,
+    )
+    assert second.reservation is not None and second.reservation.job == "big"
+    r7 = waiting("r7", 2, queue="research", priority=70, at=12)
+    release_placement(snapshot, running[0].placement)
+    third = admit(
+        queues=queues,
+        running=running[1:],
+        waiting=[r6, big, r7],
+        snapshot=snapshot,
+        now=12,
+        reserved=second.reservation,
+    )
+    assert names(third) == []
+    assert third.reservation is not None and third.reservation.job == "big"
+    assert reasons(third) == {
+        "big": NO_CAPACITY,
+        "r6": RESERVED_FOR + "big",
+        "r7": RESERVED_FOR + "big",
+    }
