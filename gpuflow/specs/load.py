@@ -7,10 +7,11 @@ memory; every refusal is a SpecError naming the file, the field and the value.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -46,12 +47,16 @@ _MAX_PROBLEMS = 3
 
 
 def describe_validation_error(
-    error: ValidationError, *, source: str, field_sources: dict[str, str] | None = None
+    error: ValidationError,
+    *,
+    source: str,
+    field_sources: dict[str, str] | None = None,
+    model: type[BaseModel] | None = None,
 ) -> str:
     """One line: the file, where, the value, and what is allowed, for the first few problems.
 
     `field_sources` names the file a top-level field came from (a profile's, say), when it is
-    not `source`."""
+    not `source`; `model`, the model validated, lets an unknown field name the known ones."""
     problems = []
     items = error.errors()
     first = items[0]["loc"][0] if items and items[0]["loc"] else None
@@ -60,7 +65,7 @@ def describe_validation_error(
         where = ".".join(map(_field, item["loc"]))
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
-            message = "unknown field (check the spelling)"
+            message = unknown_field(model, item["loc"])
         elif item["type"] == "missing":
             message = "required field is missing"
         value = item.get("input")
@@ -74,6 +79,42 @@ def describe_validation_error(
     more = len(items) - _MAX_PROBLEMS
     tail = f"; and {more} more" if more > 0 else ""
     return f"{source}: " + "; ".join(problems) + tail
+
+
+def unknown_field(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> str:
+    """The message for a field the model does not have: the closest known name, or the known
+    names (a few), when the model at that place is known."""
+    known = _fields_at(model, loc[:-1]) if model is not None else None
+    if not known:
+        return "unknown field (check the spelling)"
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    if close:
+        return f"unknown field; did you mean {close[0]}?"
+    listed = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
+    return f"unknown field (known here: {listed})"
+
+
+def _fields_at(model: type[BaseModel], path: tuple[int | str, ...]) -> list[str]:
+    """The field names of the model found at `path` inside `model` (list indexes and dict keys
+    skipped), or [] when the path leads to no single model."""
+    current: Any = model
+    for part in path:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        if isinstance(part, int) or part not in current.model_fields:
+            continue  # an index into a list, or a key of a mapping: the same model below
+        current = _model_in(current.model_fields[part].annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [info.alias or name for name, info in current.model_fields.items()]
+    return []
+
+
+def _model_in(annotation: Any) -> Any:
+    """The one model type inside an annotation (X | None, list[X], dict[str, X]), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    models = {m for arg in get_args(annotation) if (m := _model_in(arg)) is not None}
+    return models.pop() if len(models) == 1 else None
 
 
 def _field(part: Any) -> str:
@@ -117,7 +158,9 @@ def _validate(
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        message = describe_validation_error(exc, source=source, field_sources=field_sources)
+        message = describe_validation_error(
+            exc, source=source, field_sources=field_sources, model=model
+        )
         raise SpecError(message) from None
 
 

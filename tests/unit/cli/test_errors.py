@@ -38,6 +38,18 @@ def _one_error_line(output: str) -> str:
         ("name: x\ncommands: [true\n", "malformed YAML at line"),
         ("name: x\ncommands: [echo]\nresourcez: {}\n", "resourcez: unknown field"),
         (
+            "name: x\ncommands: [echo]\nresorces: {gpu: 1}\n",
+            "resorces: unknown field; did you mean resources?",
+        ),
+        (
+            "name: x\ncommands: [echo]\nretry: {limit: 3}\n",
+            "retry.limit: unknown field (known here: on_events, duration, max_attempts) (got 3)",
+        ),
+        (
+            "name: x\ncommands: [echo]\nresources: {gpu: 1, gpus: 2}\n",
+            "resources.gpus: unknown field; did you mean gpu?",
+        ),
+        (
             "name: x\ncommands: [echo]\nresources: {gpu: 'A100:4..2'}\n",
             "range 4..2 is empty: the minimum is above the maximum",
         ),

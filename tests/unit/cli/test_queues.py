@@ -189,6 +189,7 @@ def test_bad_queue_files_are_one_line_naming_the_file(cli: Cli) -> None:
             "lending_limit 9 is more than its quota of 4 GPUs"
         ),
         "type: queue\nname: x\ngpus: 4\nweight: 2\n": "weight: unknown field",
+        "type: queue\nname: x\ngpus: 4\ncohrt: lab\n": "cohrt: unknown field; did you mean cohort?",
         "type: queue\nname: Research\ngpus: 4\n": "queue name 'Research' must start",
     }
     for text, expected in cases.items():
