@@ -219,4 +219,4 @@ async def offers(
     for option in per_option:
         if len(per_option) > 1:
             common.console.print(f"[bold]option {option.option}[/]: GPU {option.gpu}")
-        print_offers(common.console, option.offers, nodes=spec.nodes, queue=spec.queue)
+        print_offers(common.console, option.offers, spec=spec)

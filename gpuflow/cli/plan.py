@@ -16,6 +16,7 @@ from gpuflow.cli.render import gang_table, offers_table, titled
 from gpuflow.scheduler.admission import QUOTA, RESERVED_FOR
 from gpuflow.scheduler.together import JobPlan
 from gpuflow.specs.job import JobSpec
+from gpuflow.specs.units import format_duration
 
 MAX_REASONS = 10
 
@@ -76,8 +77,8 @@ def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
     )
     if plan.queue_never is not None:
         console.print(
-            f"  [red]{escape(plan.queue_never)}[/]: it waits until a queue's quota changes "
-            "(gpuflow queue apply) if its retry policy allows, else it fails",
+            f"  [red]{escape(plan.queue_never)}[/]: "
+            + then(spec, "until a queue's quota changes (gpuflow queue apply)"),
             highlight=False,
         )
     placement = plan.placement
@@ -85,8 +86,7 @@ def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
         which = f"option {plan.taken + 1} ({labels[plan.taken]}): " if len(labels) > 1 else ""
         if plan.waits is not None:
             if plan.queue_never is None:
-                line = in_line(plan.ahead, spec.queue)
-                held = held_line(_hosts(placement), plan.waits, plan.first, line)
+                held = held_line(_hosts(placement), plan.waits, plan.first, spec, plan.ahead)
                 console.print(f"  {held}", highlight=False)
             else:
                 console.print(f"  {never_line(_hosts(placement))} (above)", highlight=False)
@@ -112,28 +112,39 @@ def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
         console.print(
             f"  [yellow]nothing left for it[/] once {escape(_jobs(after))} "
             f"{'is' if len(after) == 1 else 'are'} placed "
-            f"(alone it would go to {escape(_hosts(plan.alone))}); it waits for capacity if its "
-            "retry policy allows, else it fails:",
+            f"(alone it would go to {escape(_hosts(plan.alone))}); "
+            + then(spec, "for capacity")
+            + ":",
             highlight=False,
         )
     elif not plan.fits_idle:
         console.print(
             "  [red]nothing fits, even with every host of its fleets idle and ready[/]: only a "
-            "change of the fleets (gpuflow fleet apply) makes room; until then it waits for as "
-            "long as its retry policy allows, else it fails:",
+            "change of the fleets (gpuflow fleet apply) makes room; " + then(spec, "for one") + ":",
             highlight=False,
         )
     else:
         console.print(
-            f"  [yellow]nothing fits now[/] ({escape(in_line(plan.ahead, spec.queue))}); the job "
-            "waits for "
-            "capacity if its retry policy allows, else it fails:",
+            "  [yellow]nothing fits now[/]"
+            + (f" ({escape(in_line(plan.ahead, spec.queue))})" if spec.may_wait else "")
+            + "; "
+            + then(spec, "for capacity")
+            + ":",
             highlight=False,
         )
     for k, offers in enumerate(plan.options):
         prefix = f"option {k + 1} ({labels[k]}): " if len(labels) > 1 else ""
         for rejection in offers.rejections[:MAX_REASONS]:
             console.print(f"    {prefix}{rejection}", highlight=False, markup=False)
+
+
+def then(spec: JobSpec, waits: str) -> str:
+    """What becomes of a job that cannot start now, by its retry policy: it waits (`waits`
+    says for what) until its retry duration is spent, or it is refused."""
+    if spec.may_wait and spec.retry is not None:
+        until = format_duration(spec.retry.duration)
+        return f"it waits {waits}, up to {until} after its submission"
+    return "it would fail at once (its retry does not cover no-capacity)"
 
 
 def waits_because(waits: str, first: int) -> str:
@@ -153,12 +164,17 @@ def in_line(ahead: int, queue: str) -> str:
     return f"#{ahead + 1} in line in queue {queue}"
 
 
-def held_line(hosts: str, waits: str, first: int, line: str) -> str:
-    """A job a host fits that admission would hold: where it fits, its place, why."""
-    return (
-        f"[yellow]fits on {escape(hosts)} now, but waits[/], {escape(line)}: "
-        f"{escape(waits_because(waits, first))}"
-    )
+def held_line(hosts: str, waits: str, first: int, spec: JobSpec, ahead: int) -> str:
+    """A job a host fits that admission would hold: where it fits, its place, why (or that it
+    would fail, for a job that may not wait)."""
+    why = escape(waits_because(waits, first))
+    if not spec.may_wait:
+        return (
+            f"[yellow]fits on {escape(hosts)} now, but would fail at once[/]: {why}, and its "
+            "retry does not cover no-capacity"
+        )
+    line = escape(in_line(ahead, spec.queue))
+    return f"[yellow]fits on {escape(hosts)} now, but waits[/], {line}: {why}"
 
 
 def never_line(hosts: str) -> str:
@@ -166,22 +182,22 @@ def never_line(hosts: str) -> str:
     return f"[yellow]fits on {escape(hosts)} now, but its queue could never admit it[/]"
 
 
-def print_offers(console: Console, offers: Any, *, nodes: int, queue: str) -> None:
+def print_offers(console: Console, offers: Any, *, spec: JobSpec) -> None:
     """One resource option of `gpuflow offers`: the verdict, what fits and why the rest do not."""
-    width = console.width
+    width, nodes = console.width, spec.nodes
     if nodes > 1:
-        _print_gang(console, offers, nodes=nodes, width=width, queue=queue)
+        _print_gang(console, offers, spec=spec, width=width)
     elif offers.fits:
         console.print(titled("fits", offers_table(offers, width=width)))
         _more_fit(console, offers)
         if offers.placement is not None:
-            _goes_to(console, offers, nodes=nodes, queue=queue)
+            _goes_to(console, offers, spec=spec)
     else:
         console.print("[bold red]nothing fits[/]")
     if offers.queue_never is not None:
         console.print(
-            f"[red]{escape(offers.queue_never)}[/]: it would wait until a queue's quota "
-            "changes (gpuflow queue apply) if its retry policy allows, else fail",
+            f"[red]{escape(offers.queue_never)}[/]: "
+            + then(spec, "until a queue's quota changes (gpuflow queue apply)"),
             highlight=False,
         )
     if offers.placement is None and offers.fits_idle is False:
@@ -199,22 +215,23 @@ def print_offers(console: Console, offers: Any, *, nodes: int, queue: str) -> No
             console.print(f"  {rejection}", highlight=False, markup=False)
 
 
-def _goes_to(console: Console, offers: Any, *, nodes: int, queue: str) -> None:
+def _goes_to(console: Console, offers: Any, *, spec: JobSpec) -> None:
     """Where the job goes, or, when admission would hold it, where it fits and why it waits."""
     if offers.waits is None:
-        console.print(f"goes to {verdict(offers.placement, nodes)}", highlight=False, markup=False)
+        where = verdict(offers.placement, spec.nodes)
+        console.print(f"goes to {where}", highlight=False, markup=False)
     elif offers.queue_never is None:
-        line = in_line(offers.ahead, queue)
-        held = held_line(_hosts(offers.placement), offers.waits, offers.first, line)
+        held = held_line(_hosts(offers.placement), offers.waits, offers.first, spec, offers.ahead)
         console.print(held, highlight=False)
     else:
         console.print(f"{never_line(_hosts(offers.placement))} (below)", highlight=False)
 
 
-def _print_gang(console: Console, offers: Any, *, nodes: int, width: int, queue: str) -> None:
+def _print_gang(console: Console, offers: Any, *, spec: JobSpec, width: int) -> None:
+    nodes = spec.nodes
     if offers.placement is not None:
         console.print(gang_table(offers.placement, width=width))
-        _goes_to(console, offers, nodes=nodes, queue=queue)
+        _goes_to(console, offers, spec=spec)
         return
     console.print(
         f"[bold red]no gang of {nodes} whole idle hosts in one fleet[/] "

@@ -324,15 +324,23 @@ def test_a_schedule_of_an_unknown_queue_or_fleet_is_refused(cli: Cli) -> None:
 def test_apply_plan_says_when_its_queue_could_never_admit_the_job(cli: Cli) -> None:
     cli.fleet(BOX)
     cli("queue", "apply", "-f", cli.write("research.yaml", RESEARCH))
-    big = cli.write("big.yaml", "name: big\ncommands: [x]\nqueue: research\nresources: {gpu: 8}\n")
+    waits = "retry: {on_events: [no-capacity], duration: 2h}\n"
+    big = cli.write(
+        "big.yaml", "name: big\ncommands: [x]\nqueue: research\nresources: {gpu: 8}\n" + waits
+    )
     text = " ".join(cli("apply", "-y", "-d", "-f", big).split())
     # the fleet has room; the queue never will
     assert "fits on box now, but its queue could never admit it (above)" in text
     assert (
         "queue research can never admit it: it asks 8 GPU(s) of any model, more than its "
         "quota (A100:2) and cohort lab's lending allows: it waits until a queue's quota "
-        "changes (gpuflow queue apply) if its retry policy allows, else it fails"
+        "changes (gpuflow queue apply), up to 2h after its submission"
     ) in text
+    once = cli.write(
+        "once.yaml", "name: once\ncommands: [x]\nqueue: research\nresources: {gpu: 8}\n"
+    )
+    text = " ".join(cli("apply", "-y", "-d", "-f", once).split())
+    assert "lending allows: it would fail at once (its retry does not cover no-capacity)" in text
     small = cli.write("s.yaml", "name: s\ncommands: [x]\nqueue: research\nresources: {gpu: 2}\n")
     assert "can never admit" not in cli("apply", "-y", "-d", "-f", small)
 
@@ -347,7 +355,7 @@ def test_offers_says_when_its_queue_could_never_admit_the_job(cli: Cli) -> None:
         "queue research can never admit it: it asks 8 GPU(s) of any model, more than its "
         "quota (A100:2) and cohort lab's lending allows"
     )
-    assert never + ": it would wait until a queue's quota changes" in text
+    assert never + ": it would fail at once (its retry does not cover no-capacity)" in text
     assert json.loads(cli("offers", "-f", big, "--json"))["queue_never"] == never
     small = cli.write("s.yaml", "name: s\ncommands: [x]\nqueue: research\nresources: {gpu: 2}\n")
     assert json.loads(cli("offers", "-f", small, "--json"))["queue_never"] is None
@@ -424,7 +432,10 @@ def test_apply_plan_says_which_running_jobs_admission_would_preempt(cli: Cli) ->
     same = "name: same\ncommands: [x]\nresources: {gpu: 4}\n"
     text = " ".join(cli("apply", "-y", "-d", "-f", cli.write("same.yaml", same)).split())
     assert "would preempt" not in text
-    assert "nothing fits now (#1 in line in queue default); the job waits" in text
+    assert "nothing fits now; it would fail at once (its retry does not cover no-capacity)" in text
+    waits = same + "retry: {on_events: [no-capacity]}\n"
+    text = " ".join(cli("apply", "-y", "-d", "-f", cli.write("w.yaml", waits)).split())
+    assert "nothing fits now (#1 in line in queue default); it waits for capacity, up to 1h" in text
 
 
 def test_plan_and_offers_say_when_admission_would_hold_a_job_a_host_fits(cli: Cli) -> None:
@@ -434,6 +445,7 @@ def test_plan_and_offers_say_when_admission_would_hold_a_job_a_host_fits(cli: Cl
     cli.fleet(BOX)
     cli("queue", "apply", "-f", cli.write("tiny.yaml", "type: queue\nname: tiny\ngpus: 2\n"))
     job = "name: {}\ncommands: [x]\nqueue: tiny\nresources: {{gpu: 2}}\n"
+    job += "retry: {{on_events: [no-capacity]}}\n"
     first = " ".join(cli("apply", "-y", "-d", "-f", cli.write("t1.yaml", job.format("t1"))).split())
     assert "goes to box" in first
     from datetime import UTC, datetime
@@ -459,5 +471,11 @@ def test_plan_and_offers_say_when_admission_would_hold_a_job_a_host_fits(cli: Cl
     assert held in text and "goes to" not in text
     answer = json.loads(cli("offers", "-f", second, "--json"))
     assert (answer["waits"], answer["ahead"], answer["first"]) == ("quota", 0, 0)
+    once = cli.write("once.yaml", "name: once\ncommands: [x]\nqueue: tiny\nresources: {gpu: 2}\n")
+    text = " ".join(cli("offers", "-f", once).split())
+    assert (
+        "fits on box now, but would fail at once: the queue has no quota left for it (gpuflow "
+        "queue list), and its retry does not cover no-capacity"
+    ) in text
     other = cli.write("d.yaml", "name: d\ncommands: [x]\nresources: {gpu: 2}\n")
     assert json.loads(cli("offers", "-f", other, "--json"))["waits"] is None
