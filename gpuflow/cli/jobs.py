@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.text import Text
@@ -110,6 +111,7 @@ async def logs(
     """Print a job's output."""
     client = await common.open_client()
     try:
+        _say_not_started(await client.get(job), follow=follow)
         # aclosing: leaving early (a closed pipe) still deletes the log reader from Temporal.
         async with contextlib.aclosing(client.logs(job, rank=node, follow=follow)) as chunks:
             async for chunk in chunks:
@@ -117,6 +119,19 @@ async def logs(
                 sys.stdout.flush()
     finally:
         await client.close()
+
+
+def _say_not_started(info: Any, *, follow: bool) -> None:
+    """On stderr (the output stays the job's own): a job that has no output yet because it has
+    not started, why, and, with --follow, that the command waits for it."""
+    from gpuflow.cli.waiting import queue_place, why_waiting
+    from gpuflow.status import JobStatus
+
+    if info.status not in (JobStatus.PENDING, JobStatus.PROVISIONING):
+        return
+    why = queue_place(info) or why_waiting(info)
+    then = "; waiting for it to start (Ctrl-C leaves)" if follow else ""
+    common.err.print(f"{info.name} ({info.id}) has not started: {why}{then}", highlight=False)
 
 
 @run

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -238,3 +239,26 @@ def test_stack_that_goes_down_mid_command_is_one_line(
         "error: cannot reach Temporal at 127.0.0.1:7233 — is the stack up? (gpuflow up -d)"
     )
     assert "transport" not in out
+
+
+def test_logs_of_a_job_that_has_not_started_says_why_on_stderr(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gpuflow logs` of a waiting job printed nothing and exited 0: nothing said why. (The
+    log reader is a Temporal workflow the fake does not run: its output is stood in for.)"""
+    from gpuflow.client import Client
+
+    async def logs(self: Client, job: str, **_: object) -> AsyncIterator[str]:
+        info = await self.get(job)
+        if info.status == JobStatus.RUNNING:
+            yield "step 1\n"
+
+    monkeypatch.setattr(Client, "logs", logs)
+    cli.job("w", JobStatus.PENDING, message="waiting for capacity: box: 0 of 8 GPUs free")
+    out, err = cli.streams("logs", "w")
+    assert out == ""  # the output stays the job's own
+    said = " ".join(err.split())
+    assert said == "w (job-w-a1b2c3) has not started: no capacity: box: 0 of 8 GPUs free"
+    cli.job("r", JobStatus.RUNNING, suffix="d4e5f6")
+    out, err = cli.streams("logs", "r")
+    assert (out, err) == ("step 1\n", "")
