@@ -121,17 +121,18 @@ async def logs(
         await client.close()
 
 
-def _say_not_started(info: Any, *, follow: bool) -> None:
+def _say_not_started(info: Any, *, follow: bool) -> bool:
     """On stderr (the output stays the job's own): a job that has no output yet because it has
-    not started, why, and, with --follow, that the command waits for it."""
+    not started, why, and, with --follow, that the command waits for it. Whether it said so."""
     from gpuflow.cli.waiting import queue_place, why_waiting
     from gpuflow.status import JobStatus
 
     if info.status not in (JobStatus.PENDING, JobStatus.PROVISIONING):
-        return
+        return False
     why = queue_place(info) or why_waiting(info)
     then = "; waiting for it to start (Ctrl-C leaves)" if follow else ""
     common.err.print(f"{info.name} ({info.id}) has not started: {why}{then}", highlight=False)
+    return True
 
 
 @run
@@ -183,21 +184,20 @@ async def metrics(
             common.print_json(state.model_dump(mode="json"))
             return
         if not watch:
-            if not state.gpus:
-                ended = progress.status.is_final
-                common.console.print(
-                    "no GPU samples: the job ended before its first"
-                    if ended
-                    else "no GPU samples yet"
-                )
-            width = common.console.width
-            common.console.print(metrics_table(state, progress.placement, width=width))
+            if state.gpus:
+                width = common.console.width
+                common.console.print(metrics_table(state, progress.placement, width=width))
+            elif progress.status.is_final:
+                common.console.print("no GPU samples: the job ended before its first")
+            elif not _say_not_started(await client.get(job), follow=False):
+                common.console.print("no GPU samples yet (the first comes within a minute)")
             return
         table = metrics_table(state, progress.placement, width=common.console.width)
         with Live(table, console=common.console) as live:
             while not (await client.get(job)).status.is_final:
                 await asyncio.sleep(2)
                 state = await client.metrics(job)
+                progress = await client.progress(job)  # a job that waited has hosts now
                 live.update(metrics_table(state, progress.placement, width=common.console.width))
     finally:
         await client.close()

@@ -159,8 +159,18 @@ def test_metrics_of_a_job_that_ended_before_its_first_sample_says_so(
     monkeypatch.setattr(Client, "metrics", metrics)
     monkeypatch.setattr(Client, "progress", progress_of(JobStatus.DONE))
     assert "no GPU samples: the job ended before its first" in cli("metrics", "quick")
+    cli.job("quick", JobStatus.RUNNING)
     monkeypatch.setattr(Client, "progress", progress_of(JobStatus.RUNNING))
-    assert "no GPU samples yet" in cli("metrics", "quick")
+    out = cli("metrics", "quick")
+    assert "no GPU samples yet" in out and "UTIL" not in out  # no empty table
+    # A job that waits has no samples because it has not started: it says why, on stderr.
+    cli.job("later", JobStatus.PENDING, message="waiting for capacity: box: 0 of 8 GPUs free")
+    monkeypatch.setattr(Client, "progress", progress_of(JobStatus.PENDING))
+    out, err = cli.streams("metrics", "later")
+    assert out == ""
+    assert " ".join(err.split()) == (
+        "later (job-later-a1b2c3) has not started: no capacity: box: 0 of 8 GPUs free"
+    )
 
 
 def test_describe_lists_a_refused_jobs_reasons_one_per_line(cli: Cli) -> None:
