@@ -61,11 +61,14 @@ def describe_validation_error(
     items = error.errors()
     first = items[0]["loc"][0] if items and items[0]["loc"] else None
     source = (field_sources or {}).get(str(first), source)
+    listed: set[tuple[int | str, ...]] = set()  # where the known fields were named already
     for item in items[:_MAX_PROBLEMS]:
         where = ".".join(map(_field, item["loc"]))
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
-            message = unknown_field(model, item["loc"])
+            place = tuple(item["loc"][:-1])
+            message = unknown_field(model, item["loc"], list_known=place not in listed)
+            listed.add(place)
         elif item["type"] == "missing":
             message = "required field is missing"
         value = item.get("input")
@@ -81,15 +84,19 @@ def describe_validation_error(
     return f"{source}: " + "; ".join(problems) + tail
 
 
-def unknown_field(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> str:
+def unknown_field(
+    model: type[BaseModel] | None, loc: tuple[int | str, ...], *, list_known: bool = True
+) -> str:
     """The message for a field the model does not have: the closest known name, or the known
-    names (a few), when the model at that place is known."""
+    names (a few, once per message: `list_known`), when the model at that place is known."""
     known = _fields_at(model, loc[:-1]) if model is not None else None
     if not known:
         return "unknown field (check the spelling)"
     close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
     if close:
         return f"unknown field; did you mean {close[0]}?"
+    if not list_known:
+        return "unknown field"
     listed = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
     return f"unknown field (known here: {listed})"
 
