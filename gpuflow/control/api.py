@@ -24,7 +24,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow import sealed, secrets
 from gpuflow.control.admission import GroupCommit
-from gpuflow.control.admission_wake import ask_for_pass
+from gpuflow.control.admission_wake import ask_for_pass, wake_admission
 from gpuflow.control.api_common import job_record, one_line, unrecorded_job
 from gpuflow.control.api_dry_runs import DryRunActivities
 from gpuflow.control.api_events import EventActivities
@@ -260,6 +260,7 @@ class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
     @one_line
     async def delete_fleet(self, ref: FleetRef) -> None:
         await asyncio.to_thread(delete_fleet, self.store, ref.name)
+        await wake_admission(self.temporal)  # waiting jobs' reasons named its hosts
         with contextlib.suppress(RPCError):  # its health checks end (none ran: nothing to end)
             await self.temporal.get_workflow_handle_for(
                 FleetWorkflow.run, fleet_workflow_id(ref.name)

@@ -12,10 +12,11 @@ from gpuflow.errors import GpuflowError, NotFoundError
 from gpuflow.naming import host_id, host_task_queue
 from gpuflow.services.changes import bump, bump_hosts
 from gpuflow.services.mix import forget_mix_in
+from gpuflow.services.verdicts import WAITING
 from gpuflow.specs.fleet import FleetSpec, HostDecl
 from gpuflow.status import HostState
 from gpuflow.store.db import Store
-from gpuflow.store.tables import AllocationRow, FleetRow, GpuRow, HostRow
+from gpuflow.store.tables import AllocationRow, FleetRow, GpuRow, HostRow, QueueEntryRow
 from gpuflow.workflows.models import HostFacts
 
 
@@ -199,11 +200,32 @@ def delete_fleet(store: Store, name: str) -> None:
             raise GpuflowError(
                 f"fleet {name} still runs jobs on {', '.join(busy)}; stop them first"
             )
+        stranded = _waiting_only_for(session, name)
+        if stranded:
+            shown = ", ".join(stranded[:5]) + (", ..." if len(stranded) > 5 else "")
+            raise GpuflowError(
+                f"fleet {name}: {len(stranded)} waiting job(s) can run on no other fleet "
+                f"({shown}); stop them first, or apply the fleets they name"
+            )
         for host in hosts:
             _delete_host(session, host.id)
         session.delete(fleet)
         forget_mix_in(session, name)
         bump(session, "structure")
+
+
+def _waiting_only_for(session: Session, name: str) -> list[str]:
+    """The waiting jobs (names) that name this fleet and no other fleet that exists: deleting
+    it would leave them waiting for nothing."""
+    existing = set(session.exec(select(FleetRow.name)).all())
+    rows = session.exec(
+        select(QueueEntryRow.name, QueueEntryRow.fleets).where(QueueEntryRow.state == WAITING)
+    ).all()
+    return sorted(
+        job
+        for job, fleets in rows
+        if name in fleets and all(f == name or f not in existing for f in fleets)
+    )
 
 
 def set_host_state(store: Store, hid: str, state: HostState, detail: str | None = None) -> None:

@@ -1,0 +1,41 @@
+"""Deleting a fleet (gpuflow/services/fleets.py `delete_fleet`) with jobs that need it, on
+SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuflow.errors import GpuflowError
+from gpuflow.services.fleets import apply_fleet, delete_fleet, fleet_names_in
+from gpuflow.services.queue_entries import leave_queue_in
+from gpuflow.specs import FleetSpec
+from gpuflow.store.db import Store
+from tests.unit.store.test_admission_store import _enqueue, _fleet
+from tests.unit.store.test_plan_preview import _end
+
+
+def test_a_fleet_that_waiting_jobs_need_is_not_deleted_under_them(store: Store) -> None:
+    """Seen from the CLI: `fleet delete small` went through while a job that named only
+    `small` waited, and the job then waited for a fleet that no longer existed. As with running
+    jobs (and `queue delete`), the delete is refused and says which jobs; a job that may run on
+    another fleet too does not hold it."""
+    _fleet(store, gpus=1, cpus=8)  # fleet `sim`
+    other = {"name": "other", "kind": "sim", "hosts": [{"name": "o1", "cpus": 8}]}  # no GPU
+    apply_fleet(store, FleetSpec.model_validate(other))
+    assert _enqueue(store, "holder", 0, fleets=["sim"]).placement is not None
+    assert _enqueue(store, "stuck", 1, fleets=["sim"]).placement is None
+    assert _enqueue(store, "flexible", 2, fleets=["sim", "other"]).placement is None
+    _end(store, "holder")
+    with pytest.raises(GpuflowError) as refused:
+        delete_fleet(store, "sim")
+    assert str(refused.value) == (
+        "fleet sim: 1 waiting job(s) can run on no other fleet (stuck); stop them first, or "
+        "apply the fleets they name"
+    )
+    with store.read() as session:
+        assert "sim" in fleet_names_in(session)
+    with store.placement_transaction() as session:
+        leave_queue_in(session, job_id="job-stuck")
+    delete_fleet(store, "sim")  # `flexible` names `other` too: it does not hold the fleet
+    with store.read() as session:
+        assert "sim" not in fleet_names_in(session)
