@@ -59,7 +59,7 @@ class ControlPlaneCalls:
         return FleetInfo.from_record(record)
 
     async def delete_fleet(self, name: str) -> None:
-        """Delete a fleet that runs no job; its health checks end."""
+        """Delete a fleet that runs no job and that no waiting job needs; its health checks end."""
         await self._api.call("delete_fleet", FleetRef(name=name), type(None))
 
     async def fleets(self) -> list[FleetInfo]:
