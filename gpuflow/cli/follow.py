@@ -10,6 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from gpuflow.cli.follow_logs import JobOutput
 from gpuflow.cli.render import Column, fitted_table, status_text
 from gpuflow.client.core import workflow_running
 from gpuflow.errors import GpuflowError
@@ -36,9 +37,13 @@ that retries records its next attempt within moments; a workflow that stays open
 control worker gone before it closed) is not waited for without end."""
 
 
-async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool:
+async def follow_jobs(
+    console: Console, client: Any, job_ids: list[str], *, output: bool = True
+) -> bool:
     """Live status until every job ends (its row final, its workflow closed); prints each
-    transition. True if all ended `done`."""
+    transition and, with `output`, what the jobs write (follow_logs.py). True if all ended
+    `done`."""
+    logs = JobOutput(console, client, prefixed=len(job_ids) > 1) if output else None
     rows: dict[str, dict[str, Any]] = {}
     over: set[str] = set()
     final_since: dict[str, float] = {}
@@ -73,6 +78,8 @@ async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool
                     pass
                 if info.status.is_final and info.hosts and job_id in placed:
                     where = placed[job_id]
+                if logs is not None and (job_id in placed or (info.status.is_final and info.hosts)):
+                    logs.started(job_id, info.name)  # it ran, or runs: its output exists
                 rows[job_id] = {
                     "name": info.name,
                     "status": status,
@@ -103,5 +110,7 @@ async def follow_jobs(console: Console, client: Any, job_ids: list[str]) -> bool
             if len(over) == len(rows):
                 break
             await asyncio.sleep(0.5)
+        if logs is not None:
+            await logs.finish()
     console.print(_table(rows, console.width))
     return all(row["status"] == JobStatus.DONE for row in rows.values())

@@ -22,6 +22,9 @@ from gpuflow.errors import GpuflowError
 async def apply(
     files: list[Path] = typer.Option(..., "--file", "-f", help="Job file(s)."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Submit and return."),
+    no_logs: bool = typer.Option(
+        False, "--no-logs", help="Follow the jobs' status only, not their output."
+    ),
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation."),
     profile: str | None = typer.Option(None, "--profile", help="Profile (defaults) to inherit."),
     gpu: str | None = typer.Option(None, "--gpu", help="Override resources.gpu, e.g. A100:2."),
@@ -30,7 +33,8 @@ async def apply(
     min_gpu_utilization: int | None = typer.Option(None, "--min-gpu-utilization"),
     time_window: str | None = typer.Option(None, "--time-window"),
 ) -> None:
-    """Submit job files, show where they go, and follow them until they end."""
+    """Submit job files, show where they go, and follow them until they end, with their
+    output (node 0)."""
     from gpuflow.cli.follow import follow_jobs
     from gpuflow.cli.plan import plan_jobs, print_plans
     from gpuflow.specs.flags import JobFlags
@@ -61,7 +65,7 @@ async def apply(
             jobs.append(job)
         if detach:
             return
-        ok = await follow_jobs(common.console, client, [job.id for job in jobs])
+        ok = await follow_jobs(common.console, client, [job.id for job in jobs], output=not no_logs)
     finally:
         await client.close()
     if not ok:
