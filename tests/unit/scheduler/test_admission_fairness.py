@@ -4,8 +4,8 @@ reserved job needs on its hosts."""
 
 from __future__ import annotations
 
-from gpuflow.scheduler import release_placement
-from gpuflow.scheduler.admission import NO_CAPACITY, RESERVED_FOR, admit
+from gpuflow.scheduler import Snapshot, release_placement
+from gpuflow.scheduler.admission import NO_CAPACITY, RESERVED_FOR, Running, admit
 from gpuflow.specs import QueueSpec
 from tests.unit.scheduler.test_admission import TWO, fleet, names, reasons, start, waiting
 
@@ -121,13 +121,9 @@ def test_a_small_reservation_does_not_hand_its_host_to_a_borrower_of_its_queue()
     assert reasons(second) == {"b-big": NO_CAPACITY, "b-tiny": RESERVED_FOR + "b-big"}
 
 
-def test_a_higher_priority_of_another_queue_does_not_take_the_reservation() -> None:
-    """Seen from the CLI: research filled the one host with jobs of priority 10-40 and had two
-    more waiting (50, 60); prod's 8-GPU job (priority 5, prod's share the lower) reserved the
-    host, and at the first release research's priority 60 took the reservation over, then its
-    50, and so on while research kept submitting: prod's job would never start. Priorities
-    order jobs within a queue; across queues the share decides, and a holder within its
-    queue's nominal quota keeps its reservation until it starts."""
+def _research_fills_the_host() -> tuple[Snapshot, list[QueueSpec], list[Running]]:
+    """One 8-GPU host; queues prod and research (cohort lab); research runs four 2-GPU jobs of
+    priorities 10-40 on it."""
     snapshot = fleet(1)
     queues = [
         QueueSpec(name="prod", gpus=16, cohort="lab", lending_limit=8),
@@ -137,6 +133,17 @@ def test_a_higher_priority_of_another_queue_does_not_take_the_reservation() -> N
         start(snapshot, waiting(f"r{k}", 2, queue="research", priority=10 * k, at=k))
         for k in range(1, 5)
     ]
+    return snapshot, queues, running
+
+
+def test_a_higher_priority_of_another_queue_does_not_take_the_reservation() -> None:
+    """Seen from the CLI: research filled the one host with jobs of priority 10-40 and had two
+    more waiting (50, 60); prod's 8-GPU job (priority 5, prod's share the lower) reserved the
+    host, and at the first release research's priority 60 took the reservation over, then its
+    50, and so on while research kept submitting: prod's job would never start. Priorities
+    order jobs within a queue; across queues the share decides, and a holder within its
+    queue's nominal quota keeps its reservation until it starts."""
+    snapshot, queues, running = _research_fills_the_host()
     big = waiting("big", 8, queue="prod", priority=5, at=10)
     later = [waiting(f"r{k}", 2, queue="research", priority=10 * k, at=k) for k in (5, 6)]
     first = admit(queues=queues, running=running, waiting=[*later, big], snapshot=snapshot, now=0)
@@ -195,15 +202,7 @@ def test_a_job_of_the_queue_with_the_lower_share_takes_a_carried_reservation() -
     reservation (it was the first blocked job) when prod's 8-GPU job came; prod's share being
     the lower, its job is tried first in every pass, so the reservation is its own from then
     on, and research's priority-70 job, arriving later, waits behind it."""
-    snapshot = fleet(1)
-    queues = [
-        QueueSpec(name="prod", gpus=16, cohort="lab", lending_limit=8),
-        QueueSpec(name="research", gpus=16, cohort="lab", borrowing_limit=8),
-    ]
-    running = [
-        start(snapshot, waiting(f"r{k}", 2, queue="research", priority=10 * k, at=k))
-        for k in range(1, 5)
-    ]
+    snapshot, queues, running = _research_fills_the_host()
     r6 = waiting("r6", 2, queue="research", priority=60, at=6)
     first = admit(queues=queues, running=running, waiting=[r6], snapshot=snapshot, now=6)
     assert first.reservation is not None and first.reservation.job == "r6"
