@@ -218,12 +218,39 @@ def test_streams_keep_order_quota_reservation_and_preemption_rules(
             now=now,
             reserved=reserved,
         )
+        _check_kept(queues, reserved, decision, live)
         reserved = decision.reservation
         live = _check(queues, live, decision, snapshot, now)
         pending = [held.job for held in decision.waiting]
         assert [h.position for h in decision.waiting] == list(range(len(pending)))
         seen.update(_kinds(decision))
     event(", ".join(sorted(seen)) or "plain")
+
+
+def _check_kept(
+    queues: list[QueueSpec],
+    carried: Reservation | None,
+    decision: Decision,
+    live: dict[str, Running],
+) -> None:
+    """A reservation carried from the pass before goes to a job of another queue only if that
+    job came before its holder in this pass's order (its queue's share the lower), or if the
+    holder would borrow (priorities do not count across queues)."""
+    now_held = decision.reservation
+    if carried is None or now_held is None or now_held.job == carried.job:
+        return
+    places = {h.job.name: h for h in decision.waiting}
+    holder, taker = places.get(carried.job), places.get(now_held.job)
+    if holder is None or taker is None or holder.job.queue == taker.job.queue:
+        return
+    request = resolve(holder.job.job)
+    nominal = {q.name: q.quota["*"] for q in queues}
+    usage = _usage(live)
+    borrows = usage[holder.job.queue] + request.nodes * request.gpu_min > nominal[holder.job.queue]
+    assert taker.position < holder.position or borrows, (
+        f"{taker.job.name} (queue {taker.job.queue}, priority {taker.job.priority}) took the "
+        f"reservation of {holder.job.name} (queue {holder.job.queue}) though tried after it"
+    )
 
 
 def _kinds(decision: Decision) -> set[str]:
