@@ -41,7 +41,7 @@ from gpuflow.scheduler.admission_jobs import (
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.place import place
 from gpuflow.scheduler.preemption import Preempting
-from gpuflow.scheduler.quota import Demand, Quotas, by_covered_model
+from gpuflow.scheduler.quota import Demand, Quotas, by_covered_model, never_admitted
 from gpuflow.scheduler.request import resolve
 from gpuflow.scheduler.reservation import Reservation, Room, earliest_start, hidden
 from gpuflow.scheduler.scorers import orders_by_name
@@ -181,7 +181,10 @@ class _Pass(Preempting):
                 self._take(job, placement, ())
                 return True
             reason = QUOTA
-        found = self._preempt(job)
+        never = reason == NO_CAPACITY and self._never_admitted(job)
+        if never:
+            reason = QUOTA  # the lasting reason: no capacity would admit it, nor a reservation
+        found = None if never else self._preempt(job)
         if found is not None:
             self._take(job, *found)
             return True
@@ -191,6 +194,11 @@ class _Pass(Preempting):
         if like is not None and self.reserved is not job:
             self.failed[like] = reason
         return False
+
+    def _never_admitted(self, job: Waiting) -> bool:
+        """Its queue could not admit it even with its whole cohort idle (quota.py)."""
+        queues = list(self.quotas.queues.values())
+        return never_admitted(queues, job.queue, job.job) is not None
 
     def _likeness(self, job: Waiting) -> tuple[object, ...] | None:
         """What a try of the job depends on besides the pass's state; None for a job whose name

@@ -5,7 +5,7 @@ reserved job needs on its hosts."""
 from __future__ import annotations
 
 from gpuflow.scheduler import Snapshot, release_placement
-from gpuflow.scheduler.admission import NO_CAPACITY, RESERVED_FOR, Running, admit
+from gpuflow.scheduler.admission import NO_CAPACITY, QUOTA, RESERVED_FOR, Running, admit
 from gpuflow.specs import QueueSpec
 from tests.unit.scheduler.test_admission import TWO, fleet, names, reasons, start, waiting
 
@@ -233,3 +233,20 @@ def test_a_job_of_the_queue_with_the_lower_share_takes_a_carried_reservation() -
         "r6": RESERVED_FOR + "big",
         "r7": RESERVED_FOR + "big",
     }
+
+
+def test_a_job_its_queue_could_never_admit_reserves_nothing() -> None:
+    """Found by the streams: a job asking 8 GPUs of a queue of quota 2 without cohort was held
+    `no_capacity` while the host was busy, and reserved the host (taking the reservation from
+    a job of its queue that could start): a reservation for a job that quota never admits
+    holds the others back for nothing. It waits on quota, and reserves nothing."""
+    snapshot = fleet(1)
+    queues = [QueueSpec(name="a", gpus=16), QueueSpec(name="c", gpus=2)]
+    busy = start(snapshot, waiting("busy", 8, queue="a"))
+    never = waiting("never", 8, queue="c", priority=100, at=1)
+    small = waiting("small", 2, queue="c", at=2)
+    decision = admit(
+        queues=queues, running=[busy], waiting=[never, small], snapshot=snapshot, now=5
+    )
+    assert reasons(decision) == {"never": QUOTA, "small": NO_CAPACITY}
+    assert decision.reservation is not None and decision.reservation.job == "small"

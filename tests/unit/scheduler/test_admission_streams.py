@@ -22,6 +22,7 @@ from gpuflow.scheduler.admission import (
     QUOTA,
     Admitted,
     Decision,
+    Held,
     Reservation,
     Running,
     Waiting,
@@ -243,10 +244,29 @@ def _check_kept(
     holder, taker = places.get(carried.job), places.get(now_held.job)
     if holder is None or taker is None or holder.job.queue == taker.job.queue:
         return
-    request = resolve(holder.job.job)
     nominal = {q.name: q.quota["*"] for q in queues}
-    usage = _usage(live)
-    borrows = usage[holder.job.queue] + request.nodes * request.gpu_min > nominal[holder.job.queue]
+    # Whether the holder, or a job of its queue that took it over first (ahead of it there),
+    # would borrow when the taker was tried (one held on quota now may have been the holder):
+    # the queue's usage then lies between the pass's start and its end (admissions add to it,
+    # preemptions take from it).
+    after = dict(live)
+    for admitted in decision.admitted:
+        for victim in admitted.victims:
+            after.pop(victim, None)
+        after[admitted.job.name] = Running(
+            admitted.job.name, admitted.job.queue, admitted.placement
+        )
+    queue = holder.job.queue
+
+    def would_borrow(held: Held) -> bool:
+        request = resolve(held.job.job)
+        wanted = request.nodes * request.gpu_min
+        return any(u[queue] + wanted > nominal[queue] + 1e-9 for u in (_usage(live), _usage(after)))
+
+    rivals = [
+        h for h in decision.waiting if h.job.queue == queue and h.reason in (NO_CAPACITY, QUOTA)
+    ]
+    borrows = any(would_borrow(h) for h in rivals)
     assert taker.position < holder.position or borrows, (
         f"{taker.job.name} (queue {taker.job.queue}, priority {taker.job.priority}) took the "
         f"reservation of {holder.job.name} (queue {holder.job.queue}) though tried after it"
