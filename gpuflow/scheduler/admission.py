@@ -247,43 +247,35 @@ class _Pass(Preempting):
             and self.now + duration <= reservation.starts_at
         )
 
-    def _outranks(self, job: Waiting, demand: Demand) -> bool:
+    def _outranks(self, job: Waiting, demand: Demand | None) -> bool:
         """Whether the reservation may not hold this job back. In the reserved job's queue: ahead
-        of it in the queue's order (`_yields_to`). In another queue, priorities do not
-        count (they order jobs within a queue), quotas do: a job that stays within its queue's
-        nominal quota goes before a reserved job that would borrow, as Kueue admits workloads
-        within nominal quota before borrowing ones. Only idle quota is lent, and quota its
-        owner's waiting jobs can use is not idle; a reservation must not keep it from them."""
+        of it in the queue's order (a holder carried from the pass before can be behind a job of
+        its queue that came back: a preempted job requeued keeps its submission time). In
+        another queue, priorities do not count (they order jobs within a queue), quotas do: a
+        job that stays within its queue's nominal quota (`demand`; None: not known yet, so it
+        may) goes before a reserved job that would borrow, as Kueue admits workloads within
+        nominal quota before borrowing ones. Only idle quota is lent, and quota its owner's
+        waiting jobs can use is not idle; a reservation must not keep it from them."""
         holder = self.reserved
         if holder is None:
             return True
         if job.queue == holder.queue:
             return queue_order(job) < queue_order(holder)
-        return self.quotas.borrows(holder.queue, self.reserved_demand) and not (
-            self.quotas.borrows(job.queue, demand)
-        )
-
-    def _yields_to(self, job: Waiting, demand: Demand | None) -> bool:
-        """Whether the reservation's holder gives it up to this blocked job: the reservation
-        is the first blocked job's in the pass's order. In the holder's queue: a job ahead of it
-        in the queue's order (within a pass the first job blocked in a queue reserves first; a
-        holder carried from the pass before can be behind a job of its queue that came back: a
-        preempted job requeued keeps its submission time). From another queue: a job tried
-        before the holder in this pass (its queue's share is the lower: a holder carried from
-        the pass before has not been tried yet), or one that stays within its queue's nominal
-        quota (`demand`, None: not known yet) when the holder would borrow. Priorities do not
-        count across queues, as in `_outranks`: a job tried after the holder never takes it, so
-        a queue whose jobs keep coming with higher priorities cannot starve another's big job."""
-        holder = self.reserved
-        if holder is None:
-            return True
-        if job.queue == holder.queue:
-            return queue_order(job) < queue_order(holder)
-        if holder.name not in self.positions:
-            return True
         if not self.quotas.borrows(holder.queue, self.reserved_demand):
             return False
         return demand is None or not self.quotas.borrows(job.queue, demand)
+
+    def _yields_to(self, job: Waiting, demand: Demand | None) -> bool:
+        """Whether the reservation's holder gives it up to this blocked job: the reservation is
+        the first blocked job's in the pass's order. A job of another queue tried before the
+        holder in this pass (its queue's share is the lower: a holder carried from the pass
+        before has not been tried yet) takes it; otherwise only a job that outranks the holder
+        does (`_outranks`). A job tried after the holder never takes it for its priority, so a
+        queue whose jobs keep coming with higher priorities cannot starve another's big job."""
+        holder = self.reserved
+        if holder is not None and job.queue != holder.queue and holder.name not in self.positions:
+            return True
+        return self._outranks(job, demand)
 
     def _place(self, job: Waiting) -> tuple[Placement | None, str]:
         """Every job but the holder goes outside the reserved hosts when it can: those that

@@ -178,23 +178,29 @@ def test_a_higher_priority_of_another_queue_does_not_take_the_reservation() -> N
 
 
 def test_a_job_within_quota_takes_the_reservation_from_one_that_would_borrow() -> None:
-    """The one way across queues: a blocked job that stays within its queue's nominal quota
-    reserves instead of a holder that would borrow (the holder's room is not its own)."""
+    """The one way across queues for a job tried after the holder: a blocked job that stays
+    within its queue's nominal quota reserves instead of a holder that would borrow (the
+    holder's room is not its own). Queue a's share (2 of 8) is the lower, so its job is tried
+    first; b's (4 of 8) after it."""
     snapshot = fleet(1)
-    a_running = start(snapshot, waiting("a-steady", 6))
-    big = waiting("a-big", 8, at=1)  # queue a would hold 14 of its 8: it would borrow
-    b_job = waiting("b-six", 6, queue="b", at=2)  # b holds nothing: within its 8
-    first = admit(queues=TWO, running=[a_running], waiting=[big], snapshot=snapshot, now=0)
+    running = [
+        start(snapshot, waiting("a-two", 2)),
+        start(snapshot, waiting("b-four", 4, queue="b")),
+    ]
+    big = waiting("a-big", 8, at=1)  # queue a would hold 10 of its 8: it would borrow
+    b_job = waiting("b-four-more", 4, queue="b", at=2)  # b would hold 8 of its 8: within
+    first = admit(queues=TWO, running=running, waiting=[big], snapshot=snapshot, now=0)
     assert first.reservation is not None and first.reservation.job == "a-big"
     second = admit(
         queues=TWO,
-        running=[a_running],
+        running=running,
         waiting=[big, b_job],
         snapshot=snapshot,
         now=5,
         reserved=first.reservation,
     )
-    assert second.reservation is not None and second.reservation.job == "b-six"
+    assert [h.job.name for h in second.waiting] == ["a-big", "b-four-more"]  # a first
+    assert second.reservation is not None and second.reservation.job == "b-four-more"
 
 
 def test_a_job_of_the_queue_with_the_lower_share_takes_a_carried_reservation() -> None:
