@@ -105,7 +105,7 @@ def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
         victims = ", ".join(plan.preempts)
         console.print(
             f"  [yellow]nothing fits now[/]; admission would preempt {escape(victims)} "
-            "(preemptible) to start it, unless a waiting job goes first:",
+            "(preemptible) to start it:",
             highlight=False,
         )
     elif plan.displaced and plan.alone is not None:

@@ -46,7 +46,7 @@ class DryRunActivities:
                 queues = queues_in(session)
                 found = [explain(option, snapshot) for option in options]
                 fitting = [k for k, offers in enumerate(found) if offers.placement is not None]
-                previews = preview_each(session, [[options[k]] for k in fitting])
+                previews = preview_each(session, [[options[k]] for k in fitting], snapshot)
             fates = {k: fate for k, (fate,) in zip(fitting, previews, strict=True)}
             most = answer_lines(len(options))
             fits = most if req.most is None else min(req.most, most)

@@ -26,7 +26,7 @@ from gpuflow.scheduler.quota import never_admitted
 from gpuflow.scheduler.reservation import Reservation
 from gpuflow.services.capacity import JOBS_PER_READ
 from gpuflow.services.queues import queues_in
-from gpuflow.services.running import admitted_rows, running_of, utc
+from gpuflow.services.running import admitted_rows, counted_queue, running_of, waiting_of
 from gpuflow.services.snapshot import columns, read_snapshot
 from gpuflow.services.verdicts import (
     PREEMPTING,
@@ -111,7 +111,7 @@ def run_pass_in(
     known = {queue.name for queue in queues}
     for entry in waiting_rows:
         if entry.queue not in known:  # deleted while the job was on its way in: the default
-            entry.queue = DEFAULT_QUEUE
+            entry.queue = counted_queue(entry.queue, known)
     snapshot, state = _snapshot(session, warm)
     running = _running_jobs(session, admitted, known)
     by_id = {entry.job_id: entry for entry in waiting_rows}
@@ -244,17 +244,7 @@ def _waiting(entry: QueueEntryRow, specs: SpecCache) -> Waiting:
         cached = (spec, tuple(spec.resource_options()))
         specs[key] = cached
     spec, options = cached
-    return Waiting(
-        name=entry.job_id,
-        queue=entry.queue,
-        job=spec,
-        submitted_at=utc(entry.submitted_at).timestamp(),
-        priority=entry.priority,
-        preemptible=entry.preemptible,
-        options=options,
-        may_wait=entry.may_wait,
-        claims=bool(entry.reason and entry.reason.startswith(PREEMPTING)),
-    )
+    return waiting_of(entry, spec, options, entry.queue)
 
 
 def _commit(

@@ -18,10 +18,10 @@ from gpuflow.scheduler.admission import RESERVED_FOR, Decision, Reservation, Wai
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.usage import apply_placement, release_placement
 from gpuflow.services.queues import queues_in
-from gpuflow.services.running import admitted_rows, running_of, utc
+from gpuflow.services.running import admitted_rows, counted_queue, running_of, waiting_of
 from gpuflow.services.snapshot import columns, read_snapshot
-from gpuflow.services.verdicts import PREEMPTING, WAITING
-from gpuflow.specs.job import DEFAULT_QUEUE, JobSpec
+from gpuflow.services.verdicts import WAITING
+from gpuflow.specs.job import JobSpec
 from gpuflow.store.tables import QueueEntryRow
 
 PLANNED = "planned job "
@@ -53,9 +53,14 @@ def preview(session: Session, specs: list[JobSpec]) -> list[Preview]:
     return preview_each(session, [specs])[0]
 
 
-def preview_each(session: Session, plans: list[list[JobSpec]]) -> list[list[Preview]]:
+def preview_each(
+    session: Session, plans: list[list[JobSpec]], snapshot: Snapshot | None = None
+) -> list[list[Preview]]:
     """`preview` of each list of jobs on its own (a dry run's resource options, each as if it
-    were the job), the waiting and running jobs read once."""
+    were the job), the waiting and running jobs read once; on `snapshot` when the caller read
+    the fleets in this transaction already (it is given back as it was), else on a fresh read."""
+    if not plans:
+        return []
     queues = queues_in(session)
     known = {queue.name for queue in queues}
     now = datetime.now(UTC).timestamp()
@@ -64,14 +69,14 @@ def preview_each(session: Session, plans: list[list[JobSpec]]) -> list[list[Prev
     reserved = None
     if holder is not None:
         reserved = Reservation(holder, None, frozenset())  # its hosts: found again
-    snapshot = read_snapshot(session)
+    snapshot = read_snapshot(session) if snapshot is None else snapshot
     live = {job.name: job.placement for job in running}
     fates = []
     for specs in plans:
         planned = [
             Waiting(
                 name=f"{PLANNED}{k}",
-                queue=spec.queue if spec.queue in known else DEFAULT_QUEUE,
+                queue=counted_queue(spec.queue, known),
                 job=spec,
                 submitted_at=now + k * 1e-6,
                 priority=spec.priority,
@@ -118,25 +123,14 @@ def _fate(decision: Decision, name: str) -> Preview:
 
 def _waiting_now(session: Session, known: set[str]) -> tuple[list[Waiting], str | None]:
     """The waiting jobs as a pass reads them, and the job the last pass reserved for (the one
-    the others wait `reserved_for`), if any."""
+    the others wait `reserved_for`), if any: the pass keeps its reservation to itself, so a
+    holder nobody waits behind is found again by the preview's own pass."""
     query = sa_select(*WAITING_COLUMNS).where(col(QueueEntryRow.state) == WAITING)
-    rows = session.connection().execute(query).all()
     waiting, holder = [], None
-    for row in rows:
+    for row in session.connection().execute(query).all():
         spec = JobSpec.model_validate(row.spec)
-        waiting.append(
-            Waiting(
-                name=row.job_id,
-                queue=row.queue if row.queue in known else DEFAULT_QUEUE,
-                job=spec,
-                submitted_at=utc(row.submitted_at).timestamp(),
-                priority=row.priority,
-                preemptible=row.preemptible,
-                options=tuple(spec.resource_options()),
-                may_wait=row.may_wait,
-                claims=bool(row.reason and row.reason.startswith(PREEMPTING)),
-            )
-        )
+        queue = counted_queue(row.queue, known)
+        waiting.append(waiting_of(row, spec, tuple(spec.resource_options()), queue))
         if row.reason and row.reason.startswith(RESERVED_FOR):
             holder = row.reason.removeprefix(RESERVED_FOR)
     return waiting, holder

@@ -1,6 +1,7 @@
-"""The running jobs as admission counts them: each admitted queue entry with what it holds.
-Read by the admission pass (services/admission.py) and by a plan's preview of what a pass would
-do (services/preview.py); inside the caller's transaction."""
+"""The jobs as admission counts them: each admitted queue entry with what it holds, and each
+waiting entry as a pass tries it. Read by the admission pass (services/admission.py) and by a
+dry run's preview of what a pass would do (services/preview.py); inside the caller's
+transaction."""
 
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from sqlalchemy import Row
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
-from gpuflow.scheduler.admission import Running
+from gpuflow.scheduler.admission import Running, Waiting
 from gpuflow.scheduler.model import Placement
 from gpuflow.services.capacity import placements_of
 from gpuflow.services.snapshot import columns
-from gpuflow.services.verdicts import ADMITTED
-from gpuflow.specs.job import DEFAULT_QUEUE
+from gpuflow.services.verdicts import ADMITTED, PREEMPTING
+from gpuflow.specs.job import DEFAULT_QUEUE, JobSpec
 from gpuflow.store.tables import QueueEntryRow
 
 ADMITTED_COLUMNS = columns(  # what a pass reads of a running job
@@ -37,6 +38,27 @@ def admitted_rows(session: Session) -> Sequence[Row[Any]]:
     return session.connection().execute(admitted.order_by(*order)).all()
 
 
+def counted_queue(name: str, known: set[str]) -> str:
+    """The queue an entry counts in: its own, or the default queue once its own was deleted."""
+    return name if name in known else DEFAULT_QUEUE
+
+
+def waiting_of(entry: Any, spec: JobSpec, options: tuple[JobSpec, ...], queue: str) -> Waiting:
+    """A waiting entry (a row of the queue entries, or those of its columns) as a pass tries
+    it, its spec parsed: `queue`, the queue it counts in (`counted_queue`)."""
+    return Waiting(
+        name=entry.job_id,
+        queue=queue,
+        job=spec,
+        submitted_at=utc(entry.submitted_at).timestamp(),
+        priority=entry.priority,
+        preemptible=entry.preemptible,
+        options=options,
+        may_wait=entry.may_wait,
+        claims=bool(entry.reason and entry.reason.startswith(PREEMPTING)),
+    )
+
+
 def running_of(session: Session, admitted: Sequence[Row[Any]], queues: set[str]) -> list[Running]:
     """The admitted entries' jobs with what they hold (one without an allocation holds nothing
     to count or preempt); an entry of a queue that no longer exists counts in the default
@@ -44,7 +66,7 @@ def running_of(session: Session, admitted: Sequence[Row[Any]], queues: set[str])
     keys = [(row.job_id, row.attempt, row.admitted_at) for row in admitted]
     placements = placements_of(session, keys)
     return [
-        _running(row, placements[key], row.queue if row.queue in queues else DEFAULT_QUEUE)
+        _running(row, placements[key], counted_queue(row.queue, queues))
         for row, key in zip(admitted, keys, strict=True)
         if key in placements
     ]

@@ -5,7 +5,8 @@ run now would preempt what the preview says."""
 
 from __future__ import annotations
 
-from gpuflow.services.capacity import allocations_of, release_allocation_in
+from gpuflow.scheduler import Snapshot
+from gpuflow.services.capacity import allocations_of, read_snapshot, release_allocation_in
 from gpuflow.services.preview import preview, preview_each
 from gpuflow.services.queue_entries import leave_queue_in
 from gpuflow.services.queues import apply_queue
@@ -18,6 +19,14 @@ def _spec(name: str, **fields: object) -> JobSpec:
     return JobSpec.model_validate(
         {"name": name, "commands": ["true"], "resources": {"gpu": "A100:1"}, **fields}
     )
+
+
+def _usage(snapshot: Snapshot) -> list[tuple[object, ...]]:
+    """What placements change on each host."""
+    return [
+        (h.id, [g.used for g in h.gpus], h.cpus_used, h.memory_used_mib, sorted(h.blocks_used))
+        for h in snapshot.hosts()
+    ]
 
 
 def _end(store: Store, name: str) -> None:
@@ -88,13 +97,17 @@ def test_a_plan_previews_the_jobs_a_pass_would_preempt(store: Store) -> None:
 
 def test_each_option_is_previewed_on_the_fleet_as_it_is(store: Store) -> None:
     """A dry run previews each resource option on its own, on one read of the fleet: what one
-    option's pass takes (or preempts) is given back before the next."""
-    _fleet(store, gpus=1, cpus=8)
-    assert _enqueue(store, "victim", 0, preemptible=True).placement is not None
-    boss = _spec("boss", priority=100)
+    option's pass takes (or preempts) is given back before the next, and the caller's read
+    comes back as it was."""
+    _fleet(store, gpus=2, cpus=8)
+    assert _enqueue(store, "victim", 0, preemptible=True).placement is not None  # 1 of 2 GPUs
+    one, both = _spec("one"), _spec("boss", priority=100, resources={"gpu": "A100:2"})
     with store.read() as session:
-        fates = preview_each(session, [[_spec("one")], [boss], [boss], [_spec("two")]])
-    one, first, second, two = (fate for (fate,) in fates)
-    assert one.placement is None and two.placement is None  # the victim holds the one GPU
-    assert first.preempts == second.preempts == ["job-victim"]
-    assert first.placement == second.placement is not None
+        given = read_snapshot(session)  # a dry run's own read, previewed on and given back
+        fates = preview_each(session, [[one], [both], [both], [one]], given)
+        assert _usage(given) == _usage(read_snapshot(session))
+        assert preview_each(session, []) == []  # nothing to preview: nothing read
+    first_one, first_both, second_both, second_one = (fate for (fate,) in fates)
+    assert first_one.placement is not None and first_one == second_one  # the free GPU, twice
+    assert first_both.preempts == second_both.preempts == ["job-victim"]
+    assert first_both.placement == second_both.placement is not None
