@@ -58,13 +58,21 @@ def print_plans(console: Console, plans: list[JobPlan]) -> None:
     """The plan of every job about to be submitted; each sees what the jobs above it take."""
     if len(plans) > 1:
         console.print(
-            f"plan for {len(plans)} jobs, in submission order: each job's plan counts the "
-            "GPUs the jobs above it take",
+            f"plan for {len(plans)} jobs, in submission order: each job's plan counts what "
+            "the jobs above it take",
             highlight=False,
         )
     for k, plan in enumerate(plans):
-        placed_before = [p.job.name for p in plans[:k] if p.placement is not None]
+        placed_before = [p.job.name for p in plans[:k] if _starts(p) is not None]
         print_plan(console, plan, after=placed_before)
+
+
+def _starts(plan: JobPlan) -> Any:
+    """Where the job would start: where admission would start it, when the plan says (a plan
+    from the control plane does), else where it fits."""
+    if plan.admitted is not None:
+        return plan.admitted
+    return plan.placement if plan.waits is None and not plan.preempts else None
 
 
 def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
@@ -81,18 +89,24 @@ def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
             + then(spec, "until a queue's quota changes (gpuflow queue apply)"),
             highlight=False,
         )
-    placement = plan.placement
-    if placement is not None and plan.taken is not None:
-        which = f"option {plan.taken + 1} ({labels[plan.taken]}): " if len(labels) > 1 else ""
-        if plan.waits is not None:
-            if plan.queue_never is None:
-                held = held_line(_hosts(placement), plan.waits, plan.first, spec, plan.ahead)
-                console.print(f"  {held}", highlight=False)
-            else:
-                console.print(f"  {never_line(_hosts(placement))} (above)", highlight=False)
-            return
+    placement, starts = plan.placement, _starts(plan)
+    which = ""
+    if len(labels) > 1 and plan.taken is not None:
+        which = f"option {plan.taken + 1} ({labels[plan.taken]}): "
+    if plan.preempts:
+        victims = ", ".join(plan.preempts)
+        lead = "[yellow]nothing fits now[/]; " if placement is None else ""
+        on = f" on {escape(_hosts(starts))}" if starts is not None else ""
         console.print(
-            f"  goes to {which}{verdict(placement, spec.nodes)}", highlight=False, markup=False
+            f"  {lead}admission would preempt {escape(victims)} (preemptible) to start it{on}"
+            + (":" if placement is None else ""),
+            highlight=False,
+        )
+        if placement is not None:
+            return
+    elif starts is not None:
+        console.print(
+            f"  goes to {which}{verdict(starts, spec.nodes)}", highlight=False, markup=False
         )
         if plan.displaced and plan.alone is not None:
             console.print(
@@ -101,13 +115,13 @@ def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
                 highlight=False,
             )
         return
-    if plan.preempts:
-        victims = ", ".join(plan.preempts)
-        console.print(
-            f"  [yellow]nothing fits now[/]; admission would preempt {escape(victims)} "
-            "(preemptible) to start it:",
-            highlight=False,
-        )
+    elif placement is not None and plan.waits is not None:
+        if plan.queue_never is None:
+            held = held_line(_hosts(placement), plan.waits, plan.first, spec, plan.ahead)
+            console.print(f"  {held}", highlight=False)
+        else:
+            console.print(f"  {never_line(_hosts(placement))} (above)", highlight=False)
+        return
     elif plan.displaced and plan.alone is not None:
         console.print(
             f"  [yellow]nothing left for it[/] once {escape(_jobs(after))} "

@@ -108,8 +108,9 @@ class ControlPlaneCalls:
         return [OptionOffers.from_record(record) for record in records]
 
     async def plan(self, specs: list[JobSpec]) -> list[JobPlan]:
-        """The jobs planned together, in order, on one snapshot of the fleets: each job's plan
-        counts what the jobs before it take (`gpuflow apply -f a.yaml -f b.yaml`)."""
+        """The jobs planned together, in order, on one snapshot of the fleets: what admission
+        would do with each as it enters after the ones before it (`gpuflow apply -f a.yaml -f
+        b.yaml`)."""
         records = await self._api.call("plan", PlanRequest(specs=specs), list[PlanRecord])
         return [
             JobPlan(
@@ -120,6 +121,7 @@ class ControlPlaneCalls:
                 alone_fits=r.alone_fits,
                 fits_idle=r.fits_idle,
                 queue_never=r.queue_never,
+                admitted=r.admitted,
                 preempts=r.preempts,
                 waits=r.waits,
                 ahead=r.ahead,

@@ -78,17 +78,18 @@ class DryRunActivities:
     @activity.defn(name="api_plan")
     @one_line
     async def plan(self, req: PlanRequest) -> list[PlanRecord]:
-        """The jobs planned together, in order: each counts what the jobs before it take, and
-        what an admission pass run now would do with them (services/preview.py)."""
+        """The jobs planned together, in order: what an admission pass would do as each enters
+        after the ones before it (services/preview.py), and each job's hosts as that leaves
+        them."""
         fleets = list(dict.fromkeys(name for spec in req.specs for name in spec.fleets))
         await check_known(self.store, queues=[spec.queue for spec in req.specs], fleets=fleets)
 
         def read() -> list[PlanRecord]:
             with self.store.read() as session:
-                snapshot = read_snapshot(session)
                 queues = queues_in(session)
-                plans = plan_together(req.specs, snapshot)
                 fates = preview(session, req.specs)
+                outcomes = [(fate.took, fate.freed) for fate in fates]
+                plans = plan_together(req.specs, read_snapshot(session), outcomes)
             most = answer_lines(sum(len(p.options) for p in plans))
             return [
                 PlanRecord(
@@ -99,6 +100,7 @@ class DryRunActivities:
                     alone_fits=p.alone_fits,
                     fits_idle=p.fits_idle,
                     queue_never=never_admitted(queues, p.job.queue, p.job),
+                    admitted=fate.placement,
                     preempts=fate.preempts,
                     waits=fate.waits,
                     ahead=fate.ahead,

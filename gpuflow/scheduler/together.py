@@ -5,12 +5,13 @@ GPUs. Pure: the caller's snapshot is changed (the planned placements are applied
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.offers import Offers
 from gpuflow.scheduler.place import explain, place
-from gpuflow.scheduler.usage import apply_placement
+from gpuflow.scheduler.usage import apply_placement, release_placement
 from gpuflow.specs import JobSpec
 from gpuflow.status import HostState
 
@@ -34,6 +35,9 @@ class JobPlan:
     queue_never: str | None = None
     """Why the job's queue could never admit it (quota.py `never_admitted`), when the caller
     looked (the control plane's plan does); None otherwise."""
+    admitted: Placement | None = None
+    """Where an admission pass would start it as it enters (services/preview.py), when the
+    caller looked and the pass would."""
     preempts: list[str] = field(default_factory=list)
     """The running jobs an admission pass run now would preempt to start it (services/
     preview.py), when the caller looked."""
@@ -60,9 +64,17 @@ def taken_index(options: list[Offers]) -> int | None:
     return next((k for k, offers in enumerate(options) if offers.placement is not None), None)
 
 
-def plan_together(jobs: list[JobSpec], snapshot: Snapshot) -> list[JobPlan]:
+Outcome = tuple[Sequence[Placement], Sequence[Placement]]
+"""What a job's entry changed: the placements admitted, the placements preempted."""
+
+
+def plan_together(
+    jobs: list[JobSpec], snapshot: Snapshot, outcomes: Sequence[Outcome] | None = None
+) -> list[JobPlan]:
     """Each job's dry run, in the order given (the order they are submitted in), on `snapshot`
-    less the placements planned for the jobs before it."""
+    less the placements planned for the jobs before it: by default each job's own; with
+    `outcomes` (one per job: what an admission pass would do when it enters, services/
+    preview.py), what those passes admitted and preempted."""
     alone = [[explain(option, snapshot) for option in job.resource_options()] for job in jobs]
     idle: Snapshot | None = None
     plans: list[JobPlan] = []
@@ -87,7 +99,14 @@ def plan_together(jobs: list[JobSpec], snapshot: Snapshot) -> list[JobPlan]:
             fits_idle=fits_idle,
         )
         plans.append(plan)
-        if plan.placement is not None:
+        if outcomes is not None:
+            took, freed = outcomes[len(plans) - 1]
+            for placement in freed:
+                release_placement(snapshot, placement)
+            for placement in took:
+                apply_placement(snapshot, placement)
+            taken_before = taken_before or bool(took or freed)
+        elif plan.placement is not None:
             apply_placement(snapshot, plan.placement)
             taken_before = True
     return plans

@@ -2,9 +2,13 @@
 (`gpuflow apply`, `Client.plan`) on admission's own terms. A host that fits is not a start: the
 jobs waiting ahead of a new one take the free capacity first, its queue's quota may be spent,
 or the room may be reserved for a blocked job. So the plan runs the pass itself (scheduler/
-admission.py `admit`) on the jobs waiting now, the running ones and the planned jobs submitted
-last, on a snapshot read for the purpose, and reports each planned job's fate. A read: the loop
-decides for real, and may decide otherwise if jobs arrive or end meanwhile."""
+admission.py `admit`) on the jobs waiting now, the running ones and the planned jobs, on a
+snapshot read for the purpose, and reports each planned job's fate. The planned jobs are
+submitted one after the other, and each enters while the ones before it have run or wait (a
+job that enters while nothing waits is decided at once, services/queue_entries.py): so each
+gets a pass of its own, on the state the passes of the jobs before it left (their admissions
+running, their victims gone, the rest waiting). A read: the loop decides for real, and may
+decide otherwise if jobs arrive or end meanwhile."""
 
 from __future__ import annotations
 
@@ -14,7 +18,14 @@ from datetime import UTC, datetime
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
-from gpuflow.scheduler.admission import RESERVED_FOR, Decision, Reservation, Waiting, admit
+from gpuflow.scheduler.admission import (
+    RESERVED_FOR,
+    Decision,
+    Reservation,
+    Running,
+    Waiting,
+    admit,
+)
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.usage import apply_placement, release_placement
 from gpuflow.services.queues import queues_in
@@ -22,6 +33,7 @@ from gpuflow.services.running import admitted_rows, counted_queue, running_of, w
 from gpuflow.services.snapshot import columns, read_snapshot
 from gpuflow.services.verdicts import WAITING
 from gpuflow.specs.job import JobSpec
+from gpuflow.specs.queue import QueueSpec
 from gpuflow.store.tables import QueueEntryRow
 
 PLANNED = "planned job "
@@ -39,13 +51,18 @@ class Preview:
     placement: Placement | None = None
     """Where the pass would start it now; None: it would wait (or, if it may not, be refused)."""
     preempts: list[str] = field(default_factory=list)
-    """The running jobs the pass would preempt for it (it starts once they have stopped)."""
+    """The running jobs the pass would preempt for it (it starts once they have stopped): ids,
+    or the name of a job planned before it."""
     waits: str | None = None
     """Why it would wait: no_capacity, quota or reserved_for:<job>; None when it starts."""
     ahead: int = 0
     """Jobs that would still wait ahead of it in its queue."""
     first: int = 0
     """Jobs waiting now that the pass would start (or preempt for) instead, when it waits."""
+    took: tuple[Placement, ...] = ()
+    """Every placement its pass admitted (its own, and waiting jobs' that went first)."""
+    freed: tuple[Placement, ...] = ()
+    """The placements of the running jobs its pass preempted."""
 
 
 def preview(session: Session, specs: list[JobSpec]) -> list[Preview]:
@@ -70,33 +87,83 @@ def preview_each(
     if holder is not None:
         reserved = Reservation(holder, None, frozenset())  # its hosts: found again
     snapshot = read_snapshot(session) if snapshot is None else snapshot
-    live = {job.name: job.placement for job in running}
+    state = _State(queues, running, waiting, reserved, snapshot, now)
     fates = []
     for specs in plans:
-        planned = [
-            Waiting(
-                name=f"{PLANNED}{k}",
-                queue=counted_queue(spec.queue, known),
-                job=spec,
-                submitted_at=now + k * 1e-6,
-                priority=spec.priority,
-                preemptible=spec.preemptible,
-                options=tuple(spec.resource_options()),
-                may_wait=spec.may_wait,
-            )
-            for k, spec in enumerate(specs)
-        ]
-        decision = admit(
-            queues=queues,
-            running=running,
-            waiting=[*waiting, *planned],
-            snapshot=snapshot,
-            now=now,
-            reserved=reserved,
-        )
-        fates.append([_fate(decision, job.name) for job in planned])
-        _undo(snapshot, decision, live)
+        fates.append([state.enter(k, spec, known) for k, spec in enumerate(specs)])
+        state.give_back()
     return fates
+
+
+class _State:
+    """The passes of one list of planned jobs, one per job in order, each on what the ones
+    before it left; `give_back` returns the snapshot and the jobs to the state read."""
+
+    def __init__(
+        self,
+        queues: list[QueueSpec],
+        running: list[Running],
+        waiting: list[Waiting],
+        reserved: Reservation | None,
+        snapshot: Snapshot,
+        now: float,
+    ) -> None:
+        self.queues, self.snapshot, self.now = queues, snapshot, now
+        self.read = (running, waiting, reserved)
+        self.running, self.waiting, self.reserved = running, waiting, reserved
+        self.live = {job.name: job.placement for job in running}
+        self.decisions: list[Decision] = []
+        self.names: dict[str, str] = {}
+        """Planned job's name in the pass -> its own name."""
+
+    def enter(self, k: int, spec: JobSpec, known: set[str]) -> Preview:
+        job = Waiting(
+            name=f"{PLANNED}{k}",
+            queue=counted_queue(spec.queue, known),
+            job=spec,
+            submitted_at=self.now + k * 1e-6,
+            priority=spec.priority,
+            preemptible=spec.preemptible,
+            options=tuple(spec.resource_options()),
+            may_wait=spec.may_wait,
+        )
+        self.names[job.name] = spec.name
+        decision = admit(
+            queues=self.queues,
+            running=self.running,
+            waiting=[*self.waiting, job],
+            snapshot=self.snapshot,
+            now=self.now,
+            reserved=self.reserved,
+        )
+        self.decisions.append(decision)
+        fate = _fate(decision, job.name, self.live, self.names)
+        victims = {victim for admitted in decision.admitted for victim in admitted.victims}
+        self.running = [r for r in self.running if r.name not in victims]
+        for admitted in decision.admitted:
+            self.live[admitted.job.name] = admitted.placement
+            ends = admitted.job.job.max_duration
+            self.running.append(
+                Running(
+                    name=admitted.job.name,
+                    queue=admitted.job.queue,
+                    placement=admitted.placement,
+                    priority=admitted.job.priority,
+                    preemptible=admitted.job.preemptible,
+                    started_at=self.now,
+                    ends_at=None if ends is None else self.now + ends,
+                )
+            )
+        self.waiting = [held.job for held in decision.waiting]
+        self.reserved = decision.reservation
+        return fate
+
+    def give_back(self) -> None:
+        for decision in reversed(self.decisions):
+            _undo(self.snapshot, decision, self.live)
+        self.decisions.clear()
+        self.running, self.waiting, self.reserved = self.read
+        self.live = {job.name: job.placement for job in self.running}
 
 
 def _undo(snapshot: Snapshot, decision: Decision, live: dict[str, Placement]) -> None:
@@ -109,16 +176,23 @@ def _undo(snapshot: Snapshot, decision: Decision, live: dict[str, Placement]) ->
             apply_placement(snapshot, live[victim])
 
 
-def _fate(decision: Decision, name: str) -> Preview:
-    """The planned job's fate in the pass's decision."""
+def _fate(
+    decision: Decision, name: str, live: dict[str, Placement], names: dict[str, str]
+) -> Preview:
+    """The planned job's fate in the pass's decision; `live`: every running job's placement
+    before the pass; `names`: the planned jobs' own names."""
+    took = tuple(admitted.placement for admitted in decision.admitted)
+    victims = [victim for admitted in decision.admitted for victim in admitted.victims]
+    freed = tuple(live[victim] for victim in victims)
     for admitted in decision.admitted:
         if admitted.job.name == name:
-            return Preview(admitted.placement, list(admitted.victims))
+            preempts = [names.get(victim, victim) for victim in admitted.victims]
+            return Preview(admitted.placement, preempts, took=took, freed=freed)
     (mine,) = [held for held in decision.waiting if held.job.name == name]
     queue = mine.job.queue
     ahead = sum(1 for h in decision.waiting if h.job.queue == queue and h.position < mine.position)
     first = sum(1 for a in decision.admitted if not a.job.name.startswith(PLANNED))
-    return Preview(waits=mine.reason, ahead=ahead, first=first)
+    return Preview(waits=mine.reason, ahead=ahead, first=first, took=took, freed=freed)
 
 
 def _waiting_now(session: Session, known: set[str]) -> tuple[list[Waiting], str | None]:

@@ -36,6 +36,7 @@ class PlanRecord(BaseModel):
     alone_fits: bool = False
     fits_idle: bool = True
     queue_never: str | None = None
+    admitted: Placement | None = None
     preempts: list[str] = Field(default_factory=list)
     waits: str | None = None
     ahead: int = 0

@@ -262,3 +262,22 @@ def test_logs_of_a_job_that_has_not_started_says_why_on_stderr(
     cli.job("r", JobStatus.RUNNING, suffix="d4e5f6")
     out, err = cli.streams("logs", "r")
     assert (out, err) == ("step 1\n", "")
+
+
+def test_apply_plans_each_job_as_admission_decides_it_on_entering(cli: Cli) -> None:
+    """Submitted in order, the first two take the two GPUs; the third, of a higher priority,
+    would preempt the lowest of them (both preemptible), not wait."""
+    cli.fleet(A100_BOX)
+    job = "name: r{k}\ncommands: [x]\nresources: {{gpu: A100:1}}\npriority: {p}\n"
+    job += "preemptible: true\n"
+    files = [cli.write(f"r{k}.yaml", job.format(k=k, p=10 * k)) for k in (1, 2, 3)]
+    out = cli("apply", "-y", "-d", *[arg for f in files for arg in ("-f", f)])
+    lines_fit(out)
+    text = " ".join(out.split())
+    assert "r1: 1 node(s), GPU A100:1, fleets any goes to box (fleet lab, GPUs 0)" in text
+    assert "r2: 1 node(s), GPU A100:1, fleets any goes to box (fleet lab, GPUs 1)" in text
+    assert (
+        "r3: 1 node(s), GPU A100:1, fleets any nothing fits now; admission would preempt r1 "
+        "(preemptible) to start it on box:"
+    ) in text
+    assert "nothing left for it" not in text and "waits" not in text

@@ -5,7 +5,7 @@ run now would preempt what the preview says."""
 
 from __future__ import annotations
 
-from gpuflow.scheduler import Snapshot
+from gpuflow.scheduler import Snapshot, plan_together
 from gpuflow.services.capacity import allocations_of, read_snapshot, release_allocation_in
 from gpuflow.services.preview import preview, preview_each
 from gpuflow.services.queue_entries import leave_queue_in
@@ -53,15 +53,22 @@ def test_jobs_waiting_ahead_take_the_free_capacity_first(store: Store) -> None:
     assert _enqueue(store, "waiting", 1).placement is None  # the one GPU is taken
     _end(store, "running")  # a GPU is free, and the waiting job is first in line for it
     with store.read() as session:
-        same, urgent = preview(session, [_spec("same"), _spec("urgent", priority=10)])
+        (urgent,) = preview(session, [_spec("urgent", priority=10)])
         (alone,) = preview(session, [_spec("alone")])
+        same, late = preview(session, [_spec("same"), _spec("late", priority=10)])
     assert urgent.placement is not None  # a higher priority goes before the waiting job
-    assert same.placement is None and same.waits == "no_capacity" and same.ahead == 1
     # the waiting job starts, so none waits ahead of it: the capacity went first
     assert alone.placement is None and (alone.waits, alone.ahead, alone.first) == (
         "no_capacity",
         0,
         1,
+    )
+    # submitted after `same`, whose entry let the waiting job take the GPU: nothing is left
+    assert same.waits == "no_capacity" and same.first == 1
+    assert late.placement is None and (late.waits, late.ahead, late.first) == (
+        "no_capacity",
+        0,
+        0,
     )
     assert allocations_of(store, "job-waiting") == []  # a read: nothing was admitted
     entry = _entry(store, "waiting")
@@ -93,6 +100,41 @@ def test_a_plan_previews_the_jobs_a_pass_would_preempt(store: Store) -> None:
     assert len(allocations_of(store, "job-victim")) == 1  # a read: nothing changed
     entry = _entry(store, "victim")
     assert entry is not None and entry.state == "admitted"
+
+
+def test_each_planned_job_enters_after_the_ones_before_it(store: Store) -> None:
+    """Jobs submitted one after the other: each is decided on what the ones before it left,
+    not all in one pass. The first two start while nothing waits; the third, of a higher
+    priority, preempts the lowest of them, which the plan names as the job planned above."""
+    _fleet(store, gpus=4, cpus=32)
+    jobs = [
+        _spec(f"r{k}", priority=10 * k, preemptible=True, resources={"gpu": "A100:2"})
+        for k in (1, 2, 3)
+    ]
+    with store.read() as session:
+        before = _usage(read_snapshot(session))
+        r1, r2, r3 = preview(session, jobs)
+        assert _usage(read_snapshot(session)) == before  # a read: nothing taken
+    assert r1.placement is not None and r1.waits is None and r1.preempts == []
+    assert r2.placement is not None and r2.waits is None
+    assert r3.preempts == ["r1"] and r3.placement is not None
+    assert r3.placement.nodes[0].gpu_indices == r1.placement.nodes[0].gpu_indices
+    assert r3.freed == (r1.placement,) and r3.took == (r3.placement,)
+
+
+def test_a_plan_places_each_job_on_what_admission_leaves_it(store: Store) -> None:
+    """A job admission holds on its queue's quota takes nothing in the plan: the job after
+    it goes where the GPUs are free, and is not told the one before took them."""
+    _fleet(store, gpus=2, cpus=8)
+    apply_queue(store, QueueSpec(name="tiny", gpus={"A100": 1}))
+    assert _enqueue(store, "t1", 0, queue="tiny").placement is not None
+    held, other = _spec("t2", queue="tiny"), _spec("d1")
+    with store.read() as session:
+        fates = preview(session, [held, other])
+        outcomes = [(fate.took, fate.freed) for fate in fates]
+        plans = plan_together([held, other], read_snapshot(session), outcomes)
+    assert fates[0].waits == "quota" and fates[1].placement is not None
+    assert plans[1].placement == fates[1].placement and not plans[1].displaced
 
 
 def test_each_option_is_previewed_on_the_fleet_as_it_is(store: Store) -> None:
