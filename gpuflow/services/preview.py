@@ -52,7 +52,7 @@ class Preview:
     """Where the pass would start it now; None: it would wait (or, if it may not, be refused)."""
     preempts: list[str] = field(default_factory=list)
     """The running jobs the pass would preempt for it (it starts once they have stopped): ids,
-    or the name of a job planned before it."""
+    or `planned NAME` for a job planned before it."""
     waits: str | None = None
     """Why it would wait: no_capacity, quota or reserved_for:<job>; None when it starts."""
     ahead: int = 0
@@ -127,7 +127,7 @@ class _State:
             options=tuple(spec.resource_options()),
             may_wait=spec.may_wait,
         )
-        self.names[job.name] = spec.name
+        self.names[job.name] = f"planned {spec.name}"  # names need not be unique
         decision = admit(
             queues=self.queues,
             running=self.running,

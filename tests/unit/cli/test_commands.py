@@ -277,7 +277,8 @@ def test_apply_plans_each_job_as_admission_decides_it_on_entering(cli: Cli) -> N
     assert "r1: 1 node(s), GPU A100:1, fleets any goes to box (fleet lab, GPUs 0)" in text
     assert "r2: 1 node(s), GPU A100:1, fleets any goes to box (fleet lab, GPUs 1)" in text
     assert (
-        "r3: 1 node(s), GPU A100:1, fleets any nothing fits now; admission would preempt r1 "
+        "r3: 1 node(s), GPU A100:1, fleets any nothing fits now; admission would preempt "
+        "planned r1 "
         "(preemptible) to start it on box:"
     ) in text
     assert "nothing left for it" not in text and "waits" not in text

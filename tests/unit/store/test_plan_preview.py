@@ -117,7 +117,7 @@ def test_each_planned_job_enters_after_the_ones_before_it(store: Store) -> None:
         assert _usage(read_snapshot(session)) == before  # a read: nothing taken
     assert r1.placement is not None and r1.waits is None and r1.preempts == []
     assert r2.placement is not None and r2.waits is None
-    assert r3.preempts == ["r1"] and r3.placement is not None
+    assert r3.preempts == ["planned r1"] and r3.placement is not None
     assert r3.placement.nodes[0].gpu_indices == r1.placement.nodes[0].gpu_indices
     assert r3.freed == (r1.placement,) and r3.took == (r3.placement,)
 
