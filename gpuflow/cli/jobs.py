@@ -29,9 +29,19 @@ async def apply(
     profile: str | None = typer.Option(None, "--profile", help="Profile (defaults) to inherit."),
     gpu: str | None = typer.Option(None, "--gpu", help="Override resources.gpu, e.g. A100:2."),
     fleet: list[str] | None = typer.Option(None, "--fleet", help="Fleets to try, in order."),
-    max_duration: str | None = typer.Option(None, "--max-duration"),
-    min_gpu_utilization: int | None = typer.Option(None, "--min-gpu-utilization"),
-    time_window: str | None = typer.Option(None, "--time-window"),
+    max_duration: str | None = typer.Option(
+        None, "--max-duration", help="Stop the job after this long, e.g. 2h (off: never)."
+    ),
+    min_gpu_utilization: int | None = typer.Option(
+        None, "--min-gpu-utilization", help="Utilization policy: the lowest GPU use, 0..100."
+    ),
+    time_window: str | None = typer.Option(
+        None, "--time-window", help="Utilization policy: over how long, e.g. 30m."
+    ),
+    queue: str | None = typer.Option(None, "--queue", "-q", help="Queue to wait in."),
+    priority: int | None = typer.Option(
+        None, "--priority", help="0..100: higher starts first within its queue."
+    ),
 ) -> None:
     """Submit job files, show where they go, and follow them until they end, with their
     output (node 0)."""
@@ -46,6 +56,8 @@ async def apply(
         max_duration=max_duration,
         min_gpu_utilization=min_gpu_utilization,
         time_window=time_window,
+        queue=queue,
+        priority=priority,
     )
     specs = [load_job(path, profile=profile, flags=flags) for path in files]
     client = await common.open_client()
@@ -77,6 +89,7 @@ async def ps(
     all_jobs: bool = typer.Option(False, "--all", "-a", help="Include finished jobs."),
     limit: int = typer.Option(200, "--limit", min=0, help="The newest N jobs (0: every one)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    queue: str | None = typer.Option(None, "--queue", "-q", help="Only the jobs of this queue."),
 ) -> None:
     """List jobs: where they run, or why they wait and where they stand in line."""
     from gpuflow.cli.render import jobs_table
@@ -85,7 +98,12 @@ async def ps(
     client = await common.open_client()
     try:
         with common.err.status("reading the jobs…"):
-            jobs = await client.jobs(include_finished=all_jobs, limit=limit + 1 if limit else None)
+            most = limit + 1 if limit else None
+            jobs = await client.jobs(include_finished=all_jobs, limit=most, queue=queue)
+            if queue is not None and not jobs:
+                known = [q.name for q in await client.list_queues()]
+                if queue not in known:
+                    raise GpuflowError(f'queue "{queue}" does not exist; known: {", ".join(known)}')
     finally:
         await client.close()
     more = bool(limit) and len(jobs) > limit
@@ -99,7 +117,10 @@ async def ps(
             ]
         )
     elif not jobs:
-        common.console.print("no jobs" + ("" if all_jobs else " running (gpuflow ps -a shows all)"))
+        where = f" in queue {queue}" if queue is not None else ""
+        common.console.print(
+            f"no jobs{where}" + ("" if all_jobs else " running (gpuflow ps -a shows all)")
+        )
     else:
         common.console.print(jobs_table(jobs, width=common.console.width))
     if more:  # on stderr, so that --json stays one document
@@ -215,13 +236,16 @@ async def offers(
         20, "--limit", min=1, help="Hosts that fit to show per option, best first."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    queue: str | None = typer.Option(None, "--queue", "-q", help="Queue it would wait in."),
+    priority: int | None = typer.Option(None, "--priority", help="Its priority, 0..100."),
 ) -> None:
     """Dry run: where the job would go (a gang of N hosts for N nodes), the best hosts that
     fit with their scores, and why the others do not (grouped by reason on big fleets)."""
     from gpuflow.cli.plan import print_offers
+    from gpuflow.specs.flags import JobFlags
     from gpuflow.specs.load import load_job
 
-    spec = load_job(file, profile=profile)
+    spec = load_job(file, profile=profile, flags=JobFlags(queue=queue, priority=priority))
     client = await common.open_client()
     try:
         with common.console.status("reading the fleets…"):

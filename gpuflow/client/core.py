@@ -41,7 +41,7 @@ from gpuflow.config import TemporalConfig, connect_temporal
 from gpuflow.errors import GpuflowError, NotFoundError, SpecError, UnschedulableError
 from gpuflow.log_reader import LogReader
 from gpuflow.naming import fleet_workflow_id, job_workflow_id
-from gpuflow.specs.job import JobSpec
+from gpuflow.specs.job import DEFAULT_QUEUE, JobSpec, check_name
 from gpuflow.status import TerminationReason, capacity_reasons
 from gpuflow.utilization import UtilizationState
 from gpuflow.workflows.api import (
@@ -127,21 +127,29 @@ class Client(ControlPlaneCalls, QueueCalls, ScheduleCalls):
         return JobInfo.from_record(await self._api.call("job", JobRef(ref=job), JobRecord))
 
     async def jobs(
-        self, *, include_finished: bool = False, limit: int | None = None
+        self, *, include_finished: bool = False, limit: int | None = None, queue: str | None = None
     ) -> list[JobInfo]:
         """The jobs not ended yet (with `include_finished`, the ended ones too), newest first:
-        the newest `limit`, or all of them (None), read JOBS_PER_PAGE at a time."""
+        the newest `limit`, or all of them (None), read JOBS_PER_PAGE at a time; only those
+        of `queue` when given (the queue each job names)."""
         if limit is not None and limit < 1:
             raise SpecError(f"limit must be at least 1, not {limit}")
+        if queue is not None:
+            try:
+                check_name(queue, "queue name")
+            except ValueError as exc:
+                raise SpecError(str(exc)) from None
         found: list[JobRecord] = []
         before: tuple[datetime, str] | None = None
         while limit is None or len(found) < limit:
             most = JOBS_PER_PAGE if limit is None else min(JOBS_PER_PAGE, limit - len(found))
-            request = JobsRequest(include_finished=include_finished, most=most, before=before)
+            request = JobsRequest(
+                include_finished=include_finished, most=most, before=before, queue=queue
+            )
             page = await self._api.call("jobs", request, list[JobRecord])
             if before is not None and any((r.submitted_at, r.id) >= before for r in page):
                 break  # a control worker older than pages answers the newest jobs every time
-            found += page
+            found += [r for r in page if queue is None or (r.queue or DEFAULT_QUEUE) == queue]
             if len(page) < most:
                 break
             before = (page[-1].submitted_at, page[-1].id)

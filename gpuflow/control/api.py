@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -25,7 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from gpuflow import sealed, secrets
 from gpuflow.control.admission import GroupCommit
 from gpuflow.control.admission_wake import ask_for_pass, wake_admission
-from gpuflow.control.api_common import job_record, one_line, unrecorded_job
+from gpuflow.control.api_common import job_record, one_line, open_unrecorded, unrecorded_job
 from gpuflow.control.api_dry_runs import DryRunActivities
 from gpuflow.control.api_events import EventActivities
 from gpuflow.control.api_queues import QueueActivities, check_known
@@ -48,7 +48,6 @@ from gpuflow.specs.fleet import FleetSpec
 from gpuflow.specs.job import JobSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
-from gpuflow.store.tables import JobRow
 from gpuflow.workflows.api import (
     JOB_MEMO,
     JOBS_PER_PAGE,
@@ -173,6 +172,7 @@ class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
             include_finished=req.include_finished,
             limit=most,
             before=req.before,
+            queue=req.queue,
         )
         pending = [row.id for row in rows if row.status == JobStatus.PENDING]
         places = await asyncio.to_thread(self._places, pending)
@@ -189,7 +189,8 @@ class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
         )
         for record in await self._open_unrecorded({r.id for r in records}, span):
             key = (record.submitted_at, record.id)
-            if (req.before is None or key < req.before) and (oldest is None or key > oldest):
+            in_span = (req.before is None or key < req.before) and (oldest is None or key > oldest)
+            if in_span and req.queue in (None, record.queue):
                 records.append(record)
         return sorted(records, key=lambda r: (r.submitted_at, r.id), reverse=True)
 
@@ -198,32 +199,9 @@ class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
             return waiting_places(session, job_ids)
 
     async def _open_unrecorded(
-        self,
-        recorded: set[str],
-        span: tuple[datetime | None, datetime | None] = (None, None),
+        self, recorded: set[str], span: tuple[datetime | None, datetime | None] = (None, None)
     ) -> list[JobRecord]:
-        """Open JobWorkflows without a row (submitted, not yet through their first place step);
-        `span`: those started from, and up to, these times only (a page's, so that each page
-        asks visibility for its own few, not for every open job)."""
-        out: list[JobRecord] = []
-        query = "WorkflowType = 'JobWorkflow' AND ExecutionStatus = 'Running'"
-        # A millisecond wider than asked: visibility may keep finer times than a row's.
-        if span[0] is not None:
-            query += f" AND StartTime >= '{_rfc3339(span[0] - _MARGIN)}'"
-        if span[1] is not None:
-            query += f" AND StartTime <= '{_rfc3339(span[1] + _MARGIN)}'"
-        try:
-            async for wf in self.temporal.list_workflows(query, limit=500):
-                if wf.id in recorded or wf.status != WorkflowExecutionStatus.RUNNING:
-                    continue
-                if await asyncio.to_thread(_has_row, self.store, wf.id):
-                    continue  # recorded since the list was read
-                out.append(unrecorded_job(wf.id, await wf.memo_value(JOB_MEMO, {}), wf.start_time))
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.UNIMPLEMENTED:
-                raise
-            return []  # a server without visibility (the time-skipping test server)
-        return out
+        return await open_unrecorded(self.temporal, self.store, recorded, span)
 
     @activity.defn(name="api_host_queue")
     @one_line
@@ -317,19 +295,6 @@ class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
             self.secret_names,
             self.delete_secret,
         ]
-
-
-_MARGIN = timedelta(milliseconds=1)
-
-
-def _rfc3339(at: datetime) -> str:
-    """A time as a visibility query takes it (UTC)."""
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _has_row(store: Store, job_id: str) -> bool:
-    with store.read() as session:
-        return session.get(JobRow, job_id) is not None
 
 
 def _window(

@@ -4,19 +4,23 @@ its queue while it waits."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow.errors import GpuflowError
 from gpuflow.services.queues import WaitingPlace
 from gpuflow.specs.job import DEFAULT_QUEUE
 from gpuflow.status import JobStatus
+from gpuflow.store.db import Store
 from gpuflow.store.tables import JobRow
-from gpuflow.workflows.api import JobRecord
+from gpuflow.workflows.api import JOB_MEMO, JobRecord
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -77,3 +81,46 @@ def unrecorded_job(job_id: str, memo: dict[str, Any], started: datetime | None) 
         submitted_at=started or datetime.now(UTC),
         queue=str(memo.get("queue", DEFAULT_QUEUE)),
     )
+
+
+async def open_unrecorded(
+    temporal: Client,
+    store: Store,
+    recorded: set[str],
+    span: tuple[datetime | None, datetime | None] = (None, None),
+) -> list[JobRecord]:
+    """Open JobWorkflows without a row (submitted, not yet through their first place step);
+    `span`: those started from, and up to, these times only (a page's, so that each page
+    asks visibility for its own few, not for every open job)."""
+    out: list[JobRecord] = []
+    query = "WorkflowType = 'JobWorkflow' AND ExecutionStatus = 'Running'"
+    # A millisecond wider than asked: visibility may keep finer times than a row's.
+    if span[0] is not None:
+        query += f" AND StartTime >= '{_rfc3339(span[0] - _MARGIN)}'"
+    if span[1] is not None:
+        query += f" AND StartTime <= '{_rfc3339(span[1] + _MARGIN)}'"
+    try:
+        async for wf in temporal.list_workflows(query, limit=500):
+            if wf.id in recorded or wf.status != WorkflowExecutionStatus.RUNNING:
+                continue
+            if await asyncio.to_thread(_has_row, store, wf.id):
+                continue  # recorded since the list was read
+            out.append(unrecorded_job(wf.id, await wf.memo_value(JOB_MEMO, {}), wf.start_time))
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.UNIMPLEMENTED:
+            raise
+        return []  # a server without visibility (the time-skipping test server)
+    return out
+
+
+_MARGIN = timedelta(milliseconds=1)
+
+
+def _rfc3339(at: datetime) -> str:
+    """A time as a visibility query takes it (UTC)."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _has_row(store: Store, job_id: str) -> bool:
+    with store.read() as session:
+        return session.get(JobRow, job_id) is not None

@@ -13,6 +13,7 @@ from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from gpuflow.errors import NotFoundError
+from gpuflow.specs.job import DEFAULT_QUEUE
 from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.store.db import Store
 from gpuflow.store.tables import JobEventRow, JobRow
@@ -217,12 +218,20 @@ def list_jobs(
     include_finished: bool = False,
     limit: int = 200,
     before: tuple[datetime, str] | None = None,
+    queue: str | None = None,
 ) -> list[JobRow]:
     """The newest jobs (not ended, unless `include_finished`), newest first (submission time,
-    then id), older than `before` (a submission time and id) when given: a page of a listing."""
+    then id), older than `before` (a submission time and id) when given: a page of a listing;
+    of one queue (the one the job names) when `queue` is given."""
     with store.read() as session:
         submitted, job_id = col(JobRow.submitted_at), col(JobRow.id)
         query = select(JobRow).order_by(submitted.desc(), job_id.desc()).limit(limit)
+        if queue is not None:
+            named = col(JobRow.spec)["queue"].as_string()
+            if queue == DEFAULT_QUEUE:  # a spec recorded before queues names none
+                query = query.where(or_(named == queue, named.is_(None)))
+            else:
+                query = query.where(named == queue)
         if not include_finished:
             finals = [s.value for s in JobStatus if s.is_final]
             query = query.where(col(JobRow.status).not_in(finals))

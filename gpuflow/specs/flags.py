@@ -35,6 +35,10 @@ class JobFlags:
     """--min-gpu-utilization: percent, 0..100."""
     time_window: str | None = None
     """--time-window: 1m..7d."""
+    queue: str | None = None
+    """--queue: the queue to wait in."""
+    priority: int | None = None
+    """--priority: 0..100, within the queue."""
 
     def overrides(self) -> dict[str, Any]:
         """The flags as job fields (raw, for the one validation after merging), each checked
@@ -50,6 +54,13 @@ class JobFlags:
         if self.max_duration is not None:
             _check("--max-duration", parse_max_duration, self.max_duration)
             fields["max_duration"] = self.max_duration
+        if self.queue is not None:
+            _check("--queue", lambda v: check_name(v, "queue name"), self.queue)
+            fields["queue"] = self.queue
+        if self.priority is not None:
+            if not 0 <= self.priority <= 100:
+                raise SpecError(f"--priority: {self.priority} is not a priority; use 0..100")
+            fields["priority"] = self.priority
         policy: dict[str, Any] = {}
         if self.min_gpu_utilization is not None:
             try:  # the policy's own field decides what a threshold may be

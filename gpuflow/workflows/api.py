@@ -153,6 +153,9 @@ class JobsRequest(BaseModel):
     before: tuple[datetime, str] | None = None
     """The submission time and id of the last job of the page before: this page's are older.
     An open workflow not recorded yet is on the page whose span holds its start."""
+    queue: str | None = None
+    """Only the jobs of this queue (the one each names; None: every queue). A control worker
+    older than this field answers every queue's: the client filters again."""
 
 
 class HostQueueRequest(BaseModel):

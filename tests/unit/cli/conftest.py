@@ -146,6 +146,7 @@ class Cli:
         hosts: list[str] | None = None,
         reason: str | None = None,
         ended_minutes_ago: float | None = None,
+        queue: str | None = None,
     ) -> str:
         now = datetime.now(UTC)
         job_id = f"job-{name}-{suffix}"
@@ -154,7 +155,12 @@ class Cli:
             name=name,
             status=status,
             message=message,
-            spec={"name": name, "commands": ["true"], "priority": priority},
+            spec={
+                "name": name,
+                "commands": ["true"],
+                "priority": priority,
+                **({"queue": queue} if queue is not None else {}),
+            },
             hosts=hosts or [],
             fleet="sim" if hosts else None,
             gpus="A100:1" if hosts else None,

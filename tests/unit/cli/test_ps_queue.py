@@ -1,0 +1,59 @@
+"""`gpuflow ps --queue Q`: the jobs of one queue (the queue each names), with `--json` and
+`--all`; a queue nobody knows is an error, not an empty list. `apply --queue/--priority`
+override the file's."""
+
+from __future__ import annotations
+
+import json
+
+from gpuflow.services.queues import apply_queue
+from gpuflow.specs import QueueSpec
+from gpuflow.status import JobStatus
+from tests.unit.cli.conftest import Cli, lines_fit
+
+
+def test_ps_lists_the_jobs_of_one_queue(cli: Cli) -> None:
+    apply_queue(cli.store, QueueSpec(name="research", gpus={"A100": 8}))
+    cli.job("mine", JobStatus.RUNNING, suffix="000001", hosts=["b"], queue="research")
+    cli.job("done", JobStatus.DONE, suffix="000002", queue="research", ended_minutes_ago=1)
+    cli.job("named", JobStatus.RUNNING, suffix="000003", hosts=["b"], queue="default")
+    cli.job("older", JobStatus.RUNNING, suffix="000004", hosts=["b"])  # its spec names none
+
+    out = cli("ps", "--queue", "research")
+    lines_fit(out)
+    assert "mine" in out and "named" not in out and "older" not in out and "done" not in out
+    listed = json.loads(cli("ps", "-a", "-q", "research", "--json"))
+    assert sorted(job["name"] for job in listed) == ["done", "mine"]
+    assert {job["queue"] for job in listed} == {"research"}
+    assert sorted(j["name"] for j in json.loads(cli("ps", "-q", "default", "--json"))) == [
+        "named",
+        "older",
+    ]
+    assert len(json.loads(cli("ps", "--json"))) == 3  # every queue's running jobs
+
+    apply_queue(cli.store, QueueSpec(name="idle", gpus={"A100": 1}))
+    assert cli("ps", "-q", "idle").strip() == (
+        "no jobs in queue idle running (gpuflow ps -a shows all)"
+    )
+    out = cli("ps", "-q", "nope", code=1)
+    assert 'queue "nope" does not exist; known: default, idle, research' in out
+    assert "must start with a letter" in cli("ps", "-q", "Bad_Name", code=1)
+
+
+def test_apply_queue_and_priority_flags_override_the_file(cli: Cli) -> None:
+    cli.fleet(
+        "type: fleet\nname: lab\nkind: sim\nhosts:\n"
+        "  - name: box\n    gpus: [{name: A100, memory: 80GB, count: 2}]\n"
+    )
+    apply_queue(cli.store, QueueSpec(name="research", gpus={"A100": 8}))
+    path = cli.write("a.yaml", "name: a\ncommands: [x]\nresources: {gpu: A100:1}\nqueue: nope\n")
+    cli("apply", "-y", "-d", "-f", path, "--queue", "research", "--priority", "70")
+    (job_id,) = cli.temporal.started
+    spec = cli.temporal.row(job_id).spec
+    assert (spec["queue"], spec["priority"]) == ("research", 70)
+    assert "--priority: 101 is not a priority; use 0..100" in cli(
+        "apply", "-y", "-d", "-f", path, "--priority", "101", code=1
+    )
+    assert "--queue: queue name 'Bad'" in cli("apply", "-y", "-d", "-f", path, "-q", "Bad", code=1)
+    assert 'queue "nope" does not exist' in cli("apply", "-y", "-d", "-f", path, code=1)
+    assert len(cli.temporal.started) == 1
