@@ -11,7 +11,7 @@ from gpuflow.cli import agent as _agent
 from gpuflow.cli import common, describe, jobs
 from gpuflow.cli.common import run
 from gpuflow.cli.fleets import fleet_app
-from gpuflow.cli.queues import queue_app
+from gpuflow.cli.queues import queue_app, set_priority
 from gpuflow.cli.schedules import schedule_app
 from gpuflow.cli.secrets_cmd import secret_app
 from gpuflow.errors import GpuflowError
@@ -73,6 +73,7 @@ app.command()(jobs.ps)
 app.command()(describe.describe)
 app.command()(jobs.logs)
 app.command()(jobs.stop)
+app.command("set-priority")(set_priority)
 app.command()(jobs.metrics)
 app.command()(jobs.offers)
 app.add_typer(schedule_app, name="schedule")

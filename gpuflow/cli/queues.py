@@ -14,6 +14,7 @@ from gpuflow.cli import common
 from gpuflow.cli.common import run
 from gpuflow.cli.render import Cell, Column, fitted_table
 from gpuflow.specs.queue import gpu_amounts
+from gpuflow.status import JobStatus
 
 queue_app = typer.Typer(help="Queues: where jobs wait, with GPU quotas.", no_args_is_help=True)
 
@@ -105,3 +106,27 @@ async def queue_delete(name: str = typer.Argument(..., help="Queue name.")) -> N
         common.console.print("queue default deleted; the built-in default queue (no limit) is back")
     else:
         common.console.print(f"queue {escape(name)} deleted", highlight=False)
+
+
+@run
+async def set_priority(
+    job: str = typer.Argument(..., help="Job name or id."),
+    priority: int = typer.Argument(..., help="0..100: higher starts first within its queue."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Change a job's priority within its queue, waiting or running (a retry keeps it)."""
+    client = await common.open_client()
+    try:
+        before = await client.get(job)
+        info = await client.set_priority(before.id, priority)
+    finally:
+        await client.close()
+    if as_json:
+        common.print_json(info.model_dump(mode="json"))
+        return
+    common.console.print(
+        f"{escape(info.name)} ({info.id}): priority {before.priority} -> {info.priority} "
+        f"in queue {escape(info.queue or 'default')}"
+        + ("; the next admission pass orders it by it" if info.status == JobStatus.PENDING else ""),
+        highlight=False,
+    )

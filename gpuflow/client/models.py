@@ -16,15 +16,12 @@ from pydantic import BaseModel, Field
 from gpuflow.scheduler.model import Placement
 from gpuflow.scheduler.offers import Offers
 from gpuflow.status import JobStatus, TerminationReason
-from gpuflow.workflows.api import (
-    JobRecord,
-    QueueApplied,
-    QueueRecord,
-)
+from gpuflow.workflows.api import JobRecord
 from gpuflow.workflows.api_dry_runs import (
     OptionOffersRecord,
 )
 from gpuflow.workflows.api_fleets import FleetRecord
+from gpuflow.workflows.api_queues import QueueApplied, QueueRecord
 from gpuflow.workflows.models import JobProgress, JobResult
 
 

@@ -1,5 +1,6 @@
-"""The client's queue calls: apply, delete and list queues. Each is one update of the control
-plane's API workflow (gpuflow/workflows/api.py); `Client` has them all."""
+"""The client's queue calls: apply, delete and list queues, and change a job's priority. Each is
+one update of the control plane's API workflow (gpuflow/workflows/api.py); `Client` has them
+all."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from temporalio.client import Client as TemporalClient
 from temporalio.service import RPCError
 
 from gpuflow.client.api import Api
-from gpuflow.client.models import AppliedQueue, QueueInfo
-from gpuflow.errors import GpuflowError
+from gpuflow.client.models import AppliedQueue, JobInfo, QueueInfo
+from gpuflow.errors import GpuflowError, SpecError
 from gpuflow.naming import CONTROL_TASK_QUEUE
 from gpuflow.specs.load import load_queue
 from gpuflow.specs.queue import QueueSpec
 from gpuflow.workflows import handles
-from gpuflow.workflows.api import Empty, QueueApplied, QueueRecord, QueueRef
+from gpuflow.workflows.api import Empty, JobRecord
+from gpuflow.workflows.api_queues import PriorityRequest, QueueApplied, QueueRecord, QueueRef
 
 
 class QueueCalls:
@@ -39,6 +41,17 @@ class QueueCalls:
         """Every queue, by name (the `default` queue included), with what it uses now."""
         records = await self._api.call("queues", Empty(), list[QueueRecord])
         return [QueueInfo.from_record(record) for record in records]
+
+    async def set_priority(self, job: str, priority: int) -> JobInfo:
+        """Change a job's priority within its queue (0..100), whether it waits or runs: a
+        waiting job takes its new place in line at the next admission pass (asked for at
+        once); a running job can be preempted (if preemptible) only for a job above its new
+        priority; a later attempt of the job (a retry) keeps it. A job that ended is refused.
+        Returns the job as it is now."""
+        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 100:
+            raise SpecError(f"priority {priority!r} is not a priority; use 0..100")
+        request = PriorityRequest(ref=job, priority=priority)
+        return JobInfo.from_record(await self._api.call("set_priority", request, JobRecord))
 
     async def hold_admission(self, held: bool = True) -> None:
         """Hold the admission loop (no waiting job is admitted, none is refused) or, with

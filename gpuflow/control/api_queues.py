@@ -1,5 +1,6 @@
-"""The API's queue activities (gpuflow/workflows/api.py): apply, delete and list queues, and
-the check that a job submitted (or planned) names queues and fleets that exist.
+"""The API's queue activities (gpuflow/workflows/api.py): apply, delete and list queues, a
+job's priority changed, and the check that a job submitted (or planned) names queues and fleets
+that exist.
 `ApiActivities` has them all.
 
 After a queue is applied or deleted the admission pass runs again: a larger quota may admit
@@ -13,11 +14,14 @@ from typing import Any
 
 from temporalio import activity
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow.control.admission_wake import wake_admission
-from gpuflow.control.api_common import one_line
+from gpuflow.control.api_common import job_record, one_line
 from gpuflow.errors import SpecError
 from gpuflow.services.fleets import fleet_names_in
+from gpuflow.services.jobs import find_job, find_job_in
+from gpuflow.services.queue_entries import set_priority_in
 from gpuflow.services.queues import (
     QueueUsage,
     apply_queue,
@@ -26,8 +30,11 @@ from gpuflow.services.queues import (
     queues_in,
 )
 from gpuflow.specs.queue import QueueSpec
+from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
-from gpuflow.workflows.api import Empty, QueueApplied, QueueRecord, QueueRef
+from gpuflow.store.tables import JobRow
+from gpuflow.workflows.api import Empty, JobRecord
+from gpuflow.workflows.api_queues import PriorityRequest, QueueApplied, QueueRecord, QueueRef
 
 
 def queue_record(usage: QueueUsage) -> QueueRecord:
@@ -96,5 +103,31 @@ class QueueActivities:
     async def queues(self, _: Empty) -> list[QueueRecord]:
         return await asyncio.to_thread(read_queues, self.store)
 
+    @activity.defn(name="api_set_priority")
+    @one_line
+    async def set_priority(self, req: PriorityRequest) -> JobRecord:
+        """A job's new priority within its queue. Its workflow is told first, so that a later
+        attempt enters its queue with it; then its row and its entry take it (an attempt that
+        entered before the signal arrived is changed there), and a pass runs on it. Setting
+        the same priority again changes nothing."""
+        row = await asyncio.to_thread(find_job, self.store, req.ref)
+        if JobStatus(row.status).is_final:
+            raise SpecError(f"job {row.name} already ended ({row.status}): nothing to reorder")
+        try:
+            await self.temporal.get_workflow_handle(row.id).signal("set_priority", req.priority)
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+            raise SpecError(f"job {row.name} is ending: nothing to reorder") from None
+
+        def write() -> JobRow:
+            with self.store.placement_transaction() as session:
+                set_priority_in(session, job_id=row.id, priority=req.priority)
+                return find_job_in(session, row.id)
+
+        changed = await asyncio.to_thread(write)
+        await wake_admission(self.temporal)
+        return job_record(changed)
+
     def queue_activities(self) -> list[Any]:
-        return [self.apply_queue, self.delete_queue, self.queues]
+        return [self.apply_queue, self.delete_queue, self.queues, self.set_priority]

@@ -43,6 +43,7 @@ __all__ = [
     "leave_queues_in",
     "look_all_in",
     "look_in",
+    "set_priority_in",
     "withdraw_in",
 ]
 
@@ -293,6 +294,24 @@ def withdraw_in(session: Session, *, job_id: str, attempt: int) -> QueueVerdict:
     if verdict.placement is None:
         session.delete(entry)
     return verdict
+
+
+def set_priority_in(session: Session, *, job_id: str, priority: int) -> bool:
+    """The job's priority within its queue from now on: in its row's spec (what `ps` shows)
+    and in its entry, waiting or admitted (the next pass orders it, and chooses whom to
+    preempt, by that). Whether it has an entry."""
+    row = session.get(JobRow, job_id)
+    if row is not None and row.spec and row.spec.get("priority") != priority:
+        row.spec = {**row.spec, "priority": priority}  # a new value: the JSON column is written
+        session.add(row)
+    entry = session.get(QueueEntryRow, job_id)
+    if entry is None:
+        return False
+    entry.priority = priority
+    if entry.spec:
+        entry.spec = {**entry.spec, "priority": priority}
+    session.add(entry)
+    return True
 
 
 def anyone_waits_in(session: Session, *, besides: str | None = None) -> bool:

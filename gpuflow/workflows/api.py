@@ -41,6 +41,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from gpuflow.workflows.api_events import JobEvents, JobEventsRequest
     from gpuflow.workflows.api_fleets import FleetRecord, FleetRef, FleetsPage
+    from gpuflow.workflows.api_queues import (
+        PriorityRequest,
+        QueueApplied,
+        QueueRecord,
+        QueueRef,
+    )
 
 API_WORKFLOW_ID = "gpuflow-api"
 JOB_MEMO = "gpuflow_job"
@@ -96,34 +102,6 @@ class JobRecord(BaseModel):
     queue_reason: str | None = None
     """Why a waiting job was not admitted by the last pass: no_capacity, quota,
     reserved_for:<job id> or preempting:<job ids>."""
-
-
-class QueueRecord(BaseModel):
-    """A queue and what it uses now (gpuflow/services/queues.py `QueueUsage`). GPU amounts are
-    per quota key: a GPU model, or `*` for a queue whose quota is a total over every model."""
-
-    name: str
-    cohort: str | None = None
-    quota: dict[str, int]
-    borrowing_limit: int | None = None
-    lending_limit: int | None = None
-    built_in: bool = False
-    """The default queue, not applied from a file."""
-    used: dict[str, float] = Field(default_factory=dict)
-    borrowed: dict[str, float] = Field(default_factory=dict)
-    lent: dict[str, float] = Field(default_factory=dict)
-    waiting: int = 0
-    admitted: int = 0
-
-
-class QueueApplied(BaseModel):
-    queue: QueueRecord
-    created: bool
-    """False: the queue existed and was updated."""
-
-
-class QueueRef(BaseModel):
-    name: str
 
 
 class SubmitRequest(BaseModel):
@@ -334,6 +312,15 @@ class ControlApiWorkflow:
     @delete_queue.validator
     def _check_delete_queue(self, ref: QueueRef) -> None:
         _name(ref.name, "queue name")
+
+    @workflow.update
+    async def set_priority(self, req: PriorityRequest) -> JobRecord:
+        record: JobRecord = await self._call("api_set_priority", req, JobRecord)
+        return record
+
+    @set_priority.validator
+    def _check_set_priority(self, req: PriorityRequest) -> None:
+        _name(req.ref, "job")
 
     @workflow.update
     async def offers(self, req: OffersRequest) -> list[OptionOffersRecord]:

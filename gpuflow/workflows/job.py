@@ -88,6 +88,13 @@ class JobWorkflow(JobPhases):
         if preemption.attempt == self._attempt and self._placement is not None:
             self._preempted_for = preemption.for_job
 
+    @workflow.signal
+    def set_priority(self, priority: int) -> None:
+        """The job's new priority within its queue (the API changed its entry already): the
+        attempts after this one enter their queue with it."""
+        self._priority = priority
+        self._upsert(status=self._status, priority=priority)
+
     @workflow.query
     def progress(self) -> JobProgress:
         return JobProgress(
@@ -321,7 +328,7 @@ class JobWorkflow(JobPhases):
                 workflow.continue_as_new(
                     JobInput(
                         job_id=inp.job_id,
-                        spec=spec,
+                        spec=self._spec(inp),
                         submitted_at=inp.submitted_at,
                         search_attributes=inp.search_attributes,
                         resume=JobResume(

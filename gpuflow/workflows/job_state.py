@@ -75,6 +75,8 @@ class JobState:
         self._gone: set[int] = set()
         """Ranks whose script exited and whose process group the agent saw empty: nothing
         of theirs is left to stop."""
+        self._priority: int | None = None
+        """The priority set since the job was submitted (`set_priority`), if any."""
         self._quick_failures = 0
         """Attempts in a row that ended (not preempted) within RETRY_BACKOFF_RESET of their
         start: how long the next waits (`retry_backoff`)."""
@@ -154,6 +156,12 @@ class JobState:
             placement=self._placement,
             state=self._utilization,
         )
+
+    def _spec(self, inp: JobInput) -> JobSpec:
+        """The job's spec as it stands: its priority as last set."""
+        if self._priority is None or self._priority == inp.spec.priority:
+            return inp.spec
+        return inp.spec.model_copy(update={"priority": self._priority})
 
     def _upsert(
         self,

@@ -65,7 +65,7 @@ class JobPhases(JobState):
         """Enter the job's queue and wait, costing nothing, until an admission pass admits it
         (the pass took its allocation), refuses it (a job that may not wait, when nothing
         fits now), or the wait is over (stopped, or its retry deadline passed)."""
-        spec = inp.spec
+        spec = self._spec(inp)
         may_wait = spec.may_wait
         deadline = retry_deadline(inp)
         self._admission, self._refusal = None, None

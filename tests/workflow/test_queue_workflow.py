@@ -26,6 +26,7 @@ from temporalio.worker import Replayer
 from gpuflow.errors import NotFoundError
 from gpuflow.services.capacity import allocations_of
 from gpuflow.services.jobs import find_job, job_events
+from gpuflow.services.queue_entries import set_priority_in
 from gpuflow.services.queues import apply_queue
 from gpuflow.specs.fleet import FleetSpec
 from gpuflow.specs.queue import QueueSpec
@@ -269,6 +270,49 @@ async def test_nothing_that_is_not_preemptible_is_preempted(
         hosts.ended.update({"keeper", "boss"})
         results = [await job_result(h) for h in (keeper, boss)]
     assert [(r.status, r.attempts) for r in results] == [(JobStatus.DONE, 1)] * 2
+
+
+async def test_a_priority_set_while_it_runs_holds_off_preemption_and_survives_a_requeue(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    """`gpuflow set-priority`: the API signals the job's workflow and changes its entry. Raised
+    from 0 to 60, a running preemptible job is not preempted for a job of priority 50; one of
+    100 still preempts it, and its second attempt enters the queue at 60, so it starts before
+    the job of 50 that waited longer."""
+    fleet = sim_fleet(sqlite_store, hosts=ONE_GPU)
+    requeue = {"on_events": ["interruption", "no-capacity"], "duration": "1h"}
+    client = time_env.client
+    async with real_pace(time_env, sqlite_store, task_queue, fleet) as hosts:
+        victim = await start_job(client, task_queue, job("victim", preemptible=True, retry=requeue))
+        await _runs(sqlite_store, victim)
+        await victim.signal("set_priority", 60)  # what the API's set_priority does
+        with sqlite_store.placement_transaction() as session:
+            assert set_priority_in(session, job_id=victim.id, priority=60)
+        mid = await start_job(client, task_queue, job("mid", priority=50, retry=WAIT))
+        await _waits(sqlite_store, mid, "no_capacity")
+        assert hosts.stopped == []
+        boss = await start_job(client, task_queue, job("boss", priority=100, retry=WAIT))
+        await _runs(sqlite_store, boss)
+        await _waits(sqlite_store, victim)  # its second attempt
+
+        async def second_at_60() -> bool:
+            entry = await _entry(sqlite_store, victim.id)
+            return entry is not None and (entry.attempt, entry.priority) == (2, 60)
+
+        await _until(second_at_60, "the second attempt waits at priority 60")
+        hosts.ended.add("boss")
+        await _runs(sqlite_store, victim)
+        hosts.ended.update({"victim@2", "mid"})
+        results = [await job_result(h) for h in (victim, mid, boss)]
+        history = await victim.fetch_history()
+    assert [r.status for r in results] == [JobStatus.DONE] * 3
+    assert [(s.job_id, s.attempt) for s in hosts.started] == [
+        (victim.id, 1),
+        (boss.id, 1),
+        (victim.id, 2),
+        (mid.id, 1),
+    ]
+    await _replayer().replay_workflow(history)
 
 
 async def test_a_job_stopped_while_it_waits_leaves_its_queue(

@@ -34,7 +34,7 @@ class FakeHandle:
     workflow_id: str
 
     async def signal(self, name: str, *args: Any) -> None:
-        said = f"{name}:{args[0]}" if name == "hold" else name
+        said = f"{name}:{args[0]}" if name in ("hold", "set_priority") else name
         self.temporal.signals.append((self.workflow_id, said))
         if name == "stop":  # the job's workflow stops it at once
             self.temporal.on_stop(self.workflow_id)

@@ -1,0 +1,44 @@
+"""The API's queue payloads (gpuflow/workflows/api.py serves them): the queues and what they
+use, and a waiting or running job's priority changed."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+__all__ = ["PriorityRequest", "QueueApplied", "QueueRecord", "QueueRef"]
+
+
+class QueueRecord(BaseModel):
+    """A queue and what it uses now (gpuflow/services/queues.py `QueueUsage`). GPU amounts are
+    per quota key: a GPU model, or `*` for a queue whose quota is a total over every model."""
+
+    name: str
+    cohort: str | None = None
+    quota: dict[str, int]
+    borrowing_limit: int | None = None
+    lending_limit: int | None = None
+    built_in: bool = False
+    """The default queue, not applied from a file."""
+    used: dict[str, float] = Field(default_factory=dict)
+    borrowed: dict[str, float] = Field(default_factory=dict)
+    lent: dict[str, float] = Field(default_factory=dict)
+    waiting: int = 0
+    admitted: int = 0
+
+
+class QueueApplied(BaseModel):
+    queue: QueueRecord
+    created: bool
+    """False: the queue existed and was updated."""
+
+
+class QueueRef(BaseModel):
+    name: str
+
+
+class PriorityRequest(BaseModel):
+    """A job's new priority within its queue (`gpuflow set-priority`)."""
+
+    ref: str
+    """A job id, or a job name (the newest job of that name)."""
+    priority: int = Field(ge=0, le=100)
