@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpuflow.cli.render import gang_table, offers_table, titled
-from gpuflow.scheduler.admission import QUOTA, RESERVED_FOR
+from gpuflow.scheduler.admission import QUOTA, QUOTA_HELD_FOR, RESERVED_FOR
 from gpuflow.scheduler.together import JobPlan
 from gpuflow.specs.job import JobSpec
 from gpuflow.specs.units import format_duration
@@ -167,6 +167,9 @@ def waits_because(waits: str, first: int) -> str:
         return "the queue has no quota left for it (gpuflow queue list)"
     if waits.startswith(RESERVED_FOR):
         return f"the room it fits in is reserved for job {waits.removeprefix(RESERVED_FOR)}"
+    if waits.startswith(QUOTA_HELD_FOR):
+        head = waits.removeprefix(QUOTA_HELD_FOR)
+        return f"the quota it needs is held for job {head}, waiting on quota before it"
     if first:
         jobs = "job waiting" if first == 1 else "jobs waiting"
         return f"{first} {jobs} before it would take the room it fits in"

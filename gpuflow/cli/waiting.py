@@ -40,7 +40,8 @@ def line_positions(jobs: Sequence[Any]) -> dict[str, tuple[int, int]]:
 def queue_reason_text(reason: str | None) -> str:
     """An admission pass's reason for leaving a job waiting, in words: `no_capacity` -> `no
     capacity`, `quota` -> `over quota`, `reserved_for:ID` -> `reserved for ID` (job ids read
-    `job-<name>-<suffix>`), `preempting:ID,ID` -> `preempting ID, ID`."""
+    `job-<name>-<suffix>`), `quota_held_for:ID` -> `quota held for ID`, `preempting:ID,ID` ->
+    `preempting ID, ID`."""
     if not reason:
         return "waiting to be admitted"
     kind, _, rest = reason.partition(":")
@@ -50,6 +51,8 @@ def queue_reason_text(reason: str | None) -> str:
         return "over quota"
     if kind == "reserved_for":
         return f"reserved for {rest}" if rest else "reserved for another job"
+    if kind == "quota_held_for":
+        return f"quota held for {rest}" if rest else "quota held for another job"
     if kind == "preempting":
         jobs = ", ".join(job for job in rest.split(",") if job)
         return f"preempting {jobs}" if jobs else "preempting other jobs"

@@ -48,7 +48,9 @@ class JobInfo(BaseModel):
     queue_reason: str | None = None
     """While it waits: why the last admission pass did not start it: `no_capacity`, `quota`
     (its queue's quota, borrowing included, is used), `reserved_for:<job id>` (what it needs is
-    held for a higher job), `preempting:<job ids>` (those jobs are being stopped for it)."""
+    held for a higher job), `quota_held_for:<job id>` (its queue's quota is kept for a job
+    before it that waits for quota), `preempting:<job ids>` (those jobs are being stopped for
+    it)."""
 
     @classmethod
     def from_record(cls, record: JobRecord) -> JobInfo:

@@ -41,20 +41,29 @@ from gpuflow.scheduler.admission_jobs import (
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.place import place
 from gpuflow.scheduler.preemption import Preempting
-from gpuflow.scheduler.quota import Demand, Quotas, by_covered_model, never_admitted
+from gpuflow.scheduler.quota import (
+    Demand,
+    Quotas,
+    by_covered_model,
+    never_admitted,
+    quota_keys,
+)
 from gpuflow.scheduler.request import resolve
 from gpuflow.scheduler.reservation import Reservation, Room, earliest_start, hidden
 from gpuflow.scheduler.scorers import orders_by_name
 from gpuflow.scheduler.usage import apply_placement
-from gpuflow.specs.queue import QueueSpec
+from gpuflow.specs.queue import ANY_MODEL, QueueSpec
 
 NO_CAPACITY = "no_capacity"
 QUOTA = "quota"
 RESERVED_FOR = "reserved_for:"
+QUOTA_HELD_FOR = "quota_held_for:"
+"""The job waits behind a job of its queue held on quota, which would otherwise starve."""
 
 __all__ = [
     "NO_CAPACITY",
     "QUOTA",
+    "QUOTA_HELD_FOR",
     "RESERVED_FOR",
     "Admitted",
     "Decision",
@@ -118,6 +127,9 @@ class _Pass(Preempting):
         self.room: Room | None = None
         self.failed: dict[tuple[object, ...], str] = {}
         """`_likeness` of jobs that failed since the pass last changed -> why."""
+        self.quota_heads: dict[str, tuple[Waiting, frozenset[str]]] = {}
+        """Per queue: its first job this pass held on quota that may wait and that its queue
+        could admit, and the quota keys it needs (`_behind_quota_head`)."""
 
     def run(self, waiting: Sequence[Waiting]) -> Decision:
         pending: dict[str, list[Waiting]] = {}
@@ -170,6 +182,10 @@ class _Pass(Preempting):
         if reason is not None:
             self.reasons[job.name] = reason
             return False
+        head = self._behind_quota_head(job)
+        if head is not None:
+            self.reasons[job.name] = QUOTA_HELD_FOR + head
+            return False
         placement, reason = self._place(job)
         if placement is not None:
             demand = self.quotas.demand(job.queue, placement)
@@ -181,7 +197,7 @@ class _Pass(Preempting):
                 self._take(job, placement, ())
                 return True
             reason = QUOTA
-        never = reason == NO_CAPACITY and self._never_admitted(job)
+        never = reason in (NO_CAPACITY, QUOTA) and self._never_admitted(job)
         if never:
             reason = QUOTA  # the lasting reason: no capacity would admit it, nor a reservation
         found = None if never else self._preempt(job)
@@ -189,11 +205,30 @@ class _Pass(Preempting):
             self._take(job, *found)
             return True
         self.reasons[job.name] = reason
+        if reason == QUOTA and not never and job.may_wait:
+            self.quota_heads.setdefault(job.queue, (job, quota_keys(self.quotas, job)))
         if reason == NO_CAPACITY and job.may_wait:
             self._reserve(job)
         if like is not None and self.reserved is not job:
             self.failed[like] = reason
         return False
+
+    def _behind_quota_head(self, job: Waiting) -> str | None:
+        """The job of its queue held on quota that this one waits behind, if any: a later job
+        of the queue that needs the same quota (a GPU model it counts, or any GPU for a total
+        quota) would keep it from ever draining down to what the held job needs, so it waits,
+        as Slurm's backfill never delays the first job. Jobs of other queues, and jobs that
+        need other quota or none, go on."""
+        found = self.quota_heads.get(job.queue)
+        if found is None:
+            return None
+        head, keys = found
+        if head.name == job.name or queue_order(job) < queue_order(head):
+            return None
+        wanted = quota_keys(self.quotas, job)
+        if wanted and (ANY_MODEL in keys | wanted or keys & wanted):
+            return head.name
+        return None
 
     def _never_admitted(self, job: Waiting) -> bool:
         """Its queue could not admit it even with its whole cohort idle (quota.py)."""

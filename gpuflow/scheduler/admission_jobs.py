@@ -64,7 +64,8 @@ class Preemption:
 
 @dataclass(frozen=True)
 class Held:
-    """A job left waiting: why (no_capacity, quota or reserved_for:<job>) and its position in
+    """A job left waiting: why (no_capacity, quota, reserved_for:<job> or
+    quota_held_for:<job>) and its position in
     the order of this pass (0 first)."""
 
     job: Waiting

@@ -19,7 +19,7 @@ from gpuflow.specs.queue import ANY_MODEL, QueueSpec, gpu_amounts
 from gpuflow.status import NEVER_ADMITTED
 
 if TYPE_CHECKING:
-    from gpuflow.scheduler.admission_jobs import Running
+    from gpuflow.scheduler.admission_jobs import Running, Waiting
 
 EPSILON = 1e-9
 Demand = Mapping[str, float]
@@ -182,6 +182,22 @@ def never_admitted(queues: Iterable[QueueSpec], queue: str, job: JobSpec) -> str
         f"queue {queue} {NEVER_ADMITTED}: it asks {gpu.count.min * job.nodes:g} GPU(s) of "
         f"{models}, more than its quota ({gpu_amounts(spec.quota)}){lends} allows"
     )
+
+
+def quota_keys(quotas: Quotas, job: Waiting) -> frozenset[str]:
+    """The quota keys a waiting job may count against in its queue: ANY_MODEL for a total
+    quota or a job of any model, else the GPU models its options accept; none for a job that
+    asks no GPU."""
+    total = ANY_MODEL in quotas.queue(job.queue).quota
+    keys: set[str] = set()
+    for option in job.options or (job.job,):
+        gpu = option.resources.gpu
+        if gpu is None:
+            continue
+        if total or not gpu.names:
+            return frozenset({ANY_MODEL})
+        keys |= {name.upper() for name in gpu.names}
+    return frozenset(keys)
 
 
 def by_covered_model(quotas: Quotas, queue: str, options: Iterable[JobSpec]) -> Iterator[JobSpec]:

@@ -20,7 +20,7 @@ from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from gpuflow.scheduler import place
-from gpuflow.scheduler.admission import Decision, Held, Running, Waiting, admit
+from gpuflow.scheduler.admission import QUOTA_HELD_FOR, Decision, Held, Running, Waiting, admit
 from gpuflow.scheduler.model import Snapshot
 from gpuflow.scheduler.quota import never_admitted
 from gpuflow.scheduler.reservation import Reservation
@@ -356,6 +356,12 @@ def _reasons(item: Held, snapshot: Snapshot, queues: list[QueueSpec]) -> list[st
     reason = item.reason
     if reason.startswith("reserved_for:"):
         return [f"the capacity it needs is reserved for job {reason.split(':', 1)[1]}"]
+    if reason.startswith(QUOTA_HELD_FOR):
+        head = reason.removeprefix(QUOTA_HELD_FOR)
+        return [
+            f"queue {item.job.queue}'s quota it needs is held for job {head}, before it in "
+            "line and waiting for quota"
+        ]
     if reason == "quota":
         never = never_admitted(queues, item.job.queue, item.job.job)
         if never is None:

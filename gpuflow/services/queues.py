@@ -219,7 +219,8 @@ class WaitingPlace:
     position: int | None
     """Its place in that pass's order, 1 first; None before a pass has looked at it."""
     reason: str | None
-    """no_capacity, quota, reserved_for:<job id>, preempting:<job ids>; None before a pass."""
+    """no_capacity, quota, reserved_for:<job id>, quota_held_for:<job id>,
+    preempting:<job ids>; None before a pass."""
 
 
 def waiting_places(session: Session, job_ids: Iterable[str]) -> dict[str, WaitingPlace]:

@@ -244,6 +244,7 @@ class QueueEntryRow(SQLModel, table=True):
     position: int | None = None
     """Its place in the last pass's order of waiting jobs (0 first)."""
     reason: str | None = None
-    """Why the last pass left it waiting: no_capacity, quota, reserved_for:<job>, preempting."""
+    """Why the last pass left it waiting: no_capacity, quota, reserved_for:<job>,
+    quota_held_for:<job>, preempting."""
     detail: str | None = None
     """The last pass's per-host reasons, `; `-separated (for a job that may not wait)."""

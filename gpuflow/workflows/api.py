@@ -101,7 +101,7 @@ class JobRecord(BaseModel):
     """A waiting job's place in the last admission pass's order, 1 first."""
     queue_reason: str | None = None
     """Why a waiting job was not admitted by the last pass: no_capacity, quota,
-    reserved_for:<job id> or preempting:<job ids>."""
+    reserved_for:<job id>, quota_held_for:<job id> or preempting:<job ids>."""
 
 
 class SubmitRequest(BaseModel):

@@ -45,7 +45,8 @@ class QueueVerdict(BaseModel):
     refused: list[str] | None = None
     """Why a job that may not wait was not admitted (per-host reasons)."""
     reason: str | None = None
-    """Why a waiting job waits, as the last pass said (no_capacity, quota, reserved_for:...)."""
+    """Why a waiting job waits, as the last pass said (no_capacity, quota, reserved_for:...,
+    quota_held_for:...)."""
     detail: list[str] = Field(default_factory=list)
     """The per-host reasons of the last pass, when it computed them."""
 

@@ -28,7 +28,8 @@ from gpuflow.scheduler.admission import (
     Waiting,
     admit,
 )
-from gpuflow.scheduler.quota import gpu_count
+from gpuflow.scheduler.admission_jobs import queue_order
+from gpuflow.scheduler.quota import gpu_count, never_admitted
 from gpuflow.scheduler.reservation import earliest_start, hidden
 from gpuflow.specs import QueueSpec
 from tests.unit.scheduler.test_admission import as_running, fleet, waiting
@@ -135,6 +136,33 @@ def _check(
     return live
 
 
+def _check_quota_hold(
+    queues: list[QueueSpec], decision: Decision, quota_held: set[str], carried: str | None
+) -> set[str]:
+    """A job held on quota that may wait and that its queue could admit is not passed by a
+    later job of its queue (every job here asks GPUs of a total quota). Checked for a job held
+    on quota by the pass before too, so that its first try in this pass ends on quota: a pass
+    that looks at its jobs again (room freed by a preemption, or by the reserved job's start)
+    may try it again after a later job took the quota (that job did not pass it then). The
+    jobs held on quota now."""
+    looked_again = any(a.victims or a.job.name == carried for a in decision.admitted)
+    held_now = set()
+    for held in decision.waiting:
+        job = held.job
+        if held.reason != QUOTA or not job.may_wait:
+            continue
+        if never_admitted(queues, job.queue, job.job) is not None:
+            continue
+        held_now.add(job.name)
+        if job.name not in quota_held or looked_again:
+            continue
+        for admitted in decision.admitted:
+            later = queue_order(admitted.job) > queue_order(job)
+            if admitted.job.queue == job.queue and later and not admitted.job.claims:
+                raise AssertionError(f"{admitted.job.name} passed {job.name}, held on quota")
+    return held_now
+
+
 def _check_reservation(
     queues: list[QueueSpec],
     decision: Decision,
@@ -203,6 +231,7 @@ def test_streams_keep_order_quota_reservation_and_preemption_rules(
     count = 0
     seen: set[str] = set()
     reserved: Reservation | None = None
+    quota_held: set[str] = set()
     for step, (jobs, ending) in enumerate(steps):
         now = step * 300.0
         for job in sorted(live.values(), key=lambda r: (r.started_at, r.name))[:ending]:
@@ -220,6 +249,8 @@ def test_streams_keep_order_quota_reservation_and_preemption_rules(
             reserved=reserved,
         )
         _check_kept(queues, reserved, decision, live)
+        carried = reserved.job if reserved is not None else None
+        quota_held = _check_quota_hold(queues, decision, quota_held, carried)
         reserved = decision.reservation
         live = _check(queues, live, decision, snapshot, now)
         pending = [held.job for held in decision.waiting]

@@ -153,3 +153,15 @@ def test_each_option_is_previewed_on_the_fleet_as_it_is(store: Store) -> None:
     assert first_one.placement is not None and first_one == second_one  # the free GPU, twice
     assert first_both.preempts == second_both.preempts == ["job-victim"]
     assert first_both.placement == second_both.placement is not None
+
+
+def test_a_plan_says_when_the_quota_is_held_for_a_job_before_it(store: Store) -> None:
+    _fleet(store, gpus=4, cpus=32)
+    apply_queue(store, QueueSpec(name="small", gpus=2))
+    assert _enqueue(store, "first", 0, queue="small").placement is not None
+    assert _enqueue(store, "big", 1, queue="small", resources={"gpu": "A100:2"}).placement is None
+    with store.read() as session:
+        (later,) = preview(session, [_spec("later", queue="small")])
+        (other,) = preview(session, [_spec("other")])
+    assert later.placement is None and later.waits == "quota_held_for:job-big"
+    assert later.ahead == 1 and other.placement is not None
