@@ -12,11 +12,13 @@ pass to pass until it starts, unless a blocked job comes before it in a later pa
 (ahead of it in its queue, or of a queue whose share is lower), or a job of another queue that
 stays within its nominal quota while the holder would borrow (`_yields_to`: priorities do not
 count across queues). A job that stays within its queue's nominal quota is not held back by a
-reservation for a job of another queue that would borrow (`_outranks`). A job that does not fit
-may preempt `preemptible` running jobs: lower-priority ones of its own queue, or, when it stays
-within its queue's nominal quota, jobs of its cohort's queues, each only while its queue borrows
-(`Quotas.reclaimable`). The room victims free is their preemptor's first (`Waiting.claims`),
-ahead of any reservation.
+reservation for a job of another queue that would borrow (`_outranks`). Quota is held too: the
+first job of a queue held on quota that its queue's own quota can serve holds the queue's later
+jobs that need that quota (quota_hold.py), so the queue drains down to it. A job that
+does not fit may preempt `preemptible` running jobs: lower-priority ones of its own queue, or,
+when it stays within its queue's nominal quota, jobs of its cohort's queues, each only while its
+queue borrows (`Quotas.reclaimable`). The room victims free is their preemptor's first
+(`Waiting.claims`), ahead of any reservation.
 
 A job like one that failed since the pass last changed anything (same queue, priority, requests
 and limits: `_likeness`) fails the same way and is not tried again, so a pass over a long queue
@@ -41,18 +43,13 @@ from gpuflow.scheduler.admission_jobs import (
 from gpuflow.scheduler.model import Placement, Snapshot
 from gpuflow.scheduler.place import place
 from gpuflow.scheduler.preemption import Preempting
-from gpuflow.scheduler.quota import (
-    Demand,
-    Quotas,
-    by_covered_model,
-    never_admitted,
-    quota_keys,
-)
+from gpuflow.scheduler.quota import Demand, Quotas, by_covered_model, never_admitted
+from gpuflow.scheduler.quota_hold import QuotaHolds
 from gpuflow.scheduler.request import resolve
 from gpuflow.scheduler.reservation import Reservation, Room, earliest_start, hidden
 from gpuflow.scheduler.scorers import orders_by_name
 from gpuflow.scheduler.usage import apply_placement
-from gpuflow.specs.queue import ANY_MODEL, QueueSpec
+from gpuflow.specs.queue import QueueSpec
 
 NO_CAPACITY = "no_capacity"
 QUOTA = "quota"
@@ -127,9 +124,8 @@ class _Pass(Preempting):
         self.room: Room | None = None
         self.failed: dict[tuple[object, ...], str] = {}
         """`_likeness` of jobs that failed since the pass last changed -> why."""
-        self.quota_heads: dict[str, tuple[Waiting, frozenset[str]]] = {}
-        """Per queue: its first job this pass held on quota that may wait and that its queue
-        could admit, and the quota keys it needs (`_behind_quota_head`)."""
+        self.quota_holds = QuotaHolds(self.quotas)
+        """Each queue's first job this pass held on quota, which the later ones wait behind."""
 
     def run(self, waiting: Sequence[Waiting]) -> Decision:
         pending: dict[str, list[Waiting]] = {}
@@ -177,16 +173,17 @@ class _Pass(Preempting):
         return []
 
     def _try(self, job: Waiting) -> bool:
+        head = self.quota_holds.behind(job)
+        if head is not None:
+            self.reasons[job.name] = QUOTA_HELD_FOR + head
+            return False
         like = self._likeness(job)
         reason = self.failed.get(like) if like is not None else None
         if reason is not None:
             self.reasons[job.name] = reason
             return False
-        head = self._behind_quota_head(job)
-        if head is not None:
-            self.reasons[job.name] = QUOTA_HELD_FOR + head
-            return False
         placement, reason = self._place(job)
+        demand: Demand | None = None
         if placement is not None:
             demand = self.quotas.demand(job.queue, placement)
             if self.quotas.allows(job.queue, demand):
@@ -206,29 +203,16 @@ class _Pass(Preempting):
             return True
         self.reasons[job.name] = reason
         if reason == QUOTA and not never and job.may_wait:
-            self.quota_heads.setdefault(job.queue, (job, quota_keys(self.quotas, job)))
+            if demand is None:  # held on quota on the reserved hosts: where it would go
+                there = _first_fit(job, self.snapshot)
+                demand = None if there is None else self.quotas.demand(job.queue, there)
+            if demand is not None:
+                self.quota_holds.hold(job, demand)
         if reason == NO_CAPACITY and job.may_wait:
             self._reserve(job)
         if like is not None and self.reserved is not job:
             self.failed[like] = reason
         return False
-
-    def _behind_quota_head(self, job: Waiting) -> str | None:
-        """The job of its queue held on quota that this one waits behind, if any: a later job
-        of the queue that needs the same quota (a GPU model it counts, or any GPU for a total
-        quota) would keep it from ever draining down to what the held job needs, so it waits,
-        as Slurm's backfill never delays the first job. Jobs of other queues, and jobs that
-        need other quota or none, go on."""
-        found = self.quota_heads.get(job.queue)
-        if found is None:
-            return None
-        head, keys = found
-        if head.name == job.name or queue_order(job) < queue_order(head):
-            return None
-        wanted = quota_keys(self.quotas, job)
-        if wanted and (ANY_MODEL in keys | wanted or keys & wanted):
-            return head.name
-        return None
 
     def _never_admitted(self, job: Waiting) -> bool:
         """Its queue could not admit it even with its whole cohort idle (quota.py)."""

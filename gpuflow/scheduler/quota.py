@@ -19,7 +19,7 @@ from gpuflow.specs.queue import ANY_MODEL, QueueSpec, gpu_amounts
 from gpuflow.status import NEVER_ADMITTED
 
 if TYPE_CHECKING:
-    from gpuflow.scheduler.admission_jobs import Running, Waiting
+    from gpuflow.scheduler.admission_jobs import Running
 
 EPSILON = 1e-9
 Demand = Mapping[str, float]
@@ -111,6 +111,12 @@ class Quotas:
             for key, gpus in demand.items()
         )
 
+    def within_own(self, queue: str, demand: Demand) -> bool:
+        """Whether the queue's nominal quota could hold `demand` with nothing of its own
+        running."""
+        quota = self.queue(queue).quota
+        return all(gpus <= quota.get(key, 0) + EPSILON for key, gpus in demand.items())
+
     def borrows(self, queue: str, demand: Demand) -> bool:
         """Taking `demand` more would take the queue beyond its nominal quota."""
         return not self.within_nominal(queue, demand)
@@ -182,22 +188,6 @@ def never_admitted(queues: Iterable[QueueSpec], queue: str, job: JobSpec) -> str
         f"queue {queue} {NEVER_ADMITTED}: it asks {gpu.count.min * job.nodes:g} GPU(s) of "
         f"{models}, more than its quota ({gpu_amounts(spec.quota)}){lends} allows"
     )
-
-
-def quota_keys(quotas: Quotas, job: Waiting) -> frozenset[str]:
-    """The quota keys a waiting job may count against in its queue: ANY_MODEL for a total
-    quota or a job of any model, else the GPU models its options accept; none for a job that
-    asks no GPU."""
-    total = ANY_MODEL in quotas.queue(job.queue).quota
-    keys: set[str] = set()
-    for option in job.options or (job.job,):
-        gpu = option.resources.gpu
-        if gpu is None:
-            continue
-        if total or not gpu.names:
-            return frozenset({ANY_MODEL})
-        keys |= {name.upper() for name in gpu.names}
-    return frozenset(keys)
 
 
 def by_covered_model(quotas: Quotas, queue: str, options: Iterable[JobSpec]) -> Iterator[JobSpec]:

@@ -156,15 +156,20 @@ def test_a_job_that_ends_before_the_reserved_start_is_not_taken_for_one_that_doe
 
 def test_a_reservation_made_after_a_job_failed_changes_why_an_alike_job_waits() -> None:
     # x fails on its queue's quota ("a" is at it); the 8-GPU c of queue b then reserves the
-    # host. The alike z, tried again because the reservation is new, still says quota: it
-    # would not start were c's reservation gone (the lasting reason); b's alike w is held for
-    # c's reservation.
+    # host. The alike z, tried again because the reservation is new, waits behind x, which holds
+    # its queue's quota (not for c's reservation: it would not start were that gone); b's alike
+    # w is held for c's reservation.
     queues = [QueueSpec(name="a", gpus=4), QueueSpec(name="b", gpus=16)]
     x, z = waiting("x", 4, at=1), waiting("z", 4, at=3)
     c, w = waiting("c", 8, queue="b", at=2), waiting("w", 4, queue="b", at=4)
     decision = _both(1, [waiting("held", 4)], queues=queues, waiting=[x, c, z, w])
     reasons = {h.job.name: h.reason for h in decision.waiting}
-    assert reasons == {"x": "quota", "c": "no_capacity", "z": "quota", "w": "reserved_for:c"}
+    assert reasons == {
+        "x": "quota",
+        "c": "no_capacity",
+        "z": "quota_held_for:x",
+        "w": "reserved_for:c",
+    }
 
 
 def test_an_alike_job_of_another_queue_is_tried() -> None:

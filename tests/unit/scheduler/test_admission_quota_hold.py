@@ -103,3 +103,20 @@ def test_a_job_its_queue_could_never_admit_or_that_may_not_wait_holds_nothing() 
         )
         assert names(decision) == ["small"], head.name
         assert reasons(decision) == {head.name: QUOTA}
+
+
+def test_a_job_that_must_borrow_holds_nothing() -> None:
+    """A job bigger than its queue's own quota starts only when the cohort lends: holding its
+    queue for it would idle the queue for as long as the others keep their quota."""
+    snapshot = fleet(2)
+    lab = [QueueSpec(name="a", gpus=4, cohort="lab"), QueueSpec(name="b", gpus=4, cohort="lab")]
+    running = [start(snapshot, waiting(f"b{k}", 1, queue="b", at=-5 + k)) for k in range(4)]
+    decision = admit(
+        queues=lab,
+        running=running,
+        waiting=[waiting("big", 8, at=1), waiting("small", 1, at=2)],
+        snapshot=snapshot,
+        now=0,
+    )
+    assert names(decision) == ["small"]
+    assert reasons(decision) == {"big": QUOTA}

@@ -139,12 +139,12 @@ def _check(
 def _check_quota_hold(
     queues: list[QueueSpec], decision: Decision, quota_held: set[str], carried: str | None
 ) -> set[str]:
-    """A job held on quota that may wait and that its queue could admit is not passed by a
-    later job of its queue (every job here asks GPUs of a total quota). Checked for a job held
-    on quota by the pass before too, so that its first try in this pass ends on quota: a pass
-    that looks at its jobs again (room freed by a preemption, or by the reserved job's start)
-    may try it again after a later job took the quota (that job did not pass it then). The
-    jobs held on quota now."""
+    """A job held on quota that may wait and that its queue's own quota could serve is not
+    passed by a later job of its queue (every job here asks GPUs of a total quota). Checked for
+    a job held on quota by the pass before too, so that its first try in this pass ends on
+    quota: a pass that looks at its jobs again (room freed by a preemption, or by the reserved
+    job's start) may try it again after a later job took the quota (that job did not pass it
+    then). The jobs held on quota now."""
     looked_again = any(a.victims or a.job.name == carried for a in decision.admitted)
     held_now = set()
     for held in decision.waiting:
@@ -153,6 +153,10 @@ def _check_quota_hold(
             continue
         if never_admitted(queues, job.queue, job.job) is not None:
             continue
+        nominal = next(q.quota["*"] for q in queues if q.name == job.queue)
+        asks = job.job.nodes * (job.job.resources.gpu.count.min if job.job.resources.gpu else 0)
+        if asks > nominal:
+            continue  # it must borrow: it waits best effort, holding nothing
         held_now.add(job.name)
         if job.name not in quota_held or looked_again:
             continue
