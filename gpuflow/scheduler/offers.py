@@ -54,7 +54,8 @@ class Offers(BaseModel):
     could, or when not asked."""
     waits: str | None = None
     """Why an admission pass run now would leave it waiting though a host fits (no_capacity,
-    quota or reserved_for:<job>; services/preview.py), when the caller looked."""
+    quota, reserved_for:<job> or quota_held_for:<job>; services/preview.py), when the caller
+    looked."""
     ahead: int = 0
     """Jobs that would still wait ahead of it in its queue, when it would wait."""
     first: int = 0

@@ -42,8 +42,9 @@ class JobPlan:
     """The running jobs an admission pass run now would preempt to start it (services/
     preview.py), when the caller looked."""
     waits: str | None = None
-    """Why an admission pass run now would leave it waiting (no_capacity, quota or
-    reserved_for:<job>), when the caller looked; None: it would start (or preempt)."""
+    """Why an admission pass run now would leave it waiting (no_capacity, quota,
+    reserved_for:<job> or quota_held_for:<job>), when the caller looked; None: it would start
+    (or preempt)."""
     ahead: int = 0
     """Jobs that would still wait ahead of it in its queue, when it would wait."""
     first: int = 0

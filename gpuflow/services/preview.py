@@ -54,7 +54,8 @@ class Preview:
     """The running jobs the pass would preempt for it (it starts once they have stopped): ids,
     or `planned NAME` for a job planned before it."""
     waits: str | None = None
-    """Why it would wait: no_capacity, quota or reserved_for:<job>; None when it starts."""
+    """Why it would wait: no_capacity, quota, reserved_for:<job> or quota_held_for:<job>; None
+    when it starts."""
     ahead: int = 0
     """Jobs that would still wait ahead of it in its queue."""
     first: int = 0
