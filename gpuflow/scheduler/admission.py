@@ -14,11 +14,12 @@ stays within its nominal quota while the holder would borrow (`_yields_to`: prio
 count across queues). A job that stays within its queue's nominal quota is not held back by a
 reservation for a job of another queue that would borrow (`_outranks`). Quota is held too: the
 first job of a queue held on quota that its queue's own quota can serve holds the queue's later
-jobs that need that quota (quota_hold.py), so the queue drains down to it. A job that
-does not fit may preempt `preemptible` running jobs: lower-priority ones of its own queue, or,
-when it stays within its queue's nominal quota, jobs of its cohort's queues, each only while its
-queue borrows (`Quotas.reclaimable`). The room victims free is their preemptor's first
-(`Waiting.claims`), ahead of any reservation.
+jobs that need that quota (quota_hold.py), so the queue drains down to it; and a later job of
+the reserved job's queue may not take the quota it needs at its start
+(`_spends_reserved_quota`). A job that does not fit may preempt `preemptible` running jobs:
+lower-priority ones of its own queue, or, when it stays within its queue's nominal quota, jobs of
+its cohort's queues, each only while its queue borrows (`Quotas.reclaimable`). The room victims
+free is their preemptor's first (`Waiting.claims`), ahead of any reservation.
 
 A job like one that failed since the pass last changed anything (same queue, priority, requests
 and limits: `_likeness`) fails the same way and is not tried again, so a pass over a long queue
@@ -28,6 +29,7 @@ placed by the `random` scorer are always tried: its order of hosts depends on th
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -186,14 +188,16 @@ class _Pass(Preempting):
         demand: Demand | None = None
         if placement is not None:
             demand = self.quotas.demand(job.queue, placement)
-            if self.quotas.allows(job.queue, demand):
-                self._take(job, placement, ())
-                return True
-            placement = self._place_within_quota(job)
+            if not self.quotas.allows(job.queue, demand):
+                placement = self._place_within_quota(job)
+                reason = QUOTA
             if placement is not None:
-                self._take(job, placement, ())
-                return True
-            reason = QUOTA
+                holder = self._spends_reserved_quota(job, placement)
+                if holder is None:
+                    self._take(job, placement, ())
+                    return True
+                self.reasons[job.name] = QUOTA_HELD_FOR + holder
+                return False
         never = reason in (NO_CAPACITY, QUOTA) and self._never_admitted(job)
         if never:
             reason = QUOTA  # the lasting reason: no capacity would admit it, nor a reservation
@@ -213,6 +217,29 @@ class _Pass(Preempting):
         if like is not None and self.reserved is not job:
             self.failed[like] = reason
         return False
+
+    def _spends_reserved_quota(self, job: Waiting, placement: Placement) -> str | None:
+        """The reserved job, when this later job of its queue would take quota it needs at its
+        start (the jobs it waits for gone, this one still running), else None: backfill may
+        not delay the reserved job through its queue's quota either."""
+        holder, reservation = self.reserved, self.decision.reservation
+        if holder is None or reservation is None or holder.queue != job.queue:
+            return None
+        if job is holder or queue_order(job) < queue_order(holder):
+            return None
+        if self._ends_before_reserved_start(job):
+            return None
+        saved = {name: dict(usage) for name, usage in self.quotas.usage.items()}
+        try:
+            for name in reservation.waits_for & self.live.keys():
+                gone = self.live[name]
+                self.quotas.add(gone.queue, self.quotas.demand(gone.queue, gone.placement), -1.0)
+            self.quotas.add(job.queue, self.quotas.demand(job.queue, placement))
+            keeps = self.quotas.allows(holder.queue, self.reserved_demand)
+        finally:
+            for name, usage in saved.items():
+                self.quotas.usage[name] = defaultdict(float, usage)
+        return None if keeps else holder.name
 
     def _never_admitted(self, job: Waiting) -> bool:
         """Its queue could not admit it even with its whole cohort idle (quota.py)."""

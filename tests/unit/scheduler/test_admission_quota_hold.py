@@ -120,3 +120,31 @@ def test_a_job_that_must_borrow_holds_nothing() -> None:
     )
     assert names(decision) == ["small"]
     assert reasons(decision) == {"big": QUOTA}
+
+
+def test_backfill_does_not_spend_the_quota_the_reserved_job_needs_at_its_start() -> None:
+    """R (8 GPUs of queue a, quota 12) waits for b's job on gpu-1 and reserves it. A later
+    2-GPU job of a fits on gpu-0, off the reserved host, and within a's quota now; but with it
+    running, R would be over quota when b's job ends (4 + 2 + 8 > 12): it waits for R. A job of
+    b goes on."""
+    snapshot = fleet(2)
+    queues = [QueueSpec(name="a", gpus=12), QueueSpec(name="b", gpus=16)]
+    running = [
+        start(snapshot, waiting("a-old", 4, at=-20), now=-10),
+        start(snapshot, waiting("b-old", 6, queue="b", at=-20), now=-5),
+    ]
+    decision = admit(
+        queues=queues,
+        running=running,
+        waiting=[
+            waiting("reserved", 8, at=1),
+            waiting("later", 2, at=2),
+            waiting("other", 2, queue="b", at=3),
+        ],
+        snapshot=snapshot,
+        now=0,
+    )
+    assert decision.reservation is not None and decision.reservation.job == "reserved"
+    assert decision.reservation.waits_for == frozenset({"b-old"})
+    assert names(decision) == ["other"]
+    assert reasons(decision) == {"reserved": "no_capacity", "later": QUOTA_HELD_FOR + "reserved"}
