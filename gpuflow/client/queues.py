@@ -13,6 +13,7 @@ from gpuflow.client.api import Api
 from gpuflow.client.models import AppliedQueue, JobInfo, QueueInfo
 from gpuflow.errors import GpuflowError, SpecError
 from gpuflow.naming import CONTROL_TASK_QUEUE
+from gpuflow.specs.job import check_priority
 from gpuflow.specs.load import load_queue
 from gpuflow.specs.queue import QueueSpec
 from gpuflow.workflows import handles
@@ -48,8 +49,10 @@ class QueueCalls:
         once); a running job can be preempted (if preemptible) only for a job above its new
         priority; a later attempt of the job (a retry) keeps it. A job that ended is refused.
         Returns the job as it is now."""
-        if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 100:
-            raise SpecError(f"priority {priority!r} is not a priority; use 0..100")
+        try:
+            check_priority(priority)
+        except ValueError as exc:
+            raise SpecError(f"priority: {exc}") from None
         request = PriorityRequest(ref=job, priority=priority)
         return JobInfo.from_record(await self._api.call("set_priority", request, JobRecord))
 

@@ -12,6 +12,7 @@ from gpuflow.errors import SpecError
 from gpuflow.specs.job import (
     UtilizationPolicy,
     check_name,
+    check_priority,
     parse_max_duration,
     parse_time_window,
 )
@@ -58,8 +59,7 @@ class JobFlags:
             _check("--queue", lambda v: check_name(v, "queue name"), self.queue)
             fields["queue"] = self.queue
         if self.priority is not None:
-            if not 0 <= self.priority <= 100:
-                raise SpecError(f"--priority: {self.priority} is not a priority; use 0..100")
+            _check("--priority", check_priority, self.priority)
             fields["priority"] = self.priority
         policy: dict[str, Any] = {}
         if self.min_gpu_utilization is not None:

@@ -29,6 +29,20 @@ DEFAULT_QUEUE = "default"
 """Most commands, environment variables, labels, taints or names in one list."""
 
 
+MIN_PRIORITY, MAX_PRIORITY = 0, 100
+"""A job's priority within its queue: the one range every way of setting it checks."""
+
+
+def check_priority(value: object) -> int:
+    """The value as a priority, or ValueError saying what one is (a job file's field, `apply
+    --priority`, `set-priority`, and the signal a job's workflow takes it by)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{shown(value)} is not a priority; use a whole number, 0..100")
+    if not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        raise ValueError(f"{value} is not a priority; use {MIN_PRIORITY}..{MAX_PRIORITY}")
+    return value
+
+
 def check_name(value: str, what: str = "name") -> str:
     if not isinstance(value, str) or not _NAME.fullmatch(value):
         raise ValueError(
@@ -187,7 +201,7 @@ class JobSpec(BaseModel):
     """How many hosts the job runs on. Above 1 the job takes that many whole, idle hosts of one
     fleet at once (a host split into blocks counts only with every block free), or waits;
     GPU fractions are not allowed then."""
-    priority: int = Field(default=0, ge=0, le=100, examples=[50])
+    priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY, examples=[50])
     """Higher is more important within the job's queue: admission starts waiting jobs of a
     queue higher priority first, then by submission time, and may preempt `preemptible` jobs
     of lower priority for it."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from gpuflow.specs.job import MAX_PRIORITY, MIN_PRIORITY
+
 __all__ = ["PriorityRequest", "QueueApplied", "QueueRecord", "QueueRef"]
 
 
@@ -41,4 +43,4 @@ class PriorityRequest(BaseModel):
 
     ref: str
     """A job id, or a job name (the newest job of that name)."""
-    priority: int = Field(ge=0, le=100)
+    priority: int = Field(ge=MIN_PRIORITY, le=MAX_PRIORITY)

@@ -19,6 +19,7 @@ from gpuflow.workflows.phases import JobPhases
 
 with workflow.unsafe.imports_passed_through():
     from gpuflow import utilization
+    from gpuflow.specs.job import check_priority
     from gpuflow.status import JobStatus, TerminationReason, retrying
     from gpuflow.workflows import monitor, ui
     from gpuflow.workflows.models import (
@@ -91,7 +92,13 @@ class JobWorkflow(JobPhases):
     @workflow.signal
     def set_priority(self, priority: int) -> None:
         """The job's new priority within its queue (the API changed its entry already): the
-        attempts after this one enter their queue with it."""
+        attempts after this one enter their queue with it. A value that is not a priority
+        (sent from outside gpuflow) is ignored: kept, it would fail every later step."""
+        try:
+            check_priority(priority)
+        except ValueError as exc:
+            workflow.logger.warning("job %s: set_priority ignored: %s", self._job_id, exc)
+            return
         self._priority = priority
         self._upsert(status=self._status, priority=priority)
 

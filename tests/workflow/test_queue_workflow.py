@@ -278,7 +278,7 @@ async def test_a_priority_set_while_it_runs_holds_off_preemption_and_survives_a_
     """`gpuflow set-priority`: the API signals the job's workflow and changes its entry. Raised
     from 0 to 60, a running preemptible job is not preempted for a job of priority 50; one of
     100 still preempts it, and its second attempt enters the queue at 60, so it starts before
-    the job of 50 that waited longer."""
+    the job of 50 that waited longer. A value that is not a priority changes nothing."""
     fleet = sim_fleet(sqlite_store, hosts=ONE_GPU)
     requeue = {"on_events": ["interruption", "no-capacity"], "duration": "1h"}
     client = time_env.client
@@ -286,6 +286,7 @@ async def test_a_priority_set_while_it_runs_holds_off_preemption_and_survives_a_
         victim = await start_job(client, task_queue, job("victim", preemptible=True, retry=requeue))
         await _runs(sqlite_store, victim)
         await victim.signal("set_priority", 60)  # what the API's set_priority does
+        await victim.signal("set_priority", 500)  # not a priority (sent from outside): ignored
         with sqlite_store.placement_transaction() as session:
             assert set_priority_in(session, job_id=victim.id, priority=60)
         mid = await start_job(client, task_queue, job("mid", priority=50, retry=WAIT))
