@@ -94,6 +94,7 @@ async def ps(
     """List jobs: where they run, or why they wait and where they stand in line."""
     from gpuflow.cli.render import jobs_table
     from gpuflow.cli.waiting import line_positions, waiting_summary
+    from gpuflow.specs.queue import unknown_queue
 
     client = await common.open_client()
     try:
@@ -103,7 +104,7 @@ async def ps(
             if queue is not None and not jobs:
                 known = [q.name for q in await client.list_queues()]
                 if queue not in known:
-                    raise GpuflowError(f'queue "{queue}" does not exist; known: {", ".join(known)}')
+                    raise GpuflowError(unknown_queue(queue, known))
     finally:
         await client.close()
     more = bool(limit) and len(jobs) > limit

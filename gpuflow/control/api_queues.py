@@ -29,7 +29,7 @@ from gpuflow.services.queues import (
     list_queues,
     queues_in,
 )
-from gpuflow.specs.queue import QueueSpec
+from gpuflow.specs.queue import QueueSpec, unknown_queue
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
 from gpuflow.store.tables import JobRow
@@ -70,7 +70,7 @@ async def check_known(store: Store, *, queues: Sequence[str], fleets: Sequence[s
     known, known_fleets = await asyncio.to_thread(read)
     for name in queues:
         if name not in known:
-            raise SpecError(f'queue "{name}" does not exist; known: {", ".join(known)}')
+            raise SpecError(unknown_queue(name, known))
     unknown = [name for name in fleets if name not in known_fleets]
     if unknown:
         listed = ", ".join(known_fleets) or "none; apply one with gpuflow fleet apply"

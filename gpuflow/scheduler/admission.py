@@ -29,7 +29,6 @@ placed by the `random` scorer are always tried: its order of hosts depends on th
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -229,16 +228,12 @@ class _Pass(Preempting):
             return None
         if self._ends_before_reserved_start(job):
             return None
-        saved = {name: dict(usage) for name, usage in self.quotas.usage.items()}
-        try:
+        with self.quotas.trial():
             for name in reservation.waits_for & self.live.keys():
                 gone = self.live[name]
                 self.quotas.add(gone.queue, self.quotas.demand(gone.queue, gone.placement), -1.0)
             self.quotas.add(job.queue, self.quotas.demand(job.queue, placement))
             keeps = self.quotas.allows(holder.queue, self.reserved_demand)
-        finally:
-            for name, usage in saved.items():
-                self.quotas.usage[name] = defaultdict(float, usage)
         return None if keeps else holder.name
 
     def _never_admitted(self, job: Waiting) -> bool:
@@ -359,16 +354,7 @@ class _Pass(Preempting):
         self.failed.clear()
         apply_placement(self.snapshot, placement)
         self.quotas.add(job.queue, self.quotas.demand(job.queue, placement))
-        duration = job.job.max_duration
-        self.live[job.name] = admitted = Running(
-            name=job.name,
-            queue=job.queue,
-            placement=placement,
-            priority=job.priority,
-            preemptible=job.preemptible,
-            started_at=self.now,
-            ends_at=None if duration is None else self.now + duration,
-        )
+        self.live[job.name] = admitted = Running.admitted(job, placement, self.now)
         if job.preemptible:
             self.preemptible[job.name] = admitted
         backfill = self.decision.reservation is not None and self.reserved is not job

@@ -24,6 +24,20 @@ class Running:
     ends_at: float | None = None
     """Start + the job's max_duration, when it declares one; None: unknown."""
 
+    @classmethod
+    def admitted(cls, job: Waiting, placement: Placement, now: float) -> Running:
+        """The waiting job admitted at `now` on `placement`."""
+        duration = job.job.max_duration
+        return cls(
+            name=job.name,
+            queue=job.queue,
+            placement=placement,
+            priority=job.priority,
+            preemptible=job.preemptible,
+            started_at=now,
+            ends_at=None if duration is None else now + duration,
+        )
+
 
 @dataclass(frozen=True)
 class Waiting:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from gpuflow.scheduler.model import Placement
@@ -88,9 +89,8 @@ class Quotas:
         the candidates before it are released, as Kueue reclaims: taking quota back never
         takes a lender's own nominal quota (a victim may take its queue below it by no more
         than its own size)."""
-        saved = {name: dict(usage) for name, usage in self.usage.items()}
         kept = []
-        try:
+        with self.trial():
             for job in candidates:
                 demand = self.demand(job.queue, job.placement)
                 if job.queue != queue and not any(
@@ -99,10 +99,17 @@ class Quotas:
                     continue
                 kept.append(job)
                 self.add(job.queue, demand, -1.0)
+        return kept
+
+    @contextmanager
+    def trial(self) -> Iterator[None]:
+        """Usage changed within the block is given back as it was at its start."""
+        saved = {name: dict(usage) for name, usage in self.usage.items()}
+        try:
+            yield
         finally:
             for name, usage in saved.items():
                 self.usage[name] = defaultdict(float, usage)
-        return kept
 
     def within_nominal(self, queue: str, demand: Demand) -> bool:
         quota, usage = self.queue(queue).quota, self.usage[queue]

@@ -143,18 +143,7 @@ class _State:
         self.running = [r for r in self.running if r.name not in victims]
         for admitted in decision.admitted:
             self.live[admitted.job.name] = admitted.placement
-            ends = admitted.job.job.max_duration
-            self.running.append(
-                Running(
-                    name=admitted.job.name,
-                    queue=admitted.job.queue,
-                    placement=admitted.placement,
-                    priority=admitted.job.priority,
-                    preemptible=admitted.job.preemptible,
-                    started_at=self.now,
-                    ends_at=None if ends is None else self.now + ends,
-                )
-            )
+            self.running.append(Running.admitted(admitted.job, admitted.placement, self.now))
         self.waiting = [held.job for held in decision.waiting]
         self.reserved = decision.reservation
         return fate

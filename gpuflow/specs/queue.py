@@ -3,7 +3,7 @@ of Kueue's ClusterQueue; docs/architecture.md, "Queues and admission")."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -17,7 +17,7 @@ MAX_QUOTA_MODELS = 64
 ANY_MODEL = "*"
 """The quota key of a queue whose quota is a total over every GPU model."""
 
-__all__ = ["ANY_MODEL", "MAX_QUOTA_GPUS", "QueueSpec"]
+__all__ = ["ANY_MODEL", "MAX_QUOTA_GPUS", "QueueSpec", "unknown_queue"]
 
 
 def _gpus(value: Any, what: str) -> int:
@@ -116,3 +116,8 @@ def gpu_amounts(amounts: Mapping[str, float]) -> str:
         if gpus
     ]
     return " ".join(parts) or "0"
+
+
+def unknown_queue(name: str, known: Iterable[str]) -> str:
+    """What a user is told of a queue that does not exist (a job naming it, `ps -q`)."""
+    return f'queue "{name}" does not exist; known: {", ".join(known)}'
