@@ -166,10 +166,10 @@ def waits_because(waits: str, first: int) -> str:
     if waits == QUOTA:
         return "the queue has no quota left for it (gpuflow queue list)"
     if waits.startswith(RESERVED_FOR):
-        return f"the room it fits in is reserved for job {waits.removeprefix(RESERVED_FOR)}"
+        return f"the room it fits in is reserved for {waits.removeprefix(RESERVED_FOR)}"
     if waits.startswith(QUOTA_HELD_FOR):
         head = waits.removeprefix(QUOTA_HELD_FOR)
-        return f"the quota it needs is held for job {head}, waiting on quota before it"
+        return f"the quota it needs is held for {head}, waiting on quota before it"
     if first:
         jobs = "job waiting" if first == 1 else "jobs waiting"
         return f"{first} {jobs} before it would take the room it fits in"

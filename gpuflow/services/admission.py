@@ -355,11 +355,11 @@ def _reasons(item: Held, snapshot: Snapshot, queues: list[QueueSpec]) -> list[st
     """Why the job cannot start now, in words: per host for a job nothing fits."""
     reason = item.reason
     if reason.startswith("reserved_for:"):
-        return [f"the capacity it needs is reserved for job {reason.split(':', 1)[1]}"]
+        return [f"the capacity it needs is reserved for {reason.split(':', 1)[1]}"]
     if reason.startswith(QUOTA_HELD_FOR):
         head = reason.removeprefix(QUOTA_HELD_FOR)
         return [
-            f"queue {item.job.queue}'s quota it needs is held for job {head}, before it in "
+            f"queue {item.job.queue}'s quota it needs is held for {head}, before it in "
             "line and waiting for quota"
         ]
     if reason == "quota":

@@ -182,7 +182,9 @@ def _fate(
     queue = mine.job.queue
     ahead = sum(1 for h in decision.waiting if h.job.queue == queue and h.position < mine.position)
     first = sum(1 for a in decision.admitted if not a.job.name.startswith(PLANNED))
-    return Preview(waits=mine.reason, ahead=ahead, first=first, took=took, freed=freed)
+    kind, sep, whom = mine.reason.partition(":")  # reserved_for:<job>, preempting:<jobs>, ...
+    waits = kind + sep + ",".join(names.get(job, job) for job in whom.split(",")) if sep else kind
+    return Preview(waits=waits, ahead=ahead, first=first, took=took, freed=freed)
 
 
 def _waiting_now(session: Session, known: set[str]) -> tuple[list[Waiting], str | None]:

@@ -137,6 +137,21 @@ def test_a_plan_places_each_job_on_what_admission_leaves_it(store: Store) -> Non
     assert plans[1].placement == fates[1].placement and not plans[1].displaced
 
 
+def test_a_planned_job_waiting_behind_an_earlier_one_names_it(store: Store) -> None:
+    """The quota held for, or the room reserved for, a job of the same plan is named by that
+    job's name, as a planned victim is, not by the pass's placeholder."""
+    _fleet(store, gpus=2, cpus=8)
+    apply_queue(store, QueueSpec(name="tiny", gpus={"A100": 1}))
+    assert _enqueue(store, "t1", 0, queue="tiny").placement is not None
+    waits = {"on_events": ["no-capacity"], "duration": "1h"}
+    big = _spec("big", queue="tiny", retry=waits)
+    small = _spec("small", queue="tiny", retry=waits)
+    with store.read() as session:
+        held, behind = preview(session, [big, small])
+    assert held.waits == "quota"
+    assert behind.waits == "quota_held_for:planned big"
+
+
 def test_each_option_is_previewed_on_the_fleet_as_it_is(store: Store) -> None:
     """A dry run previews each resource option on its own, on one read of the fleet: what one
     option's pass takes (or preempts) is given back before the next, and the caller's read

@@ -25,7 +25,7 @@ def test_a_job_held_on_quota_holds_its_queue_until_it_starts(store: Store) -> No
     big, later = _entry(store, "big"), _entry(store, "later")
     assert big is not None and big.reason == "quota"
     assert later is not None and later.reason == "quota_held_for:job-big"
-    assert later.detail is not None and "is held for job job-big" in later.detail
+    assert later.detail is not None and "is held for job-big" in later.detail
     assert queue_reason_text(later.reason) == "quota held for job-big"
     assert allocations_of(store, "job-later") == []
     assert len(allocations_of(store, "job-other")) == 1  # the default queue goes on
