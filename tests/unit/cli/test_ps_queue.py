@@ -92,6 +92,7 @@ def test_set_priority_tells_the_workflow_and_reorders_the_entry(cli: Cli) -> Non
     assert json.loads(cli("set-priority", job_id, "70", "--json"))["priority"] == 70
 
     assert "0..100" in cli("set-priority", "a", "101", code=1)
+    assert "-5 is not a priority; use 0..100" in cli("set-priority", "a", "-5", code=1)
     assert "no job named 'nope'" in cli("set-priority", "nope", "1", code=1)
     cli.job("old", JobStatus.DONE, suffix="000009", ended_minutes_ago=1)
     assert "job old already ended (done): nothing to reorder" in cli(
