@@ -94,17 +94,12 @@ async def ps(
     """List jobs: where they run, or why they wait and where they stand in line."""
     from gpuflow.cli.render import jobs_table
     from gpuflow.cli.waiting import line_positions, waiting_summary
-    from gpuflow.specs.queue import unknown_queue
 
     client = await common.open_client()
     try:
         with common.err.status("reading the jobs…"):
             most = limit + 1 if limit else None
             jobs = await client.jobs(include_finished=all_jobs, limit=most, queue=queue)
-            if queue is not None and not jobs:
-                known = [q.name for q in await client.list_queues()]
-                if queue not in known:
-                    raise GpuflowError(unknown_queue(queue, known))
     finally:
         await client.close()
     more = bool(limit) and len(jobs) > limit
@@ -120,7 +115,7 @@ async def ps(
     elif not jobs:
         where = f" in queue {queue}" if queue is not None else ""
         common.console.print(
-            f"no jobs{where}" + ("" if all_jobs else " running (gpuflow ps -a shows all)")
+            f"no jobs{where}" if all_jobs else f"no jobs running{where} (gpuflow ps -a shows all)"
         )
     else:
         common.console.print(jobs_table(jobs, width=common.console.width))

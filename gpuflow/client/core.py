@@ -42,6 +42,7 @@ from gpuflow.errors import GpuflowError, NotFoundError, SpecError, Unschedulable
 from gpuflow.log_reader import LogReader
 from gpuflow.naming import fleet_workflow_id, job_workflow_id
 from gpuflow.specs.job import DEFAULT_QUEUE, JobSpec, check_name
+from gpuflow.specs.queue import unknown_queue
 from gpuflow.status import TerminationReason, capacity_reasons
 from gpuflow.utilization import UtilizationState
 from gpuflow.workflows.api import (
@@ -131,7 +132,8 @@ class Client(ControlPlaneCalls, QueueCalls, ScheduleCalls):
     ) -> list[JobInfo]:
         """The jobs not ended yet (with `include_finished`, the ended ones too), newest first:
         the newest `limit`, or all of them (None), read JOBS_PER_PAGE at a time; only those
-        of `queue` when given (the queue each job names)."""
+        of `queue` when given (the queue each job names; NotFoundError when no job names it
+        and no such queue exists)."""
         if limit is not None and limit < 1:
             raise SpecError(f"limit must be at least 1, not {limit}")
         if queue is not None:
@@ -153,6 +155,10 @@ class Client(ControlPlaneCalls, QueueCalls, ScheduleCalls):
             if len(page) < most:
                 break
             before = (page[-1].submitted_at, page[-1].id)
+        if queue is not None and not found:
+            known = [info.name for info in await self.list_queues()]
+            if queue not in known:  # a queue deleted since keeps its ended jobs listable
+                raise NotFoundError(unknown_queue(queue, known))
         return [JobInfo.from_record(record) for record in found[:limit]]
 
     async def progress(self, job: str) -> Progress:

@@ -20,7 +20,7 @@ from gpuflow.errors import GpuflowError, NotFoundError
 from gpuflow.scheduler.model import NodePlacement, Placement
 from gpuflow.scheduler.quota import EPSILON, Quotas
 from gpuflow.specs.job import DEFAULT_QUEUE
-from gpuflow.specs.queue import MAX_QUOTA_GPUS, QueueSpec
+from gpuflow.specs.queue import MAX_QUOTA_GPUS, QueueSpec, unknown_queue
 from gpuflow.store.db import Store
 from gpuflow.store.tables import AllocationRow, QueueEntryRow, QueueRow
 
@@ -78,8 +78,7 @@ def delete_queue(store: Store, name: str) -> None:
                     "queue default is built in and cannot be deleted (apply a queue file named "
                     "default to change its quota)"
                 )
-            known = ", ".join(queue.name for queue in queues_in(session))
-            raise NotFoundError(f"no queue named {name!r} (known: {known})")
+            raise NotFoundError(unknown_queue(name, [queue.name for queue in queues_in(session)]))
         counts = _entry_counts(session, [name]).get(name, {})
         waiting, admitted = counts.get(WAITING, 0), counts.get(ADMITTED, 0)
         if (waiting or admitted) and name != DEFAULT_QUEUE:

@@ -119,5 +119,6 @@ def gpu_amounts(amounts: Mapping[str, float]) -> str:
 
 
 def unknown_queue(name: str, known: Iterable[str]) -> str:
-    """What a user is told of a queue that does not exist (a job naming it, `ps -q`)."""
+    """What a user is told of a queue that does not exist (a job naming it, `ps -q`,
+    `queue delete`)."""
     return f'queue "{name}" does not exist; known: {", ".join(known)}'

@@ -183,8 +183,10 @@ async def test_queues_are_applied_listed_and_deleted_by_the_control_plane(
     assert str(refused.value) == "queue name is empty"
     assert await api.accepted_updates() == before
     await api.client.delete_queue("research")
-    with pytest.raises(NotFoundError, match=r"^no queue named 'research' \(known: default\)$"):
+    with pytest.raises(NotFoundError, match=r'^queue "research" does not exist; known: default$'):
         await api.client.delete_queue("research")
+    with pytest.raises(NotFoundError, match=r'^queue "research" does not exist; known: default$'):
+        await api.client.jobs(queue="research")  # as `ps -q`, not an empty list
     assert len(woken) == 3  # each apply, and the delete
 
 

@@ -40,7 +40,7 @@ def test_ps_lists_the_jobs_of_one_queue(cli: Cli) -> None:
 
     apply_queue(cli.store, QueueSpec(name="idle", gpus={"A100": 1}))
     assert cli("ps", "-q", "idle").strip() == (
-        "no jobs in queue idle running (gpuflow ps -a shows all)"
+        "no jobs running in queue idle (gpuflow ps -a shows all)"
     )
     out = cli("ps", "-q", "nope", code=1)
     assert 'queue "nope" does not exist; known: default, idle, research' in out

@@ -173,7 +173,7 @@ def test_delete_refuses_a_queue_with_jobs_then_deletes_it(cli: Cli) -> None:
 
 def test_delete_of_an_unknown_queue_or_the_built_in_default_is_one_line(cli: Cli) -> None:
     out = cli("queue", "delete", "nope", code=1)
-    assert _error(out) == "no queue named 'nope' (known: default)"
+    assert _error(out) == 'queue "nope" does not exist; known: default'
     out = cli("queue", "delete", "default", code=1)
     assert _error(out).startswith("queue default is built in and cannot be deleted")
     cli("queue", "apply", "-f", cli.write("default.yaml", "type: queue\nname: default\ngpus: 4\n"))

@@ -126,7 +126,7 @@ def test_delete_refuses_a_queue_that_holds_jobs_and_names_how_many(store: Store)
     )
     assert queue_names(store) == ["default", "research"]
     with pytest.raises(
-        NotFoundError, match=r"^no queue named 'reserch' \(known: default, research\)$"
+        NotFoundError, match=r'^queue "reserch" does not exist; known: default, research$'
     ):
         delete_queue(store, "reserch")
 
