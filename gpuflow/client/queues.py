@@ -4,7 +4,9 @@ all."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client as TemporalClient
 from temporalio.service import RPCError
@@ -14,7 +16,7 @@ from gpuflow.client.models import AppliedQueue, JobInfo, QueueInfo
 from gpuflow.errors import GpuflowError, SpecError
 from gpuflow.naming import CONTROL_TASK_QUEUE
 from gpuflow.specs.job import check_priority
-from gpuflow.specs.load import load_queue
+from gpuflow.specs.load import load_queue, queue_of
 from gpuflow.specs.queue import QueueSpec
 from gpuflow.workflows import handles
 from gpuflow.workflows.api import Empty, JobRecord
@@ -25,12 +27,21 @@ class QueueCalls:
     _api: Api
     temporal: TemporalClient
 
-    async def apply_queue(self, spec: QueueSpec | str | Path) -> AppliedQueue:
-        """Create or update a queue, from a spec or a queue file (`type: queue`). Waiting jobs
-        are looked at again at once: a larger quota may start some; a smaller one is taken back
-        from borrowers by preempting their preemptible jobs, never from the queue's own."""
-        if not isinstance(spec, QueueSpec):
+    async def apply_queue(self, spec: QueueSpec | Mapping[str, Any] | str | Path) -> AppliedQueue:
+        """Create or update a queue, from a spec, its fields (a mapping, as a queue file holds
+        them) or a queue file (`type: queue`). Waiting jobs are looked at again at once: a
+        larger quota may start some. Running jobs keep running when a quota shrinks (or a
+        lender's does): quota lent is taken back when a job needs it within its queue's
+        nominal quota, by preempting borrowers' preemptible jobs, never the queue's own."""
+        if isinstance(spec, Mapping):
+            spec = queue_of(dict(spec), "queue")
+        elif isinstance(spec, str | Path):
             spec = load_queue(spec)
+        elif not isinstance(spec, QueueSpec):
+            raise SpecError(
+                f"a queue is a QueueSpec, a mapping of its fields or a file's path, "
+                f"not {type(spec).__name__}"
+            )
         return AppliedQueue.from_record(await self._api.call("apply_queue", spec, QueueApplied))
 
     async def delete_queue(self, name: str) -> None:

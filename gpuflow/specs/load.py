@@ -72,13 +72,14 @@ def describe_validation_error(
         elif item["type"] == "missing":
             message = "required field is missing"
         value = item.get("input")
-        quoted = shown(value)
+        quoted = str(value).lower() if isinstance(value, bool) else shown(value)  # as YAML
         shown_value = (
             ""
             if item["type"] == "missing" or isinstance(value, dict | list) or quoted in message
             else f" (got {quoted})"
         )
-        problems.append(f"{where or '(top level)'}: {message}{shown_value}")
+        # A check of the whole spec names its fields in its message.
+        problems.append(f"{where}: {message}{shown_value}" if where else message + shown_value)
     more = len(items) - _MAX_PROBLEMS
     tail = f"; and {more} more" if more > 0 else ""
     return f"{source}: " + "; ".join(problems) + tail
@@ -143,9 +144,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if data is None:
         raise SpecError(f"{where}: the file is empty; expected a mapping of fields (name: ...)")
     if not isinstance(data, dict):
-        raise SpecError(
-            f"{where}: expected a mapping of fields at the top, got {_kind(data)} {shown(data)}"
-        )
+        raise SpecError(f"{where}: expected a mapping of fields at the top, got {shown(data)}")
     return data
 
 
@@ -310,4 +309,11 @@ def load_queue(path: str | Path) -> QueueSpec:
         raise SpecError(
             f"{source}: type: must be 'queue' for a queue file (got {shown(data.get('type'))})"
         )
+    return queue_of(data, source)
+
+
+def queue_of(data: dict[str, Any], source: str) -> QueueSpec:
+    """A queue from its fields (a `type` other than `queue` refused); SpecError names `source`."""
+    if data.get("type", "queue") != "queue":
+        raise SpecError(f"{source}: type: must be 'queue' for a queue (got {shown(data['type'])})")
     return _validate(QueueSpec, data, source)

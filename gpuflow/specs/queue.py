@@ -20,10 +20,15 @@ ANY_MODEL = "*"
 __all__ = ["ANY_MODEL", "MAX_QUOTA_GPUS", "QueueSpec", "unknown_queue"]
 
 
+def _yaml(value: Any) -> str:
+    """A value as a file spells it: `true`, not Python's `True`."""
+    return str(value).lower() if isinstance(value, bool) else shown(value)
+
+
 def _gpus(value: Any, what: str) -> int:
     """A whole number of GPUs, 0..MAX_QUOTA_GPUS, with a one-line error naming the field."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{what} {shown(value)} must be a whole number of GPUs")
+        raise ValueError(f"{what} must be a whole number of GPUs, not {_yaml(value)}")
     if not 0 <= value <= MAX_QUOTA_GPUS:
         raise ValueError(f"{what} is {value}; it must be 0..{MAX_QUOTA_GPUS} GPUs")
     return value
@@ -97,7 +102,7 @@ class QueueSpec(BaseModel):
             if self.lending_limit > most:
                 raise ValueError(
                     f"queue {self.name}: lending_limit {self.lending_limit} is more than its "
-                    f"quota of {most} GPUs"
+                    f"quota of {most} GPU{'' if most == 1 else 's'}"
                 )
         return self
 

@@ -162,7 +162,7 @@ def _checked(construct: Any) -> Any:
             tag = str(node.tag).removeprefix(_TAG)
             raise _refused(f"cannot read {shown(node.value)} as {tag}", node) from None
         if type(value) is int and value.bit_length() > 63:
-            raise _refused(f"{shown(value)} is too large for any field", node)
+            raise _refused(f"{shown(value)} is too large for any field", node, what="a number")
         return value
 
     return checked

@@ -39,7 +39,8 @@ def shown(value: Any) -> str:
     elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
         return "a number of about " + str(int(value.bit_length() * 0.30103)) + " digits"
     elif isinstance(value, dict | list | tuple | set):
-        return f"a {'mapping' if isinstance(value, dict) else 'list'} of {len(value)} items"
+        items = "item" if len(value) == 1 else "items"
+        return f"a {'mapping' if isinstance(value, dict) else 'list'} of {len(value)} {items}"
     try:
         text = repr(value)
     except Exception:  # a value without a readable repr is still refused in one line

@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from gpuflow.errors import SpecError
 from gpuflow.specs import QueueSpec
+from gpuflow.specs.load import queue_of
 
 
 def test_a_total_quota_and_a_per_model_quota() -> None:
@@ -21,11 +23,12 @@ def test_a_total_quota_and_a_per_model_quota() -> None:
     ("fields", "message"),
     [
         ({"gpus": -1}, "gpus is -1; it must be 0..1000000 GPUs"),
-        ({"gpus": True}, "gpus True must be a whole number of GPUs"),
-        ({"gpus": {"A100": 1.5}}, "gpus.A100 1.5 must be a whole number of GPUs"),
+        ({"gpus": True}, "gpus must be a whole number of GPUs, not true"),
+        ({"gpus": {"A100": 1.5}}, "gpus.A100 must be a whole number of GPUs, not 1.5"),
         ({"gpus": {"a100": 1, "A100": 2}}, "GPU model A100 is listed twice in gpus"),
         ({"gpus": 4, "borrowing_limit": 2}, "borrowing_limit needs a `cohort` to share with"),
         ({"gpus": 4, "cohort": "lab", "lending_limit": 9}, "lending_limit 9 is more than its"),
+        ({"gpus": 1, "cohort": "lab", "lending_limit": 9}, "more than its quota of 1 GPU"),
         ({"gpus": 4, "cohort": "lab", "borrowing_limit": -2}, "borrowing_limit is -2"),
         ({"gpus": 4, "cohort": "Lab"}, "cohort name 'Lab' must start with a letter"),
         ({"gpus": 4, "weight": 1}, "Extra inputs are not permitted"),
@@ -42,3 +45,9 @@ def test_errors_say_what_to_change(fields: dict[str, Any], message: str) -> None
 def test_a_queue_file_says_queue() -> None:
     with pytest.raises(ValidationError):
         QueueSpec.model_validate({"type": "fleet", "name": "research", "gpus": 1})
+
+
+def test_a_check_of_the_whole_queue_is_one_line_without_a_field_path() -> None:
+    with pytest.raises(SpecError) as caught:
+        queue_of({"name": "a", "gpus": 1, "borrowing_limit": 4}, "q.yaml")
+    assert str(caught.value) == "q.yaml: queue a: borrowing_limit needs a `cohort` to share with"

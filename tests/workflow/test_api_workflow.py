@@ -170,6 +170,14 @@ async def test_queues_are_applied_listed_and_deleted_by_the_control_plane(
     applied = await api.client.apply_queue(spec)
     assert applied.created and applied.queue.quota == {"A100": 2}
     assert not (await api.client.apply_queue(spec)).created
+    as_fields = {"name": "research", "gpus": {"A100": 2}, "cohort": "lab", "borrowing_limit": 1}
+    assert (await api.client.apply_queue(as_fields)).queue == applied.queue  # a mapping too
+    with pytest.raises(
+        SpecError, match=r"^queue: gpus: gpus must be a whole number of GPUs, not true$"
+    ):
+        await api.client.apply_queue({"name": "research", "gpus": True})
+    with pytest.raises(SpecError, match=r"^a queue is a QueueSpec, a mapping .* not int$"):
+        await api.client.apply_queue(42)  # type: ignore[arg-type]
     queues = await api.client.list_queues()
     assert [(q.name, q.cohort, q.built_in) for q in queues] == [
         ("default", None, True),
@@ -187,7 +195,7 @@ async def test_queues_are_applied_listed_and_deleted_by_the_control_plane(
         await api.client.delete_queue("research")
     with pytest.raises(NotFoundError, match=r'^queue "research" does not exist; known: default$'):
         await api.client.jobs(queue="research")  # as `ps -q`, not an empty list
-    assert len(woken) == 3  # each apply, and the delete
+    assert len(woken) == 4  # each apply, and the delete
 
 
 async def test_a_secret_reaches_the_control_plane_sealed(api: Api) -> None:
