@@ -36,7 +36,7 @@ def queues_table(queues: Sequence[Any], *, width: int) -> Table:
             queue.name,
             queue.cohort or "-",
             "no limit" if queue.built_in else gpu_amounts(queue.quota),
-            gpu_amounts(queue.used),
+            _used(queue),
             gpu_amounts(queue.borrowed),
             gpu_amounts(queue.lent),
             str(queue.waiting),
@@ -45,6 +45,13 @@ def queues_table(queues: Sequence[Any], *, width: int) -> Table:
         for queue in queues
     ]
     return fitted_table(columns, rows, width=width)
+
+
+def _used(queue: Any) -> str:
+    """GPUs used, and the part of them over quota that no lending covers (a quota lowered
+    under running jobs)."""
+    used = gpu_amounts(queue.used)
+    return f"{used} ({gpu_amounts(queue.over_quota)} over)" if queue.over_quota else used
 
 
 @queue_app.command("apply")

@@ -139,10 +139,13 @@ class QueueInfo(BaseModel):
     used: dict[str, float] = Field(default_factory=dict)
     """GPUs its admitted jobs hold."""
     borrowed: dict[str, float] = Field(default_factory=dict)
-    """The part of `used` beyond its quota, from idle quota of its cohort."""
+    """The part of `used` beyond its quota that idle quota of its cohort covers."""
     lent: dict[str, float] = Field(default_factory=dict)
     """The part of its idle quota that its cohort's borrowing uses: the cohort's borrowing,
     shared among the queues that lend in proportion to what each may lend."""
+    over_quota: dict[str, float] = Field(default_factory=dict)
+    """The part of `used` beyond its quota that nothing covers now (its quota, or a lender's,
+    was lowered under running jobs); a job that needs that quota preempts them if it may."""
     waiting: int = 0
     """Jobs waiting to be admitted."""
     admitted: int = 0

@@ -72,9 +72,9 @@ class QueueCalls:
         `held=False`, let it go on; on the embedded stack `gpuflow down` holds it before
         stopping running jobs and `gpuflow up` lets it go. Holding starts a loop that is not
         running; letting go of one that is not running does nothing. A job submitted while the
-        loop is held still starts in its own first step when nothing waits before it and its
-        queue has no quota limit (that step is not the loop's): `gpuflow down` looks again
-        after its stops and stops such a job too."""
+        loop is held is still decided by its submit when nothing waits before it (a pass over
+        it alone, in the submit's own transaction, not the loop's), so it may start:
+        `gpuflow down` looks again after its stops and stops such a job too."""
         task_queue = getattr(self._api, "task_queue", CONTROL_TASK_QUEUE)
         try:
             await handles.hold_admission(self.temporal, held, task_queue)

@@ -49,6 +49,7 @@ def queue_record(usage: QueueUsage) -> QueueRecord:
         used=usage.used,
         borrowed=usage.borrowed,
         lent=usage.lent,
+        over_quota=usage.over_quota,
         waiting=usage.waiting,
         admitted=usage.admitted,
     )

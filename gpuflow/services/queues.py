@@ -113,9 +113,14 @@ class QueueUsage:
     used: dict[str, float] = field(default_factory=dict)
     """GPUs held by the queue's admitted jobs."""
     borrowed: dict[str, float] = field(default_factory=dict)
-    """The part of `used` beyond the queue's nominal quota (idle quota of its cohort)."""
+    """The part of `used` beyond the queue's nominal quota that idle quota of its cohort
+    covers."""
     lent: dict[str, float] = field(default_factory=dict)
     """The part of the queue's idle quota that covers its cohort's borrowing (`lent_shares`)."""
+    over_quota: dict[str, float] = field(default_factory=dict)
+    """The part of `used` beyond the queue's nominal quota that nothing covers now: a quota
+    lowered (the queue's, or a lender's) under jobs that keep running. A job that needs the
+    quota back preempts them if they are preemptible; otherwise it ends with them."""
     waiting: int = 0
     admitted: int = 0
 
@@ -145,6 +150,32 @@ def admitted_placements(session: Session) -> list[tuple[str, Placement]]:
         )
         for job_id, held in sorted(nodes.items())
     ]
+
+
+def uncovered(quotas: Quotas) -> dict[str, dict[str, float]]:
+    """Queue -> quota key -> GPUs of its use beyond its nominal quota that no lending covers:
+    all of it for a queue without a cohort; in a cohort whose queues borrow more than its
+    queues lend now, the excess, shared among its borrowers in proportion to what each
+    borrows."""
+    over: dict[str, dict[str, float]] = defaultdict(dict)
+    cohorts: dict[str, list[str]] = defaultdict(list)
+    for name, spec in quotas.queues.items():
+        if spec.cohort is None:
+            beyond = {key: quotas.borrowed(name, key) for key in quotas.usage[name]}
+            over[name] = {key: gpus for key, gpus in beyond.items() if gpus > EPSILON}
+        else:
+            cohorts[spec.cohort].append(name)
+    for members in cohorts.values():
+        for key in sorted({key for name in members for key in quotas.usage[name]}):
+            borrowed = {name: quotas.borrowed(name, key) for name in members}
+            total = sum(borrowed.values())
+            excess = total - sum(quotas.lendable(name, key) for name in members)
+            if excess <= EPSILON:
+                continue
+            for name, gpus in borrowed.items():
+                if gpus > EPSILON:
+                    over[name][key] = gpus * min(1.0, excess / total)
+    return over
 
 
 def lent_shares(quotas: Quotas) -> dict[str, dict[str, float]]:
@@ -184,13 +215,14 @@ def queue_usage(session: Session) -> list[QueueUsage]:
     for owner, placement in admitted_placements(session):
         if owner in quotas.queues:  # an entry of a deleted queue counts for no quota
             quotas.add(owner, quotas.demand(owner, placement))
-    lent = lent_shares(quotas)
+    lent, over = lent_shares(quotas), uncovered(quotas)
     counts = _entry_counts(session, [queue.name for queue in queues])
     out = []
     for queue in queues:
         name = queue.name
         used = {key: gpus for key, gpus in quotas.usage[name].items() if gpus > EPSILON}
-        borrowed = {key: quotas.borrowed(name, key) for key in used}
+        mine = over.get(name, {})
+        borrowed = {key: quotas.borrowed(name, key) - mine.get(key, 0.0) for key in used}
         out.append(
             QueueUsage(
                 spec=queue,
@@ -198,6 +230,7 @@ def queue_usage(session: Session) -> list[QueueUsage]:
                 used=used,
                 borrowed={key: gpus for key, gpus in borrowed.items() if gpus > EPSILON},
                 lent=dict(lent.get(name, {})),
+                over_quota=dict(mine),
                 waiting=counts.get(name, {}).get(WAITING, 0),
                 admitted=counts.get(name, {}).get(ADMITTED, 0),
             )

@@ -24,6 +24,7 @@ class QueueRecord(BaseModel):
     used: dict[str, float] = Field(default_factory=dict)
     borrowed: dict[str, float] = Field(default_factory=dict)
     lent: dict[str, float] = Field(default_factory=dict)
+    over_quota: dict[str, float] = Field(default_factory=dict)
     waiting: int = 0
     admitted: int = 0
 

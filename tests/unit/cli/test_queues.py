@@ -133,10 +133,17 @@ def test_list_shows_quota_use_borrowing_lending_and_jobs(cli: Cli) -> None:
         "used": {"A100": 3.0},
         "borrowed": {"A100": 1.0},
         "lent": {},
+        "over_quota": {},
         "waiting": 1,
         "admitted": 1,
     }
     assert data["default"]["built_in"] is True and data["default"]["quota"] == {"*": 1_000_000}
+    # prod's quota lowered under its running job: nothing lends research its 1 beyond quota
+    # now, and prod's own job is beyond prod's new quota of 0
+    cli("queue", "apply", "-f", cli.write("prod.yaml", PROD.replace("A100: 4", "A100: 0")))
+    words = " ".join(" ".join(lines_fit(cli("queue", "list"))).split())  # USED wraps
+    assert "prod lab 0 A100:1 (A100:1 0 0 0 1 over)" in words
+    assert "research lab A100:2 A100:3 (A100:1 0 0 1 1 over)" in words
 
 
 def test_list_fits_80_columns_with_long_names_and_many_models(cli: Cli) -> None:

@@ -168,6 +168,7 @@ def test_usage_borrowing_and_lending_in_a_cohort(store: Store) -> None:
     assert (prod.used, prod.borrowed, prod.lent) == ({"A100": 1.0}, {}, {"A100": 1.125})
     assert (dev.used, dev.lent) == ({}, {"A100": 0.375})
     assert (usage["solo"].used, usage["solo"].borrowed) == ({"*": 2.0}, {})
+    assert all(not queue.over_quota for queue in usage.values())  # lending covers it all
     default = usage["default"]
     assert (default.used, default.waiting, default.admitted) == ({}, 1, 0)
 
@@ -180,8 +181,17 @@ def test_lending_is_capped_by_what_a_queue_has_idle(store: Store) -> None:
     _entry(store, "job-p", "prod", "admitted", holds=[("A100", 1, None)])
     _entry(store, "job-r", "research", "admitted", holds=[("A100", 3, None)])
     usage = {q.spec.name: q for q in list_queues(store)}
-    assert usage["research"].borrowed == {"*": 2.0}
-    assert usage["prod"].lent == {"*": 1.0}
+    # prod lends 1 of the 2 research uses beyond its quota; the other is over quota
+    assert (usage["research"].borrowed, usage["research"].over_quota) == ({"*": 1.0}, {"*": 1.0})
+    assert (usage["prod"].lent, usage["prod"].over_quota) == ({"*": 1.0}, {})
+
+
+def test_a_queue_without_a_cohort_is_over_its_lowered_quota_not_borrowing(store: Store) -> None:
+    apply_queue(store, _queue("solo", 2))
+    _entry(store, "job-s", "solo", "admitted", holds=[("A100", 2, None)])
+    apply_queue(store, _queue("solo", 1))  # lowered under a running job, which keeps running
+    (solo,) = [q for q in list_queues(store) if q.spec.name == "solo"]
+    assert (solo.used, solo.borrowed, solo.over_quota) == ({"*": 2.0}, {}, {"*": 1.0})
 
 
 def test_waiting_places_are_one_based_and_only_for_waiting_entries(store: Store) -> None:
