@@ -174,27 +174,34 @@ def never_admitted(queues: Iterable[QueueSpec], queue: str, job: JobSpec) -> str
     models the job accepts has enough quota there, its own or to borrow), in words; None when
     an idle cohort would admit it."""
     gpu = job.resources.gpu
-    if gpu is None:
-        return None
     quotas = Quotas(queues)
+    if gpu is None or quota_allows_some(quotas, queue, job):
+        return None
     spec = quotas.queue(queue)
-    for option in job.resource_options():
-        wanted = option.resources.gpu
-        if wanted is None:
-            return None
-        gpus = wanted.count.min * option.nodes
-        if ANY_MODEL in spec.quota:
-            keys = [ANY_MODEL]
-        else:
-            keys = wanted.names or sorted(quotas.cohort_keys(queue))
-        if any(quotas.allows(queue, {key: gpus}) for key in keys):
-            return None
     models = " or ".join(gpu.names) if gpu.names else "any model"
     lends = f" and cohort {spec.cohort}'s lending" if spec.cohort else ""
     return (
         f"queue {queue} {NEVER_ADMITTED}: it asks {gpu.count.min * job.nodes:g} GPU(s) of "
         f"{models}, more than its quota ({gpu_amounts(spec.quota)}){lends} allows"
     )
+
+
+def quota_allows_some(quotas: Quotas, queue: str, job: JobSpec) -> bool:
+    """Whether the queue, at the usage `quotas` counts, may take the fewest GPUs of some
+    model one of the job's options accepts (a job asking no GPU: always)."""
+    spec = quotas.queue(queue)
+    for option in job.resource_options():
+        wanted = option.resources.gpu
+        if wanted is None:
+            return True
+        gpus = wanted.count.min * option.nodes
+        if ANY_MODEL in spec.quota:
+            keys = [ANY_MODEL]
+        else:
+            keys = wanted.names or sorted(quotas.cohort_keys(queue))
+        if any(quotas.allows(queue, {key: gpus}) for key in keys):
+            return True
+    return False
 
 
 def by_covered_model(quotas: Quotas, queue: str, options: Iterable[JobSpec]) -> Iterator[JobSpec]:

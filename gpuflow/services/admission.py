@@ -9,9 +9,10 @@ asking again for the same (job, attempt) returns what became of it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cache, partial
 from typing import Any
 
 from sqlalchemy import Row, update
@@ -22,7 +23,7 @@ from sqlmodel import Session, col, select
 from gpuflow.scheduler import place
 from gpuflow.scheduler.admission import QUOTA_HELD_FOR, Decision, Held, Running, Waiting, admit
 from gpuflow.scheduler.model import Snapshot
-from gpuflow.scheduler.quota import never_admitted
+from gpuflow.scheduler.quota import Quotas, never_admitted, quota_allows_some
 from gpuflow.scheduler.reservation import Reservation
 from gpuflow.services.capacity import JOBS_PER_READ
 from gpuflow.services.queues import queues_in
@@ -39,7 +40,7 @@ from gpuflow.services.verdicts import (
 )
 from gpuflow.services.warm import WarmCapacity, warm_capacity
 from gpuflow.specs.job import DEFAULT_QUEUE, JobSpec
-from gpuflow.specs.queue import QueueSpec
+from gpuflow.specs.queue import QueueSpec, gpu_amounts
 from gpuflow.store.tables import QueueEntryRow
 from gpuflow.workflows.queue_models import (
     AdmittedJob,
@@ -136,7 +137,14 @@ def run_pass_in(
     attempts.update((entry.job_id, entry.attempt) for entry in waiting_rows)
     _commit(session, decision, by_id, attempts, now, outcome)
     live = {job.name for job in running}
-    _hold(session, decision.waiting, by_id, (worded, live), (snapshot, queues), outcome)
+    _hold(
+        session,
+        decision.waiting,
+        by_id,
+        (worded, live),
+        (snapshot, queues, cache(partial(_used, queues, decision, running))),
+        outcome,
+    )
     for job_id in [job.job_id for job in outcome.admitted] + [
         job.job_id for job in outcome.refused
     ]:
@@ -149,6 +157,19 @@ def run_pass_in(
             hosts=sorted(decision.reservation.hosts),
         )
     return outcome
+
+
+def _used(queues: list[QueueSpec], decision: Decision, running: list[Running]) -> Quotas:
+    """What each queue uses once the pass's decision is done: its running jobs but those
+    preempted, and those it admitted."""
+    quotas = Quotas(queues)
+    victims = {victim for admitted in decision.admitted for victim in admitted.victims}
+    for job in running:
+        if job.name not in victims and job.queue in quotas.queues:
+            quotas.add(job.queue, quotas.demand(job.queue, job.placement))
+    for admitted in decision.admitted:
+        quotas.add(admitted.job.queue, quotas.demand(admitted.job.queue, admitted.placement))
+    return quotas
 
 
 _UNREAD = [defer(QueueEntryRow.spec), defer(QueueEntryRow.detail)]  # type: ignore[arg-type]
@@ -284,7 +305,7 @@ def _hold(
     held: list[Held],
     by_id: dict[str, QueueEntryRow],
     known: tuple[set[str], set[str]],
-    fleet: tuple[Snapshot, list[QueueSpec]],
+    fleet: tuple[Snapshot, list[QueueSpec], Callable[[], Quotas]],
     outcome: PassOutcome,
 ) -> None:
     """Jobs left waiting learn their position and why; one that may not wait is refused, with
@@ -351,8 +372,12 @@ def _told_enough(outcome: PassOutcome) -> bool:
     return True
 
 
-def _reasons(item: Held, snapshot: Snapshot, queues: list[QueueSpec]) -> list[str]:
-    """Why the job cannot start now, in words: per host for a job nothing fits."""
+def _reasons(
+    item: Held, snapshot: Snapshot, queues: list[QueueSpec], used: Callable[[], Quotas]
+) -> list[str]:
+    """Why the job cannot start now, in words: per host for a job nothing fits, after its
+    queue's quota when that would hold it too once a host frees. `used`: what the queues use
+    once the pass's decision is done (counted when first asked)."""
     reason = item.reason
     if reason.startswith("reserved_for:"):
         return [f"the capacity it needs is reserved for {reason.split(':', 1)[1]}"]
@@ -369,4 +394,12 @@ def _reasons(item: Held, snapshot: Snapshot, queues: list[QueueSpec]) -> list[st
         waits = "; it waits until a queue's quota changes (gpuflow queue apply)"
         return [never + (waits if item.job.may_wait else "")]
     options = item.job.options or (item.job.job,)
-    return no_fit_lines([(option, place(option, snapshot)) for option in options])
+    lines = no_fit_lines([(option, place(option, snapshot)) for option in options])
+    queue = item.job.queue
+    if any(q.name == queue and q.unlimited for q in queues):
+        return lines
+    quotas = used()
+    if quota_allows_some(quotas, queue, item.job.job):
+        return lines
+    amounts = gpu_amounts(quotas.usage[queue]), gpu_amounts(quotas.queue(queue).quota)
+    return [f"queue {queue}'s quota is used too ({amounts[0]} of {amounts[1]})", *lines]

@@ -29,7 +29,7 @@ from gpuflow.services.verdicts import (
     refuse_in,
 )
 from gpuflow.specs.job import JobSpec
-from gpuflow.specs.queue import MAX_QUOTA_GPUS, QueueSpec
+from gpuflow.specs.queue import QueueSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.bulk import IDS_PER_STATEMENT, delete_rows
 from gpuflow.store.tables import AllocationRow, JobRow, QueueEntryRow
@@ -201,9 +201,7 @@ def enqueue_in(session: Session, inp: EnqueueInput, *, warm: bool = True) -> Que
 def decided_alone(queue: QueueSpec | None) -> bool:
     """Whether a pass over one job of this queue, nothing else waiting, admits it wherever it
     fits, whatever else runs: a queue without quota limit or cohort."""
-    if queue is None or queue.cohort is not None:
-        return False
-    return all(gpus >= MAX_QUOTA_GPUS for gpus in queue.quota.values())
+    return queue is not None and queue.unlimited
 
 
 def _decided_alone(

@@ -111,6 +111,11 @@ class QueueSpec(BaseModel):
         """Nominal GPUs per quota key: GPU model names, or ANY_MODEL for a total."""
         return dict(self.gpus) if isinstance(self.gpus, dict) else {ANY_MODEL: self.gpus}
 
+    @property
+    def unlimited(self) -> bool:
+        """No quota limit and no cohort (the built-in default): its jobs go wherever they fit."""
+        return self.cohort is None and all(gpus >= MAX_QUOTA_GPUS for gpus in self.quota.values())
+
 
 def gpu_amounts(amounts: Mapping[str, float]) -> str:
     """`16` for a total, `A100:8 T4:4` per model, `0` for nothing; a share as its fraction:

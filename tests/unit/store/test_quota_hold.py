@@ -36,3 +36,20 @@ def test_a_job_held_on_quota_holds_its_queue_until_it_starts(store: Store) -> No
     assert len(allocations_of(store, "job-big")) == 1
     later = _entry(store, "later")
     assert later is not None and later.reason == "quota"  # now behind what big holds
+
+
+def test_a_job_without_capacity_is_told_its_quota_holds_it_too(store: Store) -> None:
+    """Its words say both: a host freeing would not start it while its queue's quota is
+    used (the pass stops at the first check that fails, capacity)."""
+    _fleet(store, gpus=1, cpus=8)
+    apply_queue(store, QueueSpec(name="pq", gpus=1))
+    assert _enqueue(store, "low", 0, queue="pq", priority=95).placement is not None
+    assert _enqueue(store, "high", 1, queue="pq", priority=90).placement is None
+    assert _enqueue(store, "free", 2).placement is None  # another queue's: no quota to say
+    with store.placement_transaction() as session:
+        run_pass_in(session, reservation=None)
+    high, free = _entry(store, "high"), _entry(store, "free")
+    assert high is not None and high.reason == "no_capacity" and high.detail is not None
+    assert high.detail.splitlines()[0] == "queue pq's quota is used too (1 of 1)"
+    assert "h1" in high.detail  # the hosts' reasons follow
+    assert free is not None and free.detail is not None and "quota" not in free.detail
