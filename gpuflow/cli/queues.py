@@ -77,7 +77,7 @@ async def queue_apply(
         common.print_json(dumped[0] if len(files) == 1 else dumped)
         return
     for queue in applied:
-        done = "created" if queue.created else "updated"
+        done = "created" if queue.created else "updated" if queue.changed else "unchanged"
         common.console.print(f"queue [bold]{escape(queue.queue.name)}[/] {done}")
     queues = [queue.queue for queue in applied]
     common.console.print(queues_table(queues, width=common.console.width))

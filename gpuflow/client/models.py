@@ -162,10 +162,13 @@ class AppliedQueue(BaseModel):
     queue: QueueInfo
     created: bool
     """False: a queue of that name existed and was updated."""
+    changed: bool = True
+    """False: a queue of that name existed and was so already: nothing changed."""
 
     @classmethod
     def from_record(cls, record: QueueApplied) -> AppliedQueue:
-        return cls(queue=QueueInfo.from_record(record.queue), created=record.created)
+        queue = QueueInfo.from_record(record.queue)
+        return cls(queue=queue, created=record.created, changed=record.changed)
 
 
 class OptionOffers(BaseModel):

@@ -87,11 +87,13 @@ class QueueActivities:
     @activity.defn(name="api_apply_queue")
     @one_line
     async def apply_queue(self, spec: QueueSpec) -> QueueApplied:
-        """Write the queue (a retry after the write says `updated`), then ask for a pass."""
-        created = await asyncio.to_thread(apply_queue, self.store, spec)
-        await wake_admission(self.temporal)
+        """Write the queue (a retry after the write says `unchanged`), then ask for a pass."""
+        done = await asyncio.to_thread(apply_queue, self.store, spec)
+        if done != "unchanged":
+            await wake_admission(self.temporal)
         records = await asyncio.to_thread(read_queues, self.store)
-        return QueueApplied(queue=next(r for r in records if r.name == spec.name), created=created)
+        queue = next(r for r in records if r.name == spec.name)
+        return QueueApplied(queue=queue, created=done == "created", changed=done != "unchanged")
 
     @activity.defn(name="api_delete_queue")
     @one_line

@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Literal
 
 from sqlalchemy import func
 from sqlmodel import Session, col, select
@@ -26,6 +27,9 @@ from gpuflow.store.tables import AllocationRow, QueueEntryRow, QueueRow
 
 WAITING = "waiting"
 ADMITTED = "admitted"
+
+
+Applied = Literal["created", "updated", "unchanged"]
 
 
 def default_queue() -> QueueSpec:
@@ -50,20 +54,23 @@ def queue_names(store: Store) -> list[str]:
         return [queue.name for queue in queues_in(session)]
 
 
-def apply_queue(store: Store, spec: QueueSpec) -> bool:
-    """Create or update the queue; True when it was created. Jobs already admitted keep
-    running: a smaller quota is given back by admission (preempting borrowers), never here."""
+def apply_queue(store: Store, spec: QueueSpec) -> Applied:
+    """Create or update the queue, and say which (`unchanged`: it was so already, and nothing
+    is written). Jobs already admitted keep running: a smaller quota is given back by
+    admission (preempting borrowers), never here."""
     # The placement transaction: an admission pass reads queues and writes entries in one, so
     # it sees a queue either before or after this change, never half of it.
     with store.placement_transaction() as session:
         row = session.get(QueueRow, spec.name)
-        created = row is None
-        if row is None:
-            row = QueueRow(name=spec.name)
-        row.spec = spec.model_dump(mode="json", exclude_none=True)
+        dumped = spec.model_dump(mode="json", exclude_none=True)
+        if row is not None and row.spec == dumped:
+            return "unchanged"
+        done: Applied = "created" if row is None else "updated"
+        row = row or QueueRow(name=spec.name)
+        row.spec = dumped
         row.updated_at = datetime.now(UTC)
         session.add(row)
-    return created
+    return done
 
 
 def delete_queue(store: Store, name: str) -> None:

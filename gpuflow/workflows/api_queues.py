@@ -33,6 +33,8 @@ class QueueApplied(BaseModel):
     queue: QueueRecord
     created: bool
     """False: the queue existed and was updated."""
+    changed: bool = True
+    """False: the queue was so already (nothing written)."""
 
 
 class QueueRef(BaseModel):

@@ -102,8 +102,11 @@ def test_apply_says_created_then_updated_and_asks_for_an_admission_pass(cli: Cli
 
     path = cli.write("research.yaml", RESEARCH.replace("A100: 2", "A100: 3, T4: 1"))
     applied = json.loads(cli("queue", "apply", "-f", path, "--json"))
-    assert applied["created"] is False
+    assert (applied["created"], applied["changed"]) == (False, True)
     assert applied["queue"]["quota"] == {"A100": 3, "T4": 1}
+    assert cli.temporal.admission_wakes == 2
+    # the same file again: nothing to write, and no pass to ask for
+    assert lines_fit(cli("queue", "apply", "-f", path))[0] == "queue research unchanged"
     assert cli.temporal.admission_wakes == 2
 
 

@@ -86,8 +86,9 @@ def test_the_default_queue_exists_until_a_file_replaces_it(store: Store) -> None
     (info,) = list_queues(store)
     assert info.built_in and info.spec == default
 
-    assert apply_queue(store, _queue("research", 8)) is True
-    assert apply_queue(store, _queue("default", {"A100": 4})) is True
+    assert apply_queue(store, _queue("research", 8)) == "created"
+    assert apply_queue(store, _queue("research", 8)) == "unchanged"
+    assert apply_queue(store, _queue("default", {"A100": 4})) == "created"
     with store.read() as session:
         assert [(q.name, q.quota) for q in queues_in(session)] == [
             ("default", {"A100": 4}),
@@ -104,9 +105,10 @@ def test_the_default_queue_exists_until_a_file_replaces_it(store: Store) -> None
 
 
 def test_apply_creates_then_updates(store: Store) -> None:
-    assert apply_queue(store, _queue("research", 8, cohort="lab")) is True
+    assert apply_queue(store, _queue("research", 8, cohort="lab")) == "created"
     assert (
-        apply_queue(store, _queue("research", {"a100": 4}, cohort="lab", lending_limit=2)) is False
+        apply_queue(store, _queue("research", {"a100": 4}, cohort="lab", lending_limit=2))
+        == "updated"
     )
     (_, research) = list_queues(store)
     assert research.spec == _queue("research", {"A100": 4}, cohort="lab", lending_limit=2)
