@@ -13,7 +13,7 @@ from rich.text import Text
 from gpuflow.cli import common
 from gpuflow.cli.common import run
 from gpuflow.cli.render import STATUS_STYLE, Cell, Column, ago, fitted_table, status_text
-from gpuflow.cli.waiting import queue_reason_text, short_reasons
+from gpuflow.cli.waiting import queue_reason_text, reserved_text, short_reasons
 from gpuflow.client.models import JobEvents
 from gpuflow.errors import NotFoundError
 from gpuflow.status import JobStatus, capacity_prefix, capacity_reasons
@@ -83,6 +83,11 @@ def _lines(info: Any) -> list[tuple[str, str]]:
         if info.status == JobStatus.PENDING and info.queue_position is not None:
             place += f", #{info.queue_position} in line: {queue_reason_text(info.queue_reason)}"
         lines.append(("queue", place))
+    reserved = reserved_text(info)
+    if reserved is not None:
+        start = info.reserved_start
+        by = "" if start is None else f"; by {_when(start)} if the jobs it waits for run to "
+        lines.append(("reserved", reserved + (by + "their max_duration" if by else "")))
     lines.append(("priority", str(info.priority)))
     lines.append(("attempt", str(info.attempt)))
     if info.hosts:

@@ -9,8 +9,10 @@ text stays in `ps --json`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
+from gpuflow.specs.units import format_duration
 from gpuflow.status import (
     NEVER_ADMITTED,
     NO_CAPACITY_PREFIX,
@@ -59,11 +61,30 @@ def queue_reason_text(reason: str | None) -> str:
     return reason.replace("_", " ")
 
 
+def reserved_text(job: Any, now: datetime | None = None) -> str | None:
+    """`reserves h1, h2 (starts within 4m)` for a job that holds the backfill reservation
+    (`start unknown` when a job it waits for declares no max_duration); None otherwise."""
+    hosts = getattr(job, "reserved_hosts", None)
+    if job.status != JobStatus.PENDING or not hosts:
+        return None
+    named = ", ".join(host.split("/", 1)[-1] for host in hosts)
+    start = job.reserved_start
+    if start is None:
+        return f"reserves {named} (start unknown)"
+    left = (start - (now or datetime.now(UTC))).total_seconds()
+    when = f"starts within {format_duration(left)}" if left >= 1 else "starts any moment"
+    return f"reserves {named} ({when})"
+
+
 def queue_wait(job: Any) -> str | None:
     """Why an admission pass left the job waiting, in words; None for a job that no pass has
-    placed in line. Without capacity, the hosts' first reason follows, as `why_waiting` says."""
+    placed in line. Without capacity, the hosts' first reason follows, as `why_waiting` says;
+    the job that holds the reservation says which hosts and by when it starts."""
     if job.status != JobStatus.PENDING or job.queue_position is None:
         return None
+    reserved = reserved_text(job)
+    if reserved is not None:
+        return reserved
     reason = queue_reason_text(job.queue_reason)
     message = job.message or ""
     if reason == "no capacity" and message.startswith(WAITING_PREFIX):

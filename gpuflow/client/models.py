@@ -51,6 +51,14 @@ class JobInfo(BaseModel):
     held for a higher job), `quota_held_for:<job id>` (its queue's quota is kept for a job
     before it that waits for quota), `preempting:<job ids>` (those jobs are being stopped for
     it)."""
+    reserved_hosts: list[str] = Field(default_factory=list)
+    """While it waits for capacity at the head of admission's order: the hosts reserved for
+    it (`fleet/host`); later jobs may use them only when they end before it could start."""
+    reserved_start: datetime | None = None
+    """When it holds a reservation: the time by which it starts if every job it waits for
+    runs to its max_duration (jobs that end sooner bring it forward; a job ahead of it in
+    admission's order takes the reservation over). None: not known (a job it waits for
+    declares no max_duration)."""
 
     @classmethod
     def from_record(cls, record: JobRecord) -> JobInfo:

@@ -67,6 +67,8 @@ def job_record(
         queue=queue,
         queue_position=place.position if place else None,
         queue_reason=place.reason if place else None,
+        reserved_hosts=list(place.reserved_hosts) if place else [],
+        reserved_start=place.reserved_start if place else None,
     )
 
 

@@ -33,6 +33,7 @@ from gpuflow.services.verdicts import (
     PREEMPTING,
     WAITING,
     admit_placement_in,
+    mark_reserved,
     no_fit_lines,
     refuse_in,
     say_waiting,
@@ -150,6 +151,7 @@ def run_pass_in(
     ]:
         by_id[job_id].decided_by = pass_id
     _resync(session, state, decision, running)
+    mark_reserved(session, decision.reservation)
     if decision.reservation is not None:
         outcome.reservation = ReservationState(
             job=decision.reservation.job,

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from sqlalchemy import func
+from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from gpuflow.errors import GpuflowError, NotFoundError
@@ -260,6 +261,20 @@ class WaitingPlace:
     reason: str | None
     """no_capacity, quota, reserved_for:<job id>, quota_held_for:<job id>,
     preempting:<job ids>; None before a pass."""
+    reserved_hosts: tuple[str, ...] = ()
+    """The hosts reserved for it, when it holds the backfill reservation."""
+    reserved_start: datetime | None = None
+    """When it can start at the latest, if known (QueueEntryRow.reserved_start)."""
+
+
+_PLACE = (
+    QueueEntryRow.job_id,
+    QueueEntryRow.queue,
+    QueueEntryRow.position,
+    QueueEntryRow.reason,
+    QueueEntryRow.reserved_hosts,
+    QueueEntryRow.reserved_start,
+)
 
 
 def waiting_places(session: Session, job_ids: Iterable[str]) -> dict[str, WaitingPlace]:
@@ -268,14 +283,17 @@ def waiting_places(session: Session, job_ids: Iterable[str]) -> dict[str, Waitin
     if not ids:
         return {}
     # Not the entry's spec: a waiting job's spec may be large, and ps needs none of it.
-    entries = session.exec(
-        select(
-            QueueEntryRow.job_id, QueueEntryRow.queue, QueueEntryRow.position, QueueEntryRow.reason
-        ).where(col(QueueEntryRow.job_id).in_(ids), QueueEntryRow.state == WAITING)
-    ).all()
+    query = sa_select(*(col(column) for column in _PLACE)).where(
+        col(QueueEntryRow.job_id).in_(ids), col(QueueEntryRow.state) == WAITING
+    )
+    entries = session.connection().execute(query).all()
     return {
         job_id: WaitingPlace(
-            queue=queue, position=None if position is None else position + 1, reason=reason
+            queue=queue,
+            position=None if position is None else position + 1,
+            reason=reason,
+            reserved_hosts=tuple(hosts.split(",")) if hosts else (),
+            reserved_start=None if start is None else start.replace(tzinfo=start.tzinfo or UTC),
         )
-        for job_id, queue, position, reason in entries
+        for job_id, queue, position, reason, hosts, start in (tuple(row) for row in entries)
     }

@@ -7,7 +7,7 @@ through these, inside the caller's `placement_transaction`.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlmodel import Session
@@ -15,6 +15,7 @@ from sqlmodel import Session
 from gpuflow.scheduler.filters import GANG, RESOURCES
 from gpuflow.scheduler.model import Placement, Rejection, Unschedulable
 from gpuflow.scheduler.offers import by_reason
+from gpuflow.scheduler.reservation import Reservation
 from gpuflow.services.capacity import commit_placement_in
 from gpuflow.services.jobs import gpu_summary, record_status_in
 from gpuflow.specs.job import JobSpec
@@ -44,6 +45,8 @@ def admitted_values(now: datetime) -> dict[str, Any]:
         "position": None,
         "reason": None,
         "detail": None,
+        "reserved_hosts": None,
+        "reserved_start": None,
     }
 
 
@@ -151,3 +154,28 @@ def no_fit_lines(tries: list[tuple[JobSpec, Placement | Unschedulable]]) -> list
 def set_values(entry: QueueEntryRow, **values: object) -> None:
     for name, value in values.items():
         setattr(entry, name, value)
+
+
+_ENTRIES = QueueEntryRow.__table__  # type: ignore[attr-defined]
+
+
+def mark_reserved(session: Session, reservation: Reservation | None) -> None:
+    """The reservation's job's entry says which hosts are reserved for it and when it can
+    start at the latest (`gpuflow ps`, `describe`); every other entry says nothing of one."""
+    holder = reservation.job if reservation is not None else ""
+    session.connection().execute(
+        _ENTRIES.update()
+        .where(_ENTRIES.c.reserved_hosts.is_not(None), _ENTRIES.c.job_id != holder)
+        .values(reserved_hosts=None, reserved_start=None)
+    )
+    if reservation is None:
+        return
+    start = reservation.starts_at
+    session.connection().execute(
+        _ENTRIES.update()
+        .where(_ENTRIES.c.job_id == holder, _ENTRIES.c.state == WAITING)
+        .values(
+            reserved_hosts=",".join(sorted(reservation.hosts)),
+            reserved_start=None if start is None else datetime.fromtimestamp(start, UTC),
+        )
+    )

@@ -248,3 +248,10 @@ class QueueEntryRow(SQLModel, table=True):
     quota_held_for:<job>, preempting."""
     detail: str | None = None
     """The last pass's per-host reasons, `; `-separated (for a job that may not wait)."""
+    reserved_hosts: str | None = None
+    """The job holds the backfill reservation (the last pass's): the hosts reserved for it,
+    `,`-separated host ids; None for every other entry."""
+    reserved_start: datetime | None = None
+    """When the reservation's job can start at the latest, if no job runs past its
+    max_duration and none takes the reservation over; None: unknown (a job it waits for
+    declares no max_duration)."""

@@ -102,6 +102,10 @@ class JobRecord(BaseModel):
     queue_reason: str | None = None
     """Why a waiting job was not admitted by the last pass: no_capacity, quota,
     reserved_for:<job id>, quota_held_for:<job id> or preempting:<job ids>."""
+    reserved_hosts: list[str] = Field(default_factory=list)
+    """A waiting job that holds the backfill reservation: the hosts reserved for it."""
+    reserved_start: datetime | None = None
+    """When it can start at the latest (None: not known), if it holds the reservation."""
 
 
 class SubmitRequest(BaseModel):

@@ -254,10 +254,18 @@ def test_ps_shows_a_waiting_jobs_queue_position_and_reason(cli: Cli) -> None:
     }
     for position, (reason, job_id) in enumerate(jobs.items()):
         _entry(cli, job_id, "research", "waiting", position=position, reason=reason)
+    holder = cli.job("holder", JobStatus.PENDING, suffix="000006", minutes_ago=5)
+    _entry(cli, holder, "research", "waiting", position=4, reason="no_capacity")
+    with cli.store.session() as session:  # the pass reserved box for it, its start unknown
+        entry = session.get(QueueEntryRow, holder)
+        assert entry is not None
+        entry.reserved_hosts = "lab/box"
+        session.add(entry)
+        session.commit()
     unordered = cli.job("just-in", JobStatus.PENDING, suffix="000005", minutes_ago=1)
     out = cli("ps")
     lines = lines_fit(out)
-    ids = [*jobs.values(), unordered]
+    ids = [*jobs.values(), holder, unordered]
     order = [next(j for j in ids if j in line) for line in lines[1:] if any(j in line for j in ids)]
     why = dict(zip(order, column_rows(out, "WHERE / WHY"), strict=True))
     assert why == {
@@ -267,9 +275,12 @@ def test_ps_shows_a_waiting_jobs_queue_position_and_reason(cli: Cli) -> None:
         jobs["preempting:job-low-111111,job-low-222222"]: (
             "research/#4 preempting job-low-111111, job-low-222222"
         ),
+        holder: "research/#5 reserves box (start unknown)",
         # No admission pass has looked at it yet: ps orders it among such jobs.
         unordered: "#1 of 1 waiting; waiting to be placed",
     }
+    described = cli("describe", holder)
+    assert "reserved   reserves box (start unknown)" in described.splitlines()[3]
     data = {j["id"]: j for j in json.loads(cli("ps", "--json"))}
     over = data[jobs["quota"]]
     assert (over["queue"], over["queue_position"], over["queue_reason"]) == ("research", 1, "quota")
