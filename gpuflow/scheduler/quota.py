@@ -61,6 +61,16 @@ class Quotas:
             return {ANY_MODEL: sum(held.values())} if held else {}
         return held
 
+    @classmethod
+    def holding(cls, queues: Iterable[QueueSpec], held: Iterable[tuple[str, Placement]]) -> Quotas:
+        """The queues' quotas with what `held` (queue, placement) counts against them; a
+        placement of a queue not among them counts for none (a queue deleted meanwhile)."""
+        quotas = cls(queues)
+        for queue, placement in held:
+            if queue in quotas.queues:
+                quotas.add(queue, quotas.demand(queue, placement))
+        return quotas
+
     def add(self, queue: str, demand: Demand, sign: float = 1.0) -> None:
         usage = self.usage[self.queue(queue).name]
         for key, gpus in demand.items():

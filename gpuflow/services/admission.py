@@ -164,14 +164,9 @@ def run_pass_in(
 def _used(queues: list[QueueSpec], decision: Decision, running: list[Running]) -> Quotas:
     """What each queue uses once the pass's decision is done: its running jobs but those
     preempted, and those it admitted."""
-    quotas = Quotas(queues)
     victims = {victim for admitted in decision.admitted for victim in admitted.victims}
-    for job in running:
-        if job.name not in victims and job.queue in quotas.queues:
-            quotas.add(job.queue, quotas.demand(job.queue, job.placement))
-    for admitted in decision.admitted:
-        quotas.add(admitted.job.queue, quotas.demand(admitted.job.queue, admitted.placement))
-    return quotas
+    kept = [(job.queue, job.placement) for job in running if job.name not in victims]
+    return Quotas.holding(queues, [*kept, *((a.job.queue, a.placement) for a in decision.admitted)])
 
 
 _UNREAD = [defer(QueueEntryRow.spec), defer(QueueEntryRow.detail)]  # type: ignore[arg-type]

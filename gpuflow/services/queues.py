@@ -219,10 +219,7 @@ def queue_usage(session: Session) -> list[QueueUsage]:
     """Every queue (by name) with its usage, borrowing, lending and entries."""
     queues = queues_in(session)
     applied = set(session.exec(select(QueueRow.name)).all())
-    quotas = Quotas(queues)
-    for owner, placement in admitted_placements(session):
-        if owner in quotas.queues:  # an entry of a deleted queue counts for no quota
-            quotas.add(owner, quotas.demand(owner, placement))
+    quotas = Quotas.holding(queues, admitted_placements(session))  # a deleted queue's: none
     lent, over = lent_shares(quotas), uncovered(quotas)
     counts = _entry_counts(session, [queue.name for queue in queues])
     out = []
