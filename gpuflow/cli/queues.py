@@ -79,6 +79,8 @@ async def queue_apply(
     for queue in applied:
         done = "created" if queue.created else "updated" if queue.changed else "unchanged"
         common.console.print(f"queue [bold]{escape(queue.queue.name)}[/] {done}")
+        for warning in queue.warnings:
+            common.err.print(f"warning: {escape(warning)}", highlight=False)
     queues = [queue.queue for queue in applied]
     common.console.print(queues_table(queues, width=common.console.width))
 

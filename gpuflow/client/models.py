@@ -172,11 +172,15 @@ class AppliedQueue(BaseModel):
     """False: a queue of that name existed and was updated."""
     changed: bool = True
     """False: a queue of that name existed and was so already: nothing changed."""
+    warnings: list[str] = Field(default_factory=list)
+    """What the queue names that no fleet has (GPU models of a per-model quota)."""
 
     @classmethod
     def from_record(cls, record: QueueApplied) -> AppliedQueue:
         queue = QueueInfo.from_record(record.queue)
-        return cls(queue=queue, created=record.created, changed=record.changed)
+        return cls(
+            queue=queue, created=record.created, changed=record.changed, warnings=record.warnings
+        )
 
 
 class OptionOffers(BaseModel):

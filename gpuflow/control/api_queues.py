@@ -28,6 +28,7 @@ from gpuflow.services.queues import (
     delete_queue,
     list_queues,
     queues_in,
+    unknown_models,
 )
 from gpuflow.specs.queue import QueueSpec, unknown_queue
 from gpuflow.status import JobStatus
@@ -93,7 +94,13 @@ class QueueActivities:
             await wake_admission(self.temporal)
         records = await asyncio.to_thread(read_queues, self.store)
         queue = next(r for r in records if r.name == spec.name)
-        return QueueApplied(queue=queue, created=done == "created", changed=done != "unchanged")
+        warnings = await asyncio.to_thread(unknown_models, self.store, spec)
+        return QueueApplied(
+            queue=queue,
+            created=done == "created",
+            changed=done != "unchanged",
+            warnings=warnings,
+        )
 
     @activity.defn(name="api_delete_queue")
     @one_line

@@ -22,9 +22,9 @@ from gpuflow.errors import GpuflowError, NotFoundError
 from gpuflow.scheduler.model import NodePlacement, Placement
 from gpuflow.scheduler.quota import EPSILON, Quotas
 from gpuflow.specs.job import DEFAULT_QUEUE
-from gpuflow.specs.queue import MAX_QUOTA_GPUS, QueueSpec, unknown_queue
+from gpuflow.specs.queue import ANY_MODEL, MAX_QUOTA_GPUS, QueueSpec, unknown_queue
 from gpuflow.store.db import Store
-from gpuflow.store.tables import AllocationRow, QueueEntryRow, QueueRow
+from gpuflow.store.tables import AllocationRow, GpuRow, QueueEntryRow, QueueRow
 
 WAITING = "waiting"
 ADMITTED = "admitted"
@@ -294,3 +294,18 @@ def waiting_places(session: Session, job_ids: Iterable[str]) -> dict[str, Waitin
         )
         for job_id, queue, position, reason, hosts, start in (tuple(row) for row in entries)
     }
+
+
+def unknown_models(store: Store, spec: QueueSpec) -> list[str]:
+    """A warning for a per-model quota naming GPU models no fleet has (a typo, or a fleet to
+    come): jobs can use that quota only once a fleet has them."""
+    with store.read() as session:
+        have = {name.upper() for name in session.exec(select(GpuRow.name).distinct())}
+    unknown = [model for model in spec.quota if model != ANY_MODEL and model not in have]
+    if not unknown:
+        return []
+    known = ", ".join(sorted(have)) or "no GPUs yet"
+    return [
+        f"queue {spec.name}: no fleet has GPU model {', '.join(unknown)} (fleets have: {known}); "
+        "its quota for it is used only once one does"
+    ]

@@ -35,6 +35,8 @@ class QueueApplied(BaseModel):
     """False: the queue existed and was updated."""
     changed: bool = True
     """False: the queue was so already (nothing written)."""
+    warnings: list[str] = Field(default_factory=list)
+    """What the queue names that no fleet has (GPU models)."""
 
 
 class QueueRef(BaseModel):

@@ -87,6 +87,12 @@ def test_apply_says_created_then_updated_and_asks_for_an_admission_pass(cli: Cli
     out = cli("queue", "apply", "-f", path)
     lines = lines_fit(out)
     assert lines[0] == "queue research created"
+    # no fleet has A100s yet: a typo, or a fleet to come; said, not refused
+    assert " ".join(lines[1:3]) == (
+        "warning: queue research: no fleet has GPU model A100 (fleets have: no GPUs yet); "
+        "its quota for it is used only once one does"
+    )
+    del lines[1:3]
     assert lines[1].split() == [
         "NAME",
         "COHORT",
@@ -100,9 +106,14 @@ def test_apply_says_created_then_updated_and_asks_for_an_admission_pass(cli: Cli
     assert lines[2].split() == ["research", "lab", "A100:2", "0", "0", "0", "0", "0"]
     assert cli.temporal.admission_wakes == 1
 
+    cli.fleet(BOX)
     path = cli.write("research.yaml", RESEARCH.replace("A100: 2", "A100: 3, T4: 1"))
     applied = json.loads(cli("queue", "apply", "-f", path, "--json"))
     assert (applied["created"], applied["changed"]) == (False, True)
+    assert applied["warnings"] == [
+        "queue research: no fleet has GPU model T4 (fleets have: A100); its quota for it is "
+        "used only once one does"
+    ]
     assert applied["queue"]["quota"] == {"A100": 3, "T4": 1}
     assert cli.temporal.admission_wakes == 2
     # the same file again: nothing to write, and no pass to ask for
@@ -388,6 +399,7 @@ def test_offers_says_when_its_queue_could_never_admit_the_job(cli: Cli) -> None:
 def test_apply_takes_several_files_checks_them_all_first_and_refuses_a_name_twice(
     cli: Cli,
 ) -> None:
+    cli.fleet(BOX)
     research, prod = cli.write("research.yaml", RESEARCH), cli.write("prod.yaml", PROD)
     out = cli("queue", "apply", "-f", research, "-f", prod)
     lines = lines_fit(out)
