@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from gpuflow.cli import common
 from gpuflow.cli.common import run
@@ -38,9 +39,15 @@ async def schedule_create(
     client = await common.open_client()
     try:
         created = await client.schedule(spec, cron=cron, every_s=every_s, schedule_id=schedule_id)
+        (plan,) = await client.plan([spec])
     finally:
         await client.close()
     common.console.print(f"schedule [bold]{created}[/] created; runs show up in `gpuflow ps`")
+    never = plan.queue_never or (
+        None if plan.fits_idle else "nothing fits it, even with every host of its fleets idle"
+    )
+    if never is not None:  # the fleets or the queue may change before its first run: said
+        common.err.print(f"warning: {escape(never)}: each run waits or fails until that changes")
 
 
 @schedule_app.command("list")

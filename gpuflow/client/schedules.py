@@ -5,6 +5,8 @@ JobWorkflow as a submit does); `Client` has them all."""
 from __future__ import annotations
 
 import os
+import re
+import zlib
 from datetime import timedelta
 from typing import Any
 
@@ -19,7 +21,7 @@ from temporalio.client import (
     ScheduleSpec,
 )
 from temporalio.common import TypedSearchAttributes
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow.client.api import Api
 from gpuflow.errors import NotFoundError, SpecError
@@ -38,6 +40,18 @@ def search_attributes_enabled() -> bool:
     return os.environ.get("GPUFLOW_SEARCH_ATTRIBUTES", "1") not in ("0", "false", "no")
 
 
+_SCHEDULE_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
+
+
+def run_id_prefix(job: str, schedule_id: str) -> str:
+    """What a schedule's runs' workflow ids start with (Temporal appends the run's time):
+    `job-<name>` for the job's default schedule, `job-<name>-<tag>` for any other, the tag
+    a hash of the schedule id, so that schedules of one job do not start the same id."""
+    if schedule_id == f"schedule-{job}":
+        return f"job-{job}"
+    return f"job-{job}-{zlib.crc32(schedule_id.encode()):08x}"[: len(job) + 11]
+
+
 class ScheduleCalls:
     temporal: TemporalClient
     _api: Api
@@ -51,20 +65,27 @@ class ScheduleCalls:
         schedule_id: str | None = None,
     ) -> str:
         """A Temporal Schedule that submits the job on a cron or every `every_s` seconds.
-        Each run is a job of its own, `job-<name>-<time>`. Its queue and fleets must exist
+        Each run is a job of its own, `job-<name>-<time>` (`job-<name>-<tag>-<time>` for a
+        schedule id other than the default `schedule-<name>`, so that two schedules of one job
+        never start the same id in the same minute). Its queue and fleets must exist
         (SpecError, as for a submit)."""
         if (cron is None) == (every_s is None):
-            raise SpecError("give exactly one of cron or every")
+            raise SpecError("give exactly one of cron or every (--cron or --every)")
         if every_s is not None and every_s < 60:
             raise SpecError(f"every is {every_s}s; a schedule runs at most once a minute")
         schedule_id = schedule_id or f"schedule-{spec.name}"
+        if not _SCHEDULE_ID.fullmatch(schedule_id):
+            raise SpecError(
+                f"schedule id {schedule_id!r} must start with a letter and hold only lowercase "
+                "letters, digits and '-' (at most 63 characters)"
+            )
         # Its queue and fleets must exist now, as a submit's must (the control plane checks
         # them in a plan): a run would otherwise fail on its own, every time.
         await self._api.call("plan", PlanRequest(specs=[spec]), list[PlanRecord])
         action = ScheduleActionStartWorkflow(
             "JobWorkflow",
             JobInput(spec=spec, search_attributes=search_attributes_enabled()),
-            id=f"job-{spec.name}",
+            id=run_id_prefix(spec.name, schedule_id),
             typed_search_attributes=(
                 initial_search_attributes(spec)
                 if search_attributes_enabled()
@@ -117,4 +138,6 @@ class ScheduleCalls:
         try:
             await self.temporal.get_schedule_handle(schedule_id).delete()
         except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                raise NotFoundError(f"no schedule named {schedule_id!r}") from None
             raise NotFoundError(f"schedule {schedule_id}: {exc.message}") from None

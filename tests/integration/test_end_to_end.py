@@ -17,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from gpuflow.client import Client
 from gpuflow.control.worker import ControlWorker
-from gpuflow.errors import UnschedulableError
+from gpuflow.errors import NotFoundError, UnschedulableError
 from gpuflow.services.capacity import allocations_of
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.status import JobStatus, TerminationReason
@@ -211,6 +211,8 @@ async def test_schedule_runs_become_jobs(
             await asyncio.sleep(0.2)
         listed = await client.schedules()
         await client.delete_schedule(schedule_id)
+        with pytest.raises(NotFoundError, match=f"^no schedule named '{schedule_id}'$"):
+            await client.delete_schedule(schedule_id)
         assert job_id is not None and job_id.startswith("job-nightly-")
         assert (await client.get(job_id)).status == JobStatus.DONE
     assert any(item["id"] == schedule_id for item in listed)

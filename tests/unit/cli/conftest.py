@@ -68,6 +68,11 @@ class FakeTemporal:
     signals: list[tuple[str, str]] = field(default_factory=list)
     admission_wakes: int = 0
     """Asks for an admission pass (gpuflow/control/admission_wake.py): no pass runs here."""
+    schedules: dict[str, Any] = field(default_factory=dict)
+    """Schedule id -> the Schedule created (its runs never come here)."""
+
+    async def create_schedule(self, schedule_id: str, schedule: Any, **_: Any) -> None:
+        self.schedules[schedule_id] = schedule
 
     def get_workflow_handle(self, workflow_id: str, **_: Any) -> FakeHandle:
         return FakeHandle(self, workflow_id)

@@ -512,3 +512,23 @@ def test_plan_and_offers_say_when_admission_would_hold_a_job_a_host_fits(cli: Cl
     ) in text
     other = cli.write("d.yaml", "name: d\ncommands: [x]\nresources: {gpu: 2}\n")
     assert json.loads(cli("offers", "-f", other, "--json"))["waits"] is None
+
+
+def test_schedules_of_one_job_start_runs_of_their_own_and_say_what_never_fits(cli: Cli) -> None:
+    """Temporal names a run `<action id>-<time>`: two schedules of one job firing in the same
+    minute must not ask for one id (the second would be lost, silently)."""
+    cli.fleet(BOX)
+    job = cli.write("n.yaml", "name: nightly\ncommands: [x]\nresources: {gpu: A100:1}\n")
+    out = cli("schedule", "create", "-f", job, "--every", "1h")
+    assert "schedule schedule-nightly created" in out
+    cli("schedule", "create", "-f", job, "--cron", "0 3 * * *", "--id", "weekly")
+    ids = {key: s.action.id for key, s in cli.temporal.schedules.items()}
+    assert ids["schedule-nightly"] == "job-nightly"  # the job's own schedule: as before
+    assert ids["weekly"].startswith("job-nightly-") and len(ids["weekly"]) == len("job-nightly") + 7
+    out = cli("schedule", "create", "-f", job, "--every", "1h", "--id", "Bad Id!", code=1)
+    assert "schedule id 'Bad Id!' must start with a letter" in out
+    huge = cli.write("h.yaml", "name: huge\ncommands: [x]\nresources: {gpu: A100:64}\n")
+    out, err = cli.streams("schedule", "create", "-f", huge, "--every", "1h")
+    assert "schedule schedule-huge created" in out
+    warned = " ".join(err.split())
+    assert "warning: nothing fits it, even with every host of its fleets idle" in warned
