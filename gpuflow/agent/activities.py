@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import time
@@ -124,6 +125,8 @@ class HostAgent:
                 # The job's (or the host's secrets file's) fault, not an interruption: the job
                 # ends failed with this message instead of being retried elsewhere.
                 raise ApplicationError(str(exc), non_retryable=True) from None
+            if inp.working_dir:
+                usable_working_dir(inp.working_dir, self.host_id)
             referenced = secrets.referenced(inp.env)
             given = {name: job_env[key] for key, name in referenced.items()}
             self._injected[str(paths.root)] = given
@@ -296,3 +299,17 @@ class HostAgent:
             self.read_logs,
             self.ping_host,
         ]
+
+
+def usable_working_dir(path: str, host: str) -> None:
+    """The job's working_dir, made if missing; a non-retryable refusal (the job's fault, not
+    an interruption of its host) when it cannot be made or entered."""
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        problem = None if os.access(path, os.R_OK | os.X_OK) else "permission denied"
+    except OSError as exc:
+        problem = (exc.strerror or type(exc).__name__).lower()
+    if problem is not None:
+        raise ApplicationError(
+            f"working_dir {path} cannot be used on {host}: {problem}", non_retryable=True
+        )

@@ -243,3 +243,21 @@ async def test_a_held_back_tail_is_released_once_nothing_can_write(
     )
     stopped = await env.run(agent.read_logs, LogsInput(job_id="job-s-1", offset=4))
     assert (stopped.data, stopped.eof) == ("tok-5f", True)
+
+
+@pytest.mark.parametrize("problem", ["a file", "under a file"])
+async def test_a_working_dir_that_cannot_be_used_refuses_the_start(
+    tmp_path: Path, secrets_path: Path, problem: str
+) -> None:
+    """The job's fault, not its host's: it ends start_failed with one line, not host_lost after
+    three tries with a Python exception."""
+    (tmp_path / "wd").write_text("")
+    where = tmp_path / "wd" if problem == "a file" else tmp_path / "wd" / "sub"
+    agent = _agent(tmp_path, secrets_path)
+    start = _start(["true"]).model_copy(update={"working_dir": str(where)})
+    with pytest.raises(ApplicationError) as refused:
+        await ActivityEnvironment().run(agent.start_process, start)
+    assert refused.value.non_retryable
+    reason = "file exists" if problem == "a file" else "not a directory"
+    assert str(refused.value) == f"working_dir {where} cannot be used on sim/h1: {reason}"
+    assert not (tmp_path / "agent" / "jobs" / "job-s-1" / "1-0" / "pid").exists()
