@@ -4,6 +4,9 @@ fleets, offers and plans, secrets. Each is one update of the control plane's API
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from gpuflow.client.api import Api
 from gpuflow.client.models import FleetInfo, JobEvents, OptionOffers, taken_option
 from gpuflow.errors import SpecError
@@ -12,6 +15,7 @@ from gpuflow.scheduler.together import JobPlan
 from gpuflow.sealed import seal
 from gpuflow.specs.fleet import FleetSpec
 from gpuflow.specs.job import JobSpec
+from gpuflow.specs.load import model_of
 from gpuflow.workflows.api import (
     Empty,
     SecretDeleted,
@@ -47,10 +51,12 @@ class ControlPlaneCalls:
 
     # ---- fleets and offers ------------------------------------------------------------------
 
-    async def apply_fleet(self, spec: FleetSpec) -> FleetInfo:
-        """Create or update the fleet. The control plane reads its hosts' facts (it holds the
-        SSH keys; a `local` fleet is the control worker's own machine), starts its health
-        checks and wakes the jobs waiting for capacity."""
+    async def apply_fleet(self, spec: FleetSpec | Mapping[str, Any]) -> FleetInfo:
+        """Create or update the fleet, from a FleetSpec or the fields of one (a mapping, as a
+        fleet file holds them). The control plane reads its hosts' facts (it holds the SSH
+        keys; a `local` fleet is the control worker's own machine), starts its health checks
+        and wakes the jobs waiting for capacity."""
+        spec = model_of(FleetSpec, spec, "fleet")
         # Reading an ssh fleet's hosts may take minutes (the activity's own limit is 5).
         record = await self._api.call("apply_fleet", spec, FleetRecord, timeout_s=APPLY_TIMEOUT_S)
         if len(record.hosts) < len(spec.hosts):  # its first page: the rest in pages
@@ -136,6 +142,8 @@ class ControlPlaneCalls:
         """Store a secret with the control plane, for jobs to refer to as
         `${{ secrets.NAME }}`. The value is sealed to the control plane's key here: Temporal
         (payloads, history, UI) only ever sees its ciphertext (gpuflow/sealed.py)."""
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise SpecError("a secret's name and value are text (str)")
         if not value:
             raise SpecError(f"secret {name}: the value is empty")
         key = await self._api.call("secret_key", Empty(), SecretKey)

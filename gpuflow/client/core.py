@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -42,6 +42,7 @@ from gpuflow.errors import GpuflowError, NotFoundError, SpecError, Unschedulable
 from gpuflow.log_reader import LogReader
 from gpuflow.naming import fleet_workflow_id, job_workflow_id
 from gpuflow.specs.job import DEFAULT_QUEUE, JobSpec, check_name
+from gpuflow.specs.load import model_of
 from gpuflow.specs.queue import unknown_queue
 from gpuflow.status import TerminationReason, capacity_reasons
 from gpuflow.utilization import UtilizationState
@@ -113,9 +114,11 @@ class Client(ControlPlaneCalls, QueueCalls, ScheduleCalls):
 
     # ---- jobs -------------------------------------------------------------------------------
 
-    async def submit(self, spec: JobSpec) -> JobInfo:
-        """Start the job's workflow. The spec is already valid; the control plane refuses
-        unknown fleets before anything is created."""
+    async def submit(self, spec: JobSpec | Mapping[str, Any]) -> JobInfo:
+        """Start the job's workflow, from a JobSpec or the fields of one (a mapping, as a job
+        file holds them: SpecError when they are not valid). The control plane refuses unknown
+        fleets and queues before anything is created."""
+        spec = model_of(JobSpec, spec, "job")
         request = SubmitRequest(
             job_id=job_workflow_id(spec.name, secrets.token_hex(3)),
             spec=spec,

@@ -75,6 +75,8 @@ class QueueCalls:
         loop is held is still decided by its submit when nothing waits before it (a pass over
         it alone, in the submit's own transaction, not the loop's), so it may start:
         `gpuflow down` looks again after its stops and stops such a job too."""
+        if not isinstance(held, bool):  # "no" is truthy: it would hold every job's start
+            raise SpecError(f"held is True or False, not {held!r}")
         task_queue = getattr(self._api, "task_queue", CONTROL_TASK_QUEUE)
         try:
             await handles.hold_admission(self.temporal, held, task_queue)

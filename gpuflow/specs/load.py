@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar, get_args
 
@@ -310,6 +311,18 @@ def load_queue(path: str | Path) -> QueueSpec:
             f"{source}: type: must be 'queue' for a queue file (got {shown(data.get('type'))})"
         )
     return queue_of(data, source)
+
+
+def model_of(model: type[M], value: object, what: str) -> M:
+    """`value` as a `model`: itself, or validated from a mapping of its fields (a one-line
+    SpecError naming `what`, as a file's names the file); SpecError for anything else."""
+    if isinstance(value, model):
+        return value
+    if isinstance(value, Mapping):
+        return _validate(model, dict(value), what)
+    raise SpecError(
+        f"a {what} is a {model.__name__} or a mapping of its fields, not {type(value).__name__}"
+    )
 
 
 def queue_of(data: dict[str, Any], source: str) -> QueueSpec:

@@ -142,6 +142,19 @@ async def test_a_bad_request_is_refused_by_its_validator_in_one_line(api: Api) -
     )
     with pytest.raises(GpuflowError, match="nothing to plan"):
         await api.client.plan([])
+    # A job or a fleet as the fields a file holds: gpuflow's one-line errors, not pydantic's
+    with pytest.raises(SpecError, match=r"^job: name: job name 'Bad Name' must start with a"):
+        await api.client.submit({"name": "Bad Name", "commands": ["x"]})
+    with pytest.raises(SpecError, match=r"comands: unknown field; did you mean commands\?$"):
+        await api.client.submit({"name": "x", "comands": ["x"]})
+    with pytest.raises(SpecError, match=r"^a job is a JobSpec or a mapping of its fields, not int"):
+        await api.client.submit(42)  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match=r"^fleet: kind: "):
+        await api.client.apply_fleet({"name": "x", "kind": "cloud"})
+    with pytest.raises(SpecError, match=r"^a secret's name and value are text \(str\)$"):
+        await api.client.set_secret("x", 123)  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match=r"^held is True or False, not 'yes'$"):
+        await api.client.hold_admission("yes")  # type: ignore[arg-type]
     # Refused before acceptance: nothing of them is in the history.
     assert await api.accepted_updates() == before
 
