@@ -196,6 +196,8 @@ async def metrics(
     from rich.live import Live
 
     from gpuflow.cli.render import metrics_table
+    from gpuflow.specs.units import format_duration
+    from gpuflow.workflows.monitor import POLL_TICK
 
     client = await common.open_client()
     try:
@@ -211,7 +213,11 @@ async def metrics(
             elif progress.status.is_final:
                 common.console.print("no GPU samples: the job ended before its first")
             elif not _say_not_started(await client.get(job), follow=False):
-                common.console.print("no GPU samples yet (the first comes within a minute)")
+                common.console.print(
+                    "no GPU samples yet: the job's monitor takes them as it looks at the job, "
+                    f"every {format_duration(POLL_TICK.total_seconds())} without a utilization "
+                    "policy, as the policy's window needs with one"
+                )
             return
         table = metrics_table(state, progress.placement, width=common.console.width)
         with Live(table, console=common.console) as live:

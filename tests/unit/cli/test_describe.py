@@ -163,6 +163,7 @@ def test_metrics_of_a_job_that_ended_before_its_first_sample_says_so(
     monkeypatch.setattr(Client, "progress", progress_of(JobStatus.RUNNING))
     out = cli("metrics", "quick")
     assert "no GPU samples yet" in out and "UTIL" not in out  # no empty table
+    assert "every 2m without a utilization policy" in " ".join(out.split())  # as the monitor
     # A job that waits has no samples because it has not started: it says why, on stderr.
     cli.job("later", JobStatus.PENDING, message="waiting for capacity: box: 0 of 8 GPUs free")
     monkeypatch.setattr(Client, "progress", progress_of(JobStatus.PENDING))
