@@ -25,7 +25,7 @@ from gpuflow.metrics import store as metrics
 from gpuflow.scheduler.model import Placement, Unschedulable
 from gpuflow.services.capacity import HeldKey, take_allocation_in
 from gpuflow.services.changes import bump_hosts
-from gpuflow.services.fleets import get_host, set_host_state
+from gpuflow.services.fleets import get_host, set_host_state, sweep_drained
 from gpuflow.services.jobs import jobs_waiting_for_capacity_in
 from gpuflow.services.verdicts import no_fit_lines
 from gpuflow.status import HostState
@@ -157,6 +157,12 @@ class ControlActivities:
 
     @activity.defn(name="fleet_hosts")
     async def fleet_hosts(self, inp: FleetInput) -> FleetHostsResult:
+        """The fleet's hosts to ping, once the hosts its spec dropped and no job holds any
+        more are gone (`sweep_drained`)."""
+        gone = await asyncio.to_thread(sweep_drained, self.store, inp.fleet)
+        if gone:
+            activity.logger.info("fleet %s: drained hosts removed: %s", inp.fleet, gone)
+
         def read() -> FleetHostsResult:
             with self.store.read() as session:
                 fleet = session.get(FleetRow, inp.fleet)

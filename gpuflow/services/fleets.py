@@ -156,7 +156,7 @@ def apply_fleet(store: Store, spec: FleetSpec, facts: dict[str, HostFacts] | Non
                 continue
             if _holds_allocations(session, old.id):
                 old.state = HostState.MAINTENANCE
-                old.state_detail = "removed from the fleet spec; draining"
+                old.state_detail = DRAINING
                 session.add(old)
             else:
                 _delete_host(session, old.id)
@@ -173,6 +173,30 @@ def apply_fleet(store: Store, spec: FleetSpec, facts: dict[str, HostFacts] | Non
             session.flush()
             for gpu in gpus:
                 session.add(gpu)
+
+
+DRAINING = "removed from the fleet spec; draining"
+"""A host its fleet's spec no longer lists, kept while a job holds it (`sweep_drained`)."""
+
+
+def sweep_drained(store: Store, fleet: str) -> list[str]:
+    """Delete the fleet's hosts that its spec no longer lists once no job holds them (the
+    health checks call it each round); their ids. Reads only, unless there is one to go."""
+    drained = (
+        select(HostRow.id)
+        .where(HostRow.fleet == fleet, HostRow.state == HostState.MAINTENANCE)
+        .where(HostRow.state_detail == DRAINING)
+    )
+    with store.read() as session:
+        if not [hid for hid in session.exec(drained) if not _holds_allocations(session, hid)]:
+            return []
+    with store.placement_transaction() as session:  # looked at again under the lock
+        gone = [hid for hid in session.exec(drained) if not _holds_allocations(session, hid)]
+        for hid in gone:
+            _delete_host(session, hid)
+        if gone:
+            bump(session, "structure")
+    return gone
 
 
 def _holds_allocations(session: Session, hid: str) -> bool:

@@ -11,7 +11,7 @@ from gpuflow.services.capacity import (
     release_allocation,
     take_allocation,
 )
-from gpuflow.services.fleets import apply_fleet
+from gpuflow.services.fleets import apply_fleet, sweep_drained
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.store.db import Store
 
@@ -108,3 +108,9 @@ def test_removed_host_with_a_job_is_drained_not_deleted(store: Store) -> None:
         hosts = {h.name: h for h in read_snapshot(session).hosts()}
     assert set(hosts) == {"h1"}
     assert hosts["h1"].state.value == "maintenance"
+    assert sweep_drained(store, "sim") == []  # a job still holds it
+    release_allocation(store, job_id="job-a-1")
+    assert sweep_drained(store, "sim") == ["sim/h1"]  # drained: it goes, as apply would
+    with store.session() as session:
+        assert list(read_snapshot(session).hosts()) == []
+    assert sweep_drained(store, "sim") == []
