@@ -162,19 +162,26 @@ class TemporalApi:
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             static_summary="gpuflow's API: the client's requests to the control plane",
         )
+        call = asyncio.ensure_future(
+            self.temporal.execute_update_with_start_workflow(
+                update,
+                arg,
+                start_workflow_operation=start,
+                result_type=result_type,
+                rpc_timeout=timedelta(seconds=timeout_s),
+            )
+        )
         try:
             # The RPC timeout bounds each call; the whole wait is bounded too, since an update
             # accepted by a worker that then died is polled until a live one answers it.
-            result: Any = await asyncio.wait_for(
-                self.temporal.execute_update_with_start_workflow(
-                    update,
-                    arg,
-                    start_workflow_operation=start,
-                    result_type=result_type,
-                    rpc_timeout=timedelta(seconds=timeout_s),
-                ),
-                timeout_s + BACKSTOP_S,
-            )
+            result: Any = await asyncio.wait_for(call, timeout_s + BACKSTOP_S)
+        except asyncio.CancelledError:
+            # The caller gave up (its own timeout, a cancelled task): the call and the start
+            # end with errors of their own, read here so that nobody is told later of an
+            # exception never retrieved.
+            call.add_done_callback(_read_outcome)
+            start._workflow_handle.add_done_callback(_read_outcome)
+            raise
         except WorkflowUpdateFailedError as exc:
             raise _as_gpuflow_error(exc) from None
         except (WorkflowUpdateRPCTimeoutOrCancelledError, TimeoutError):
@@ -187,6 +194,11 @@ class TemporalApi:
                 "running? (`gpuflow up`, or `python -m gpuflow.worker.control_main`)"
             ) from None
         return result  # type: ignore[no-any-return]
+
+
+def _read_outcome(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 TASK_FAILED = "Workflow Task in failed state"

@@ -4,11 +4,13 @@ over the API's lanes."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections import Counter
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow.client.api import IN_FLIGHT, LANES, TemporalApi
@@ -99,3 +101,32 @@ async def test_one_request_at_a_time_uses_the_first_lane_only() -> None:
     for k in range(5):
         assert await api.call("job", Arg(value=k), int) == k
     assert set(temporal.most_per_lane) == {"gpuflow-api"}
+
+
+class _Slow:
+    """An update that has not answered when its caller gives up; cancelled, it fails as
+    the SDK's does (and so does the start that came with it)."""
+
+    async def execute_update_with_start_workflow(
+        self, update: str, arg: Arg, *, start_workflow_operation: Any, **_: Any
+    ) -> int:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            failure = WorkflowUpdateRPCTimeoutOrCancelledError()
+            start_workflow_operation._workflow_handle.set_exception(failure)
+            raise failure from None
+        return 0
+
+
+async def test_a_call_its_caller_gives_up_on_leaves_no_exception_unretrieved() -> None:
+    loop = asyncio.get_running_loop()
+    told: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: told.append(context))
+    api = TemporalApi(_Slow())  # type: ignore[arg-type]
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(api.call("job", Arg(), int, timeout_s=10), 0.05)
+    await asyncio.sleep(0.05)
+    gc.collect()  # an exception nobody read is reported when its future is collected
+    await asyncio.sleep(0)
+    assert [context["message"] for context in told] == []
