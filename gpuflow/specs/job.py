@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpuflow.secrets import SECRET_REF
 from gpuflow.specs.resources import ResourcesSpec
 from gpuflow.specs.scoring import SCORERS
 from gpuflow.specs.units import check_text, parse_duration, shown
@@ -81,6 +82,10 @@ def parse_max_duration(value: Any) -> int | None:
     if seconds <= 0:
         raise ValueError(f"max_duration must be positive, or off (got {shown(value)})")
     return seconds
+
+
+_SECRET_IN = re.compile(r"\$\{\{\s*secrets\.")
+"""The start of a secret reference, wherever it stands in a value (`SECRET_REF`: the whole)."""
 
 
 class RetrySpec(BaseModel):
@@ -294,6 +299,12 @@ class JobSpec(BaseModel):
             value = {k: str(v) for k, v in value.items()}
             for key, item in value.items():
                 check_text(item, f"env {key}", max_length=MAX_COMMAND, allow_empty=True)
+                if _SECRET_IN.search(item) and not SECRET_REF.match(item.strip()):
+                    raise ValueError(
+                        f"env {key}: a secret reference is the whole value "
+                        "(KEY: ${{ secrets.NAME }}); build a longer value from it in the "
+                        "job's commands (e.g. Bearer $KEY)"
+                    )
         return value
 
     @field_validator("working_dir")

@@ -70,6 +70,10 @@ def _one_error_line(output: str) -> str:
         ),
         ("- just\n- a list\n", "expected a mapping of fields at the top, got a list of 2 items"),
         ("- one\n", "expected a mapping of fields at the top, got a list of 1 item"),
+        (
+            "name: x\ncommands: [echo]\nenv: {AUTH: 'Bearer ${{ secrets.tok }}'}\n",
+            "env AUTH: a secret reference is the whole value",
+        ),
         ("name: x\npriority: 99999999999999999999999\n", "a number at line 2, column 11: "),
         ("name: x\ncommands: [true]\n", "command True is not text: YAML read it as a bool"),
         ("type: fleet\nname: x\nkind: sim\n", "is not a job; use `gpuflow fleet apply`"),
