@@ -14,6 +14,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from gpuflow.config import private_dir
@@ -131,3 +132,22 @@ def resolve(env: dict[str, str], *, host: str, path: Path | None = None) -> dict
             f"(set it with `gpuflow secret set {missing[0]}`)"
         )
     return {key: values[refs[key]] if key in refs else value for key, value in env.items()}
+
+
+def check_stored(specs_env: Iterable[dict[str, str]], path: Path) -> None:
+    """SpecError naming the secrets the jobs' env refer to that are not stored in `path`
+    (the control plane's file, which hosts get theirs from). An unreadable file says nothing
+    here: a host's agent refuses the start then, naming the file."""
+    wanted = {name for env in specs_env for name in referenced(env).values()}
+    if not wanted:
+        return
+    try:
+        stored = load(path)
+    except SecretsFileError:
+        return
+    missing = sorted(wanted - set(stored))
+    if missing:
+        known = ", ".join(sorted(stored)) or "none"
+        raise SpecError(
+            f"env: no secret named {', '.join(missing)} (gpuflow secret set NAME; known: {known})"
+        )

@@ -99,6 +99,8 @@ class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
         started."""
         spec = req.spec
         await check_known(self.store, queues=[spec.queue], fleets=spec.fleets)
+        path = secrets.secrets_file(self.home)
+        await asyncio.to_thread(secrets.check_stored, [spec.env], path)
         gpu = spec.resources.gpu_label
         try:
             handle = await self.temporal.start_workflow(

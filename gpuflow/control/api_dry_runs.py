@@ -5,10 +5,12 @@ ANSWER_LINES hosts over all its options in each list). `ApiActivities` has them.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from temporalio import activity
 
+from gpuflow import secrets
 from gpuflow.control.api_common import one_line
 from gpuflow.control.api_queues import check_known
 from gpuflow.scheduler import Snapshot, explain
@@ -31,6 +33,8 @@ class DryRunActivities:
     """Dry-run activities over the control worker's store."""
 
     store: Store
+    home: Path
+    """The control plane's home (its secrets file: a plan checks the jobs' references)."""
 
     @activity.defn(name="api_offers")
     @one_line
@@ -83,6 +87,8 @@ class DryRunActivities:
         them."""
         fleets = list(dict.fromkeys(name for spec in req.specs for name in spec.fleets))
         await check_known(self.store, queues=[spec.queue for spec in req.specs], fleets=fleets)
+        path = secrets.secrets_file(self.home)
+        await asyncio.to_thread(secrets.check_stored, [spec.env for spec in req.specs], path)
 
         def read() -> list[PlanRecord]:
             with self.store.read() as session:

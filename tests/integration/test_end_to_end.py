@@ -17,7 +17,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from gpuflow.client import Client
 from gpuflow.control.worker import ControlWorker
-from gpuflow.errors import NotFoundError, UnschedulableError
+from gpuflow.errors import NotFoundError, SpecError, UnschedulableError
 from gpuflow.services.capacity import allocations_of
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.status import JobStatus, TerminationReason
@@ -301,18 +301,17 @@ async def test_secret_value_reaches_the_process_but_never_temporal(
         )
         result = await client.wait(job.id, timeout_s=60)
         output = "".join([chunk async for chunk in client.logs(job.id)])
-        missing = await client.submit(
-            _job("nosecret", ["true"], fleets=[fleet], env={"X": "${{ secrets.absent }}"})
-        )
-        missing_result = await client.wait(missing.id, timeout_s=60)
+        # A secret the control plane does not have: refused at submit, nothing started.
+        with pytest.raises(SpecError, match=r"^env: no secret named absent \(gpuflow secret"):
+            await client.submit(
+                _job("nosecret", ["true"], fleets=[fleet], env={"X": "${{ secrets.absent }}"})
+            )
+        assert [j for j in await client.jobs(include_finished=True) if j.name == "nosecret"] == []
         history = await dev_env.client.get_workflow_handle(job.id).fetch_history()
     assert result.status == JobStatus.DONE
     assert "token=***" in output and value not in output  # masked by the agent
     assert hashlib.sha256(value.encode()).hexdigest() in output  # yet the process had it
     assert value.encode() not in b"".join(e.SerializeToString() for e in history.events)
-    assert missing_result.reason == TerminationReason.START_FAILED
-    assert "has no secret absent" in missing_result.message
-    assert missing_result.attempts == 1
 
 
 async def test_logs_and_metrics_of_an_unreachable_job_are_one_line_errors(

@@ -166,6 +166,10 @@ async def test_a_control_plane_refusal_keeps_its_type_and_line(api: Api) -> None
     assert str(refused.value).startswith("fleets: nowhere not found")
     with pytest.raises(NotFoundError, match="no job named 'ghost'"):
         await api.client.get("ghost")
+    asks = JobSpec(name="asks", commands=["x"], env={"T": "${{ secrets.nowhere }}"})
+    for call in (api.client.plan([asks]), api.client.submit(asks)):  # said before it starts
+        with pytest.raises(SpecError, match=r"^env: no secret named nowhere \(gpuflow secret"):
+            await call
 
 
 async def test_queues_are_applied_listed_and_deleted_by_the_control_plane(
