@@ -120,7 +120,8 @@ async def ps(
     else:
         common.console.print(jobs_table(jobs, width=common.console.width))
     if more:  # on stderr, so that --json stays one document
-        common.err.print(f"the newest {limit:,} jobs; more exist (--limit N, or 0 for all)")
+        jobs_word = "job" if limit == 1 else "jobs"
+        common.err.print(f"the newest {limit:,} {jobs_word}; more exist (--limit N, or 0 for all)")
 
 
 @run
@@ -148,6 +149,10 @@ def _say_not_started(info: Any, *, follow: bool) -> bool:
     from gpuflow.cli.waiting import queue_place, why_waiting
     from gpuflow.status import JobStatus
 
+    if info.status.is_final and info.started_at is None:
+        ended = f"{info.status.value}" + (f" ({info.reason})" if info.reason else "")
+        common.err.print(f"{info.name} ({info.id}) ended {ended} before it started: no output")
+        return True
     if info.status not in (JobStatus.PENDING, JobStatus.PROVISIONING):
         return False
     why = queue_place(info) or why_waiting(info)

@@ -262,6 +262,13 @@ def test_logs_of_a_job_that_has_not_started_says_why_on_stderr(
     cli.job("r", JobStatus.RUNNING, suffix="d4e5f6")
     out, err = cli.streams("logs", "r")
     assert (out, err) == ("step 1\n", "")
+    cli.job("n", JobStatus.FAILED, suffix="f7f8f9", reason="no_capacity", ended_minutes_ago=0)
+    out, err = cli.streams("logs", "n")  # it printed nothing at all
+    said = " ".join(err.split())
+    assert (out, said) == (
+        "",
+        "n (job-n-f7f8f9) ended failed (no_capacity) before it started: no output",
+    )
 
 
 def test_apply_plans_each_job_as_admission_decides_it_on_entering(cli: Cli) -> None:
