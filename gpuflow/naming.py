@@ -1,8 +1,15 @@
-"""Names that several layers must agree on: host ids, task queues, workflow ids."""
+"""Names that several layers must agree on: host ids, task queues, workflow ids, the secret
+reference of a job file."""
 
 from __future__ import annotations
 
+import re
+
 CONTROL_TASK_QUEUE = "gpuflow"
+
+SECRET_REF = re.compile(r"^\$\{\{\s*secrets\.([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}$")
+"""A job's env value that refers to a stored secret: `${{ secrets.NAME }}`, the whole value
+(a job file's syntax, resolved by the host agent: gpuflow/secrets.py)."""
 
 
 def host_id(fleet: str, host: str) -> str:

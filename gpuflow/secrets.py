@@ -19,8 +19,8 @@ from pathlib import Path
 
 from gpuflow.config import private_dir
 from gpuflow.errors import GpuflowError, SpecError
+from gpuflow.naming import SECRET_REF
 
-SECRET_REF = re.compile(r"^\$\{\{\s*secrets\.([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 MIN_MASKED_LENGTH = 4

@@ -22,7 +22,7 @@ SHARED = {"errors", "status", "naming", "config", "utilization", "secrets", "sea
 """Small top-level modules any package may use (they import no package below)."""
 
 ALLOWED: dict[str, set[str]] = {
-    "specs": {"errors", "status"},
+    "specs": {"errors", "status", "naming"},
     "scheduler": {"specs", "errors", "status"},
     "store": {"config", "errors"},
     "services": {"store", "scheduler", "specs", "workflows"} | SHARED,
