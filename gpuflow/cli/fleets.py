@@ -38,6 +38,8 @@ async def fleet_apply(
         return
     for info in applied:
         common.console.print(f"fleet [bold]{info.name}[/] applied")
+        for warning in info.warnings:
+            common.err.print(f"warning: {warning}", highlight=False, markup=False)
     common.console.print(fleets_table(applied, width=common.console.width))
 
 

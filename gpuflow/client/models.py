@@ -125,6 +125,9 @@ class FleetInfo(BaseModel):
     workload: dict[str, Any] | None = None
     """The request mix the fragmentation scorer uses now: the mix in use (gpuflow/services/mix.py
     `mix_info`), learned from the fleet's recent jobs, the built-in one without history."""
+    warnings: list[str] = Field(default_factory=list)
+    """From `apply_fleet`: what the apply left that needs a look (GPUs a new spec drops while
+    running jobs hold them)."""
 
     @classmethod
     def from_record(cls, record: FleetRecord) -> FleetInfo:

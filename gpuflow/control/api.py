@@ -223,7 +223,7 @@ class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
         """Gather the hosts' facts here (the SSH keys are here), write the fleet, start its health
         checks and wake the jobs that wait for capacity."""
         facts = await host_facts(spec)
-        await asyncio.to_thread(apply_fleet, self.store, spec, facts)
+        warnings = await asyncio.to_thread(apply_fleet, self.store, spec, facts)
         await watch_fleet(self.temporal, spec.name)
         waiting = await asyncio.to_thread(jobs_waiting_for_capacity, self.store)
         await asyncio.gather(
@@ -234,7 +234,8 @@ class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
             return_exceptions=True,  # one that ended meanwhile needs no signal
         )
         page = FleetsPage(fleet=spec.name, most=HOSTS_PER_PAGE)  # the client reads the rest
-        return next(f for f in await self.fleets(page) if f.name == spec.name)
+        record = next(f for f in await self.fleets(page) if f.name == spec.name)
+        return record.model_copy(update={"warnings": warnings})
 
     @activity.defn(name="api_delete_fleet")
     @one_line

@@ -130,12 +130,17 @@ def _from_facts(
     return host, gpus
 
 
-def apply_fleet(store: Store, spec: FleetSpec, facts: dict[str, HostFacts] | None = None) -> None:
+def apply_fleet(
+    store: Store, spec: FleetSpec, facts: dict[str, HostFacts] | None = None
+) -> list[str]:
     """Create or update the fleet, its hosts and GPUs in one transaction.
 
     Hosts that left the spec are removed, unless a job still holds them: those go to
-    maintenance, so nothing new lands there and the running job keeps its allocation.
+    maintenance, so nothing new lands there and the running job keeps its allocation. A host
+    left with fewer GPUs than a running job holds keeps that job too; what is returned says so
+    (warnings, one per host).
     """
+    warnings: list[str] = []
     rows = _host_rows(spec, facts or {})
     with store.placement_transaction() as session:
         fleet = session.get(FleetRow, spec.name)
@@ -163,6 +168,7 @@ def apply_fleet(store: Store, spec: FleetSpec, facts: dict[str, HostFacts] | Non
         for host, gpus in rows:
             current = session.get(HostRow, host.id)
             if current is not None:
+                warnings += _dropped_gpus(session, host.id, host.name, len(gpus))
                 for field, value in host.model_dump(exclude={"id"}).items():
                     setattr(current, field, value)
                 session.add(current)
@@ -173,6 +179,20 @@ def apply_fleet(store: Store, spec: FleetSpec, facts: dict[str, HostFacts] | Non
             session.flush()
             for gpu in gpus:
                 session.add(gpu)
+    return warnings
+
+
+def _dropped_gpus(session: Session, hid: str, name: str, count: int) -> list[str]:
+    """A warning when running jobs hold GPUs of the host at or past `count` (its new spec's)."""
+    held = session.exec(select(AllocationRow).where(AllocationRow.host_id == hid)).all()
+    dropped = sorted({(a.job_id, i) for a in held for i in a.gpu_indices if i >= count})
+    if not dropped:
+        return []
+    jobs = ", ".join(f"{job} (GPU {i})" for job, i in dropped)
+    return [
+        f"host {name} now has {count} GPU(s), but {jobs} still run(s) on the GPUs it drops: "
+        "they keep running, and nothing new is placed there"
+    ]
 
 
 DRAINING = "removed from the fleet spec; draining"

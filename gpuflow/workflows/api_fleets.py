@@ -16,6 +16,8 @@ class FleetRecord(BaseModel):
     scorer: str
     hosts: list[dict[str, Any]]
     workload: dict[str, Any] | None = None
+    warnings: list[str] = Field(default_factory=list)
+    """What an apply left that the user should know (GPUs dropped under running jobs)."""
 
 
 class FleetRef(BaseModel):

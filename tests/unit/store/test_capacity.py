@@ -114,3 +114,18 @@ def test_removed_host_with_a_job_is_drained_not_deleted(store: Store) -> None:
     with store.session() as session:
         assert list(read_snapshot(session).hosts()) == []
     assert sweep_drained(store, "sim") == []
+
+
+def test_a_host_shrunk_under_a_running_job_keeps_it_and_says_so(store: Store) -> None:
+    spec = _fleet(store, gpus=4)
+    placed = take_allocation(store, job_id="job-a-1", attempt=1, job=_job(gpu="A100:3"))
+    assert isinstance(placed, Placement) and placed.nodes[0].gpu_indices == [0, 1, 2]
+    smaller = spec.model_dump(mode="json")
+    smaller["hosts"][0]["gpus"][0]["count"] = 2
+    warnings = apply_fleet(store, FleetSpec.model_validate(smaller))
+    assert warnings == [
+        "host h0 now has 2 GPU(s), but job-a-1 (GPU 2) still run(s) on the GPUs it drops: "
+        "they keep running, and nothing new is placed there"
+    ]
+    assert len(allocations_of(store, "job-a-1")) == 1  # nothing taken from the job
+    assert apply_fleet(store, spec) == []  # back to 4: nothing dropped
