@@ -130,6 +130,7 @@ def fitted_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *, w
         if total(keep, wrapped=True) <= width:
             break
         keep.remove(k)
+    fits = total(keep, wrapped=True) <= width
     table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 1))
     for k in keep:
         col = columns[k]
@@ -137,6 +138,8 @@ def fitted_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *, w
             col.header,
             justify=col.justify,
             no_wrap=not col.wrap,
+            # Rich may narrow a wrapped column below its longest word: not while they fit.
+            min_width=min(natural[k], narrowest[k]) if fits else None,
             # Never an ellipsis: if even the kept cells cannot fit, they fold onto a next line.
             overflow="fold",
         )

@@ -200,3 +200,24 @@ def test_ps_puts_a_job_waiting_to_retry_in_no_line(cli: Cli) -> None:
         "waiting": None,
     }
     assert data[fresh] == {"reason": "waiting to be placed", "position": 1, "waiting": 1}
+
+
+def test_a_wrapped_column_keeps_its_longest_word_whole_when_the_table_fits() -> None:
+    """Rich narrowed STATUS below `(max_duration_exceeded)` and put its `)` on a line of its
+    own, though the table fits 80 columns with the word whole."""
+    from gpuflow.cli.render import Column, fitted_table
+
+    columns = [
+        Column("STATUS", wrap=True),
+        Column("AGE", justify="right"),
+        Column("ID"),
+        Column("ATTEMPT", justify="right"),
+        Column("WHERE / WHY", wrap=True, readable=20),
+    ]
+    why = "ran longer than max_duration 20s and then some more words here to wrap around"
+    row = ["terminated (max_duration_exceeded)", "27s", "job-maxdur-cbe35e", "1", why]
+    text = _rendered(fitted_table(columns, [row], width=WIDTH))
+    lines = text.splitlines()
+    assert all(len(line) <= WIDTH for line in lines)
+    assert "(max_duration_exceeded)" in text
+    assert " ".join(" ".join(lines).split()).count("max_duration") == 2  # no word cut
