@@ -240,7 +240,10 @@ async def offers(
     file: Path = typer.Option(..., "--file", "-f", help="Job file."),
     profile: str | None = typer.Option(None, "--profile"),
     limit: int = typer.Option(
-        20, "--limit", min=1, help="Hosts that fit to show per option, best first."
+        20,
+        "--limit",
+        min=0,
+        help="Hosts that fit to show per option, best first (0: as many as an answer holds).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     queue: str | None = typer.Option(None, "--queue", "-q", help="Queue it would wait in."),
@@ -256,7 +259,7 @@ async def offers(
     client = await common.open_client()
     try:
         with common.console.status("reading the fleets…"):
-            per_option = await client.offers_per_option(spec, most=limit)
+            per_option = await client.offers_per_option(spec, most=limit or None)
     finally:
         await client.close()
     if as_json:
