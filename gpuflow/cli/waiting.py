@@ -79,12 +79,12 @@ def reserved_text(job: Any, now: datetime | None = None) -> str | None:
 def queue_wait(job: Any) -> str | None:
     """Why an admission pass left the job waiting, in words; None for a job that no pass has
     placed in line. Without capacity, the hosts' first reason follows, as `why_waiting` says;
-    the job that holds the reservation says which hosts and by when it starts."""
+    the job that holds the reservation says which hosts instead, and by when it starts."""
     if job.status != JobStatus.PENDING or job.queue_position is None:
         return None
     reserved = reserved_text(job)
-    if reserved is not None:
-        return reserved
+    if reserved is not None:  # it waits for capacity, first in line for these hosts
+        return f"no capacity; {reserved}"
     reason = queue_reason_text(job.queue_reason)
     message = job.message or ""
     if reason == "no capacity" and message.startswith(WAITING_PREFIX):

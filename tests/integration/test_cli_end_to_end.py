@@ -260,11 +260,13 @@ async def test_cli_what_a_user_sees_at_80_columns(
             await asyncio.sleep(0.2)
         assert gang_job is not None
         text = _fits(await _gpuflow(env, "ps"))
-        assert gang_job.id in text and "default/#1 no capacity: " in text
+        # it holds the reservation: the hosts it waits for are kept for it
+        assert gang_job.id in text and "default/#1 no capacity; reserves a100-node" in text
         waiting = next(
             j for j in json.loads(await _gpuflow(env, "ps", "--json")) if j["id"] == gang_job.id
         )["waiting"]
-        assert waiting["position"] == 1 and waiting["reason"].startswith("no capacity: ")
+        assert waiting["position"] == 1 and waiting["reason"].startswith("no capacity; reserves ")
+        assert "(start unknown)" in waiting["reason"]  # what it waits for declares no end
 
         for name in ("gang", "one", "two"):
             await _gpuflow(env, "stop", name)

@@ -286,7 +286,7 @@ def test_ps_shows_a_waiting_jobs_queue_position_and_reason(cli: Cli) -> None:
         jobs["preempting:job-low-111111,job-low-222222"]: (
             "research/#4 preempting job-low-111111, job-low-222222"
         ),
-        holder: "research/#5 reserves box (start unknown)",
+        holder: "research/#5 no capacity; reserves box (start unknown)",
         # No admission pass has looked at it yet: ps orders it among such jobs.
         unordered: "#1 of 1 waiting; waiting to be placed",
     }
