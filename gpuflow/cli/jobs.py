@@ -94,12 +94,15 @@ async def ps(
     """List jobs: where they run, or why they wait and where they stand in line."""
     from gpuflow.cli.render import jobs_table
     from gpuflow.cli.waiting import line_positions, waiting_summary
+    from gpuflow.status import JobStatus
 
     client = await common.open_client()
     try:
         with common.err.status("reading the jobs…"):
             most = limit + 1 if limit else None
             jobs = await client.jobs(include_finished=all_jobs, limit=most, queue=queue)
+            pending = any(job.status == JobStatus.PENDING for job in jobs)
+            held = pending and await client.admission_held()
     finally:
         await client.close()
     more = bool(limit) and len(jobs) > limit
@@ -119,6 +122,11 @@ async def ps(
         )
     else:
         common.console.print(jobs_table(jobs, width=common.console.width))
+    if held:  # on stderr, as the line below
+        common.err.print(
+            "admission is held (gpuflow down, or Client.hold_admission): no waiting job starts "
+            "until it is let go, and the reasons shown are the last pass's"
+        )
     if more:  # on stderr, so that --json stays one document
         jobs_word = "job" if limit == 1 else "jobs"
         common.err.print(f"the newest {limit:,} {jobs_word}; more exist (--limit N, or 0 for all)")

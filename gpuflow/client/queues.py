@@ -67,6 +67,15 @@ class QueueCalls:
         request = PriorityRequest(ref=job, priority=priority)
         return JobInfo.from_record(await self._api.call("set_priority", request, JobRecord))
 
+    async def admission_held(self) -> bool:
+        """Whether the admission loop is held (`hold_admission`): waiting jobs start only once
+        it is let go, and the reasons they show are the last pass's."""
+        task_queue = getattr(self._api, "task_queue", CONTROL_TASK_QUEUE)
+        try:
+            return await handles.admission_held(self.temporal, task_queue)
+        except RPCError as exc:
+            raise GpuflowError(f"could not ask the admission loop: {exc}") from None
+
     async def hold_admission(self, held: bool = True) -> None:
         """Hold the admission loop (no waiting job is admitted, none is refused) or, with
         `held=False`, let it go on; on the embedded stack `gpuflow down` holds it before

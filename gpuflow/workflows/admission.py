@@ -86,7 +86,14 @@ class AdmissionWorkflow:
         before stopping running jobs, so the capacity they free does not start waiting jobs
         just before the stack goes down; `gpuflow up` lets it go."""
         self._held = held
-        workflow.set_current_details("held by `gpuflow down`" if held else "")
+        held_by = "held (gpuflow down, or Client.hold_admission)"
+        workflow.set_current_details(held_by if held else "")
+
+    @workflow.query
+    def held(self) -> bool:
+        """Whether the loop is held (`gpuflow ps` says so: the reasons it shows are then the
+        last pass's)."""
+        return bool(self._held)
 
     @workflow.run
     async def run(self, state: AdmissionState) -> None:

@@ -3,7 +3,7 @@ them: by reference to the workflow class and its handlers, so strict mypy sees a
 
 from __future__ import annotations
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowQueryFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -51,3 +51,19 @@ async def hold_admission(
     except RPCError as exc:
         if exc.status != RPCStatusCode.NOT_FOUND:
             raise
+
+
+async def admission_held(temporal: Client, task_queue: str = CONTROL_TASK_QUEUE) -> bool:
+    """Whether the admission loop on `task_queue` is held; False when there is no loop, or
+    its worker predates the question (RPCError for anything else)."""
+    handle = temporal.get_workflow_handle_for(
+        AdmissionWorkflow.run, admission_workflow_id(task_queue)
+    )
+    try:
+        return await handle.query(AdmissionWorkflow.held)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    except WorkflowQueryFailedError:
+        return False

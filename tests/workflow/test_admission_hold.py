@@ -41,8 +41,10 @@ async def test_a_held_loop_admits_nothing_until_it_is_let_go(
                 time_env.client, task_queue, job("waiter", queue="none", retry=WAIT)
             )
             await _waits(sqlite_store, waiter, "quota")
+            assert not await client.admission_held()
             await client.hold_admission()
             await asyncio.sleep(0.5)  # the hold is taken before the pass it must stop
+            assert await client.admission_held()  # what `gpuflow ps` says
             passes = _local_steps(await loop.fetch_history(), "admission_pass")
             apply_queue(sqlite_store, QueueSpec(name="none", gpus=1))
             assert await wake_admission(time_env.client, task_queue)
@@ -51,6 +53,7 @@ async def test_a_held_loop_admits_nothing_until_it_is_let_go(
             assert entry is not None and entry.state == "waiting"
             assert _local_steps(await loop.fetch_history(), "admission_pass") == passes
             await client.hold_admission(False)  # what `gpuflow up` does
+            assert not await client.admission_held()
             result = await job_result(waiter)
             history = await loop.fetch_history()
     assert result.status == JobStatus.DONE
@@ -66,3 +69,4 @@ async def test_letting_go_of_a_loop_that_is_not_running_is_fine(
         temporal=time_env.client, api=TemporalApi(time_env.client, task_queue=task_queue)
     )
     await client.hold_admission(False)
+    assert not await client.admission_held()  # no loop: nothing holds

@@ -36,8 +36,14 @@ class FakeHandle:
     async def signal(self, name: str, *args: Any) -> None:
         said = f"{name}:{args[0]}" if name in ("hold", "set_priority") else name
         self.temporal.signals.append((self.workflow_id, said))
+        if name == "hold":
+            self.temporal.held = args[0]
         if name == "stop":  # the job's workflow stops it at once
             self.temporal.on_stop(self.workflow_id)
+
+    async def query(self, query: Any, *_: Any) -> Any:
+        assert query.__name__ == "held", query  # the admission loop's, asked by `ps`
+        return self.temporal.held
 
     async def describe(self) -> Any:
         from temporalio.client import WorkflowExecutionStatus
@@ -68,6 +74,8 @@ class FakeTemporal:
     signals: list[tuple[str, str]] = field(default_factory=list)
     admission_wakes: int = 0
     """Asks for an admission pass (gpuflow/control/admission_wake.py): no pass runs here."""
+    held: bool = False
+    """The admission loop is held (`gpuflow down`, `Client.hold_admission`)."""
     schedules: dict[str, Any] = field(default_factory=dict)
     """Schedule id -> the Schedule created (its runs never come here)."""
 
@@ -77,12 +85,16 @@ class FakeTemporal:
     def get_workflow_handle(self, workflow_id: str, **_: Any) -> FakeHandle:
         return FakeHandle(self, workflow_id)
 
+    def get_workflow_handle_for(self, _: Any, workflow_id: str, **__: Any) -> FakeHandle:
+        return FakeHandle(self, workflow_id)
+
     async def start_workflow(self, workflow: Any, inp: Any, *, id: str, **options: Any) -> Any:
         if not isinstance(workflow, str):  # by reference to the class's run method
             workflow = workflow.__qualname__.split(".")[0]
         if workflow == "AdmissionWorkflow":
             if options.get("start_signal") == "hold":  # `gpuflow down` holds admission
-                self.signals.append((id, f"hold:{options['start_signal_args'][0]}"))
+                self.held = options["start_signal_args"][0]
+                self.signals.append((id, f"hold:{self.held}"))
                 return None
             self.admission_wakes += 1
             return None

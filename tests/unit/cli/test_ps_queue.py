@@ -98,3 +98,16 @@ def test_set_priority_tells_the_workflow_and_reorders_the_entry(cli: Cli) -> Non
     assert "job old already ended (done): nothing to reorder" in cli(
         "set-priority", "old", "1", code=1
     )
+
+
+def test_ps_says_when_admission_is_held(cli: Cli) -> None:
+    """Held, no pass runs: the reasons ps shows are the last pass's, and nothing starts."""
+    cli.job("w", JobStatus.PENDING, message="waiting for capacity: box: 0 of 8 GPUs free")
+    out, err = cli.streams("ps")
+    assert "w" in out and "admission is held" not in err
+    cli.temporal.held = True
+    out, err = cli.streams("ps", "--json")
+    assert json.loads(out)[0]["name"] == "w"  # stdout stays one document
+    assert " ".join(err.split()).startswith(
+        "admission is held (gpuflow down, or Client.hold_admission): no waiting job starts"
+    )
