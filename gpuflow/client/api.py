@@ -180,6 +180,9 @@ class TemporalApi:
             # end with errors of their own, read here so that nobody is told later of an
             # exception never retrieved.
             call.add_done_callback(_read_outcome)
+            # The SDK offers only `await start.workflow_handle()`, which would cancel its
+            # future were the waiting task cancelled (and the SDK then set a cancelled one);
+            # a callback on that future reads it whenever the SDK settles it, or never.
             start._workflow_handle.add_done_callback(_read_outcome)
             raise
         except WorkflowUpdateFailedError as exc:

@@ -25,7 +25,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow.client.api import Api
 from gpuflow.errors import NotFoundError, SpecError
-from gpuflow.naming import CONTROL_TASK_QUEUE
+from gpuflow.naming import CONTROL_TASK_QUEUE, job_workflow_id
 from gpuflow.specs.job import JobSpec
 from gpuflow.workflows.api import job_memo
 from gpuflow.workflows.api_dry_runs import PlanRecord, PlanRequest
@@ -49,7 +49,7 @@ def run_id_prefix(job: str, schedule_id: str) -> str:
     a hash of the schedule id, so that schedules of one job do not start the same id."""
     if schedule_id == f"schedule-{job}":
         return f"job-{job}"
-    return f"job-{job}-{zlib.crc32(schedule_id.encode()):08x}"[: len(job) + 11]
+    return job_workflow_id(job, f"{zlib.crc32(schedule_id.encode()) & 0xFFFFFF:06x}")
 
 
 class ScheduleCalls:
