@@ -216,3 +216,11 @@ def _refused_for_now(exc: RPCError) -> bool:
     if exc.status == RPCStatusCode.RESOURCE_EXHAUSTED:
         return True
     return exc.status == RPCStatusCode.FAILED_PRECONDITION and TASK_FAILED in exc.message
+
+
+def named(value: object, what: str) -> str:
+    """A name or id the caller passed, as text: a SpecError in one line for anything else
+    (the request's own model would raise pydantic's error)."""
+    if not isinstance(value, str):
+        raise errors.SpecError(f"a {what} is named by text (str), not {type(value).__name__}")
+    return value

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpuflow.client.api import Api
+from gpuflow.client.api import Api, named
 from gpuflow.client.models import FleetInfo, JobEvents, OptionOffers, taken_option
 from gpuflow.errors import SpecError
 from gpuflow.scheduler import Offers
@@ -66,7 +66,7 @@ class ControlPlaneCalls:
 
     async def delete_fleet(self, name: str) -> None:
         """Delete a fleet that runs no job and that no waiting job needs; its health checks end."""
-        await self._api.call("delete_fleet", FleetRef(name=name), type(None))
+        await self._api.call("delete_fleet", FleetRef(name=named(name, "fleet")), type(None))
 
     async def fleets(self) -> list[FleetInfo]:
         records: dict[str, FleetRecord] = {}

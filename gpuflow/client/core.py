@@ -26,7 +26,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from gpuflow.client.api import Api, TemporalApi
+from gpuflow.client.api import Api, TemporalApi, named
 from gpuflow.client.control_plane import ControlPlaneCalls
 from gpuflow.client.models import (
     JobInfo,
@@ -128,7 +128,8 @@ class Client(ControlPlaneCalls, QueueCalls, ScheduleCalls):
 
     async def get(self, job: str) -> JobInfo:
         """A job by id, or the newest job of that name."""
-        return JobInfo.from_record(await self._api.call("job", JobRef(ref=job), JobRecord))
+        ref = JobRef(ref=named(job, "job"))
+        return JobInfo.from_record(await self._api.call("job", ref, JobRecord))
 
     async def jobs(
         self, *, include_finished: bool = False, limit: int | None = None, queue: str | None = None

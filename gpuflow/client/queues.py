@@ -11,12 +11,12 @@ from typing import Any
 from temporalio.client import Client as TemporalClient
 from temporalio.service import RPCError
 
-from gpuflow.client.api import Api
+from gpuflow.client.api import Api, named
 from gpuflow.client.models import AppliedQueue, JobInfo, QueueInfo
 from gpuflow.errors import GpuflowError, SpecError
 from gpuflow.naming import CONTROL_TASK_QUEUE
 from gpuflow.specs.job import check_priority
-from gpuflow.specs.load import load_queue, queue_of
+from gpuflow.specs.load import load_queue, model_of
 from gpuflow.specs.queue import QueueSpec
 from gpuflow.workflows import handles
 from gpuflow.workflows.api import Empty, JobRecord
@@ -33,21 +33,15 @@ class QueueCalls:
         larger quota may start some. Running jobs keep running when a quota shrinks (or a
         lender's does): quota lent is taken back when a job needs it within its queue's
         nominal quota, by preempting borrowers' preemptible jobs, never the queue's own."""
-        if isinstance(spec, Mapping):
-            spec = queue_of(dict(spec), "queue")
-        elif isinstance(spec, str | Path):
+        if isinstance(spec, str | Path):
             spec = load_queue(spec)
-        elif not isinstance(spec, QueueSpec):
-            raise SpecError(
-                f"a queue is a QueueSpec, a mapping of its fields or a file's path, "
-                f"not {type(spec).__name__}"
-            )
+        spec = model_of(QueueSpec, spec, "queue")
         return AppliedQueue.from_record(await self._api.call("apply_queue", spec, QueueApplied))
 
     async def delete_queue(self, name: str) -> None:
         """Delete a queue that holds no job, waiting or admitted. Deleting an applied `default`
         brings back the built-in one; the built-in one cannot be deleted."""
-        await self._api.call("delete_queue", QueueRef(name=name), type(None))
+        await self._api.call("delete_queue", QueueRef(name=named(name, "queue")), type(None))
 
     async def list_queues(self) -> list[QueueInfo]:
         """Every queue, by name (the `default` queue included), with what it uses now."""
@@ -64,7 +58,7 @@ class QueueCalls:
             check_priority(priority)
         except ValueError as exc:
             raise SpecError(f"priority: {exc}") from None
-        request = PriorityRequest(ref=job, priority=priority)
+        request = PriorityRequest(ref=named(job, "job"), priority=priority)
         return JobInfo.from_record(await self._api.call("set_priority", request, JobRecord))
 
     async def admission_held(self) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -27,6 +28,7 @@ from gpuflow.client.api import Api
 from gpuflow.errors import NotFoundError, SpecError
 from gpuflow.naming import CONTROL_TASK_QUEUE, job_workflow_id
 from gpuflow.specs.job import JobSpec
+from gpuflow.specs.load import model_of
 from gpuflow.workflows.api import job_memo
 from gpuflow.workflows.api_dry_runs import PlanRecord, PlanRequest
 from gpuflow.workflows.models import JobInput
@@ -58,7 +60,7 @@ class ScheduleCalls:
 
     async def schedule(
         self,
-        spec: JobSpec,
+        spec: JobSpec | Mapping[str, Any],
         *,
         cron: str | None = None,
         every_s: int | None = None,
@@ -69,6 +71,7 @@ class ScheduleCalls:
         schedule id other than the default `schedule-<name>`, so that two schedules of one job
         never start the same id in the same minute). Its queue and fleets must exist
         (SpecError, as for a submit)."""
+        spec = model_of(JobSpec, spec, "job")
         if (cron is None) == (every_s is None):
             raise SpecError("give exactly one of cron or every (--cron or --every)")
         if every_s is not None and every_s < 60:

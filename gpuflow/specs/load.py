@@ -310,7 +310,7 @@ def load_queue(path: str | Path) -> QueueSpec:
         raise SpecError(
             f"{source}: type: must be 'queue' for a queue file (got {shown(data.get('type'))})"
         )
-    return queue_of(data, source)
+    return _validate(QueueSpec, data, source)
 
 
 def model_of(model: type[M], value: object, what: str) -> M:
@@ -323,10 +323,3 @@ def model_of(model: type[M], value: object, what: str) -> M:
     raise SpecError(
         f"a {what} is a {model.__name__} or a mapping of its fields, not {type(value).__name__}"
     )
-
-
-def queue_of(data: dict[str, Any], source: str) -> QueueSpec:
-    """A queue from its fields (a `type` other than `queue` refused); SpecError names `source`."""
-    if data.get("type", "queue") != "queue":
-        raise SpecError(f"{source}: type: must be 'queue' for a queue (got {shown(data['type'])})")
-    return _validate(QueueSpec, data, source)

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from gpuflow.errors import SpecError
 from gpuflow.specs import QueueSpec
-from gpuflow.specs.load import queue_of
+from gpuflow.specs.load import model_of
 
 
 def test_a_total_quota_and_a_per_model_quota() -> None:
@@ -49,5 +49,5 @@ def test_a_queue_file_says_queue() -> None:
 
 def test_a_check_of_the_whole_queue_is_one_line_without_a_field_path() -> None:
     with pytest.raises(SpecError) as caught:
-        queue_of({"name": "a", "gpus": 1, "borrowing_limit": 4}, "q.yaml")
+        model_of(QueueSpec, {"name": "a", "gpus": 1, "borrowing_limit": 4}, "q.yaml")
     assert str(caught.value) == "q.yaml: queue a: borrowing_limit needs a `cohort` to share with"
