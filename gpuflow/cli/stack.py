@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,33 +45,71 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _stack_pid(home: Path) -> int | None:
+    """The pid of the stack that serves `home` when one is up (its pid file names a live
+    gpuflow process), else None."""
+    try:
+        pid = int(_pid_file(home).read_text() or 0)
+    except (OSError, ValueError):
+        return None
+    if pid <= 0 or pid == os.getpid() or not _alive(pid):
+        return None
+    try:  # a pid the kernel reused for another program is not the stack
+        if b"gpuflow" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            return None
+    except OSError:
+        pass
+    return pid
+
+
+def _already_up(home: Path, pid: int) -> str:
+    ui = _ready_file(home).read_text() if _ready_file(home).exists() else "not ready yet"
+    return f"gpuflow is already up (pid {pid}); Temporal UI {ui}; `gpuflow down` stops it"
+
+
 def up_foreground(console: Console) -> None:
     from gpuflow.control.embedded import serve
 
     home = gpuflow_home()
     ensure_home(home)
+    running = _stack_pid(home)
+    if running is not None:  # its pid and ready files are its own: leave them be
+        raise GpuflowError(_already_up(home, running))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     ready = _ready_file(home)
     ready.unlink(missing_ok=True)
-    _pid_file(home).write_text(str(os.getpid()))
+    mine = str(os.getpid())
+    _pid_file(home).write_text(mine)
     console.print(f"starting gpuflow (home {home})…")
     try:
         asyncio.run(serve(home=home, ready_file=ready))
     finally:
-        _pid_file(home).unlink(missing_ok=True)
-        ready.unlink(missing_ok=True)
+        if _owns(home, mine):
+            _pid_file(home).unlink(missing_ok=True)
+            ready.unlink(missing_ok=True)
+
+
+def _owns(home: Path, pid: str) -> bool:
+    try:
+        return _pid_file(home).read_text() == pid
+    except OSError:
+        return False
+
+
+_ESCAPES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 def up_detached(console: Console, *, timeout_s: float = 120) -> None:
     home = gpuflow_home()
     ensure_home(home)
-    pid_file = _pid_file(home)
-    if pid_file.exists() and _alive(int(pid_file.read_text() or 0)):
-        ui = _ready_file(home).read_text() if _ready_file(home).exists() else "?"
-        console.print(f"gpuflow is already up (pid {pid_file.read_text()}); UI {ui}")
+    running = _stack_pid(home)
+    if running is not None:
+        console.print(_already_up(home, running))
         return
     _ready_file(home).unlink(missing_ok=True)
-    log = (home / "up.log").open("ab")
+    log_path = home / "up.log"
+    start = log_path.stat().st_size if log_path.exists() else 0
+    log = log_path.open("ab")
     process = subprocess.Popen(
         [sys.executable, "-m", "gpuflow.cli.main", "up"],
         stdout=log,
@@ -83,32 +122,44 @@ def up_detached(console: Console, *, timeout_s: float = 120) -> None:
     with console.status("starting Temporal dev server, control worker and local agent…"):
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                tail = (home / "up.log").read_text(errors="replace").strip().splitlines()[-5:]
-                raise GpuflowError("gpuflow up failed: " + " | ".join(tail))
+                raise GpuflowError(
+                    f"gpuflow up failed: {_failure_since(log_path, start)} (see {log_path})"
+                )
             if _ready_file(home).exists():
                 break
             time.sleep(0.2)
         else:
             process.terminate()
             raise GpuflowError(
-                f"gpuflow up did not become ready in {timeout_s:.0f}s (see {home / 'up.log'})"
+                f"gpuflow up did not become ready in {timeout_s:.0f}s (see {log_path})"
             )
     console.print(
         f"gpuflow is up (pid {process.pid}); Temporal UI at "
-        f"[link]{_ready_file(home).read_text()}[/]; logs in {home / 'up.log'}"
+        f"[link]{_ready_file(home).read_text()}[/]; logs in {log_path}"
     )
 
 
+def _failure_since(log: Path, start: int) -> str:
+    """Why the detached stack exited, from what this start wrote to its log (the log keeps
+    earlier starts'): its own `error:` line when it wrote one, else its last lines, without
+    terminal colours."""
+    with log.open("rb") as handle:
+        handle.seek(start)
+        text = handle.read().decode(errors="replace")
+    lines = [_ESCAPES.sub("", line) for line in text.splitlines()]
+    errors = [line.removeprefix("error: ") for line in lines if line.startswith("error: ")]
+    if errors:
+        return errors[-1]
+    return " | ".join(line.strip() for line in lines[-5:] if line.strip()) or "no output"
+
+
 def running_pid() -> int | None:
-    """The pid of the stack started with `gpuflow up -d`, or None when it is not up (a stale
-    pid file is removed)."""
-    pid_file = _pid_file(gpuflow_home())
-    if not pid_file.exists():
-        return None
-    pid = int(pid_file.read_text() or 0)
-    if pid <= 0 or not _alive(pid):
-        pid_file.unlink(missing_ok=True)
-        return None
+    """The pid of the stack serving this home (`gpuflow up`, detached or not), or None when
+    it is not up (a stale pid file is removed)."""
+    home = gpuflow_home()
+    pid = _stack_pid(home)
+    if pid is None:
+        _pid_file(home).unlink(missing_ok=True)
     return pid
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,7 +19,8 @@ from tests.unit.cli.conftest import Cli
 @pytest.fixture
 def stack(cli: Cli, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A process standing for the stack of `gpuflow up -d`, with its pid file."""
-    process = subprocess.Popen(["sleep", "60"])
+    # `gpuflow` in its command line, as the stack's (a pid reused by another program is not)
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "gpuflow"])
     # Reap it when it is stopped, so that `down` sees it gone (not a zombie).
     threading.Thread(target=process.wait, daemon=True).start()
     home = tmp_path / "home"
@@ -146,3 +148,50 @@ def test_down_stops_a_job_that_started_while_it_stopped_the_others(
     assert "1 more job(s) started meanwhile:\n  sneaky (job-sneaky-eeeeee)" in out
     assert "sneaky: stopped (stopped_by_user)" in out
     assert "left" not in out and out.rstrip().endswith("gpuflow is down")
+
+
+def test_up_while_up_says_so_and_leaves_the_stack_reachable(
+    cli: Cli, stack: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    (home / "up.ready").write_text("http://127.0.0.1:8233")
+    out = cli("up", code=1)
+    assert f"gpuflow is already up (pid {stack.pid}); Temporal UI http://127.0.0.1:8233" in out
+    # the running stack's files are its own: `down` still finds it
+    assert (home / "up.pid").read_text() == str(stack.pid)
+    assert (home / "up.ready").exists()
+    assert "already up" in cli("up", "-d")
+    cli("down")
+    assert not _alive(stack)
+
+
+def test_a_pid_file_naming_another_program_is_stale(tmp_path: Path, cli: Cli) -> None:
+    other = subprocess.Popen(["sleep", "60"])  # the stack's old pid, reused by another program
+    try:
+        (tmp_path / "home").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "home" / "up.pid").write_text(str(other.pid))
+        assert "gpuflow is not up" in cli("down")
+        assert not (tmp_path / "home" / "up.pid").exists()
+        assert other.poll() is None  # not signalled
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_failed_detached_start_says_why_without_colours(tmp_path: Path) -> None:
+    from gpuflow.cli.stack import _failure_since
+
+    log = tmp_path / "up.log"
+    log.write_text("error: an earlier start's\n")
+    start = log.stat().st_size
+    with log.open("a") as handle:
+        handle.write("starting gpuflow (home /h)…\n")
+        handle.write("\x1b[2m2026-11-29T06:42:46Z\x1b[0m \x1b[33m WARN\x1b[0m core: noise\n")
+        handle.write("error: cannot serve metrics on 127.0.0.1:9464 (Address already in use)\n")
+    assert _failure_since(log, start) == (
+        "cannot serve metrics on 127.0.0.1:9464 (Address already in use)"
+    )
+    start = log.stat().st_size
+    with log.open("a") as handle:
+        handle.write("\x1b[33m WARN\x1b[0m killed\n")
+    assert _failure_since(log, start) == "WARN killed"
