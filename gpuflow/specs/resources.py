@@ -1,8 +1,8 @@
 """What a job asks for: GPUs (dstack-style grammar), CPU, memory and disk.
 
-GPU grammar, tokens joined by ':' in any order:
+GPU grammar, tokens joined by ':' in any order, each at most once:
   vendor   nvidia | amd | apple | intel
-  names    A100 or H100,A100 (comma-separated, case-insensitive)
+  names    A100 or H100,A100 (comma-separated, case-insensitive, starting with a letter)
   memory   80GB, 24GB.., 16GB..40GB (per GPU)
   count    2, 1..4, or a fraction below 1 (0.5) for a share of one GPU
 Examples: `A100:80GB:2`, `H100,A100:8`, `24GB..`, `nvidia:1..4`, `T4:0.5`.
@@ -54,6 +54,33 @@ def check_version(value: Any, what: str) -> Any:
 
 def _is_size(token: str) -> bool:
     return any(token.lower().rstrip(".").endswith(u) for u in ("gb", "mb", "tb"))
+
+
+_GPU_PARTS = {"vendor": "vendor", "memory": "memory", "count": "count"}
+
+
+def _gpu_part(token: str) -> tuple[str, Any]:
+    """Which part of a GPU text a `:`-separated token is, and its value: a vendor, a memory
+    size or range, a count or range, or GPU models (each starting with a letter)."""
+    if token.lower() in VENDORS:
+        return "vendor", token.lower()
+    if _is_size(token) or (".." in token and _is_size(token.replace("..", ""))):
+        return "memory", token
+    if token[0].isdigit() or token.startswith(".."):
+        if any(c.isalpha() for c in token):
+            raise ValueError(
+                f"GPU part {shown(token)} is neither a count nor a memory size (sizes end in "
+                "MB, GB or TB, e.g. 80GB)"
+            )
+        return "count", token
+    names = [name.strip() for name in token.split(",")]
+    odd = next((name for name in names if not name[:1].isalpha()), None)
+    if odd is not None:
+        raise ValueError(
+            f"GPU part {shown(odd or token)} is not a GPU model, vendor, memory size or count; "
+            "use e.g. A100:80GB:2"
+        )
+    return "names", names
 
 
 def _count(value: Any) -> float:
@@ -149,18 +176,24 @@ class GPUSpec(BaseModel):
                 f"{shown(value)} is not a GPU spec; use e.g. A100:80GB:2 or 24GB..:1..4"
             )
         fields: dict[str, Any] = {}
+        given: dict[str, str] = {}
         for token in value.strip().split(":"):
             token = token.strip()
             if not token:
                 raise ValueError(f"{shown(value)} has an empty part between ':'")
-            if token.lower() in VENDORS:
-                fields["vendor"] = token.lower()
-            elif _is_size(token) or (".." in token and _is_size(token.replace("..", ""))):
-                fields["memory"] = token
-            elif token[0].isdigit() or token.startswith(".."):
-                fields["count"] = token
-            else:
-                fields["names"] = token.split(",")
+            field, part = _gpu_part(token)
+            if field == "names" and field in given:
+                raise ValueError(
+                    f"{shown(value)} gives GPU models twice ({given[field]} and {token}); "
+                    f"several models are one part: {given[field]},{token}"
+                )
+            if field in given:
+                raise ValueError(
+                    f"{shown(value)} gives the {_GPU_PARTS[field]} twice ({given[field]} and "
+                    f"{token}); use e.g. A100:80GB:2"
+                )
+            given[field] = token
+            fields[field] = part
         return cls.model_validate(fields)
 
     def __str__(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -359,3 +360,25 @@ def test_a_python_client_flag_of_any_type_is_one_line(value: object) -> None:
 
     with pytest.raises(SpecError, match=r"^--min-gpu-utilization: .* is not a percentage"):
         JobFlags(min_gpu_utilization=value).overrides()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("A100:80G:2", "'80G' is neither a count nor a memory size (sizes end in MB, GB or TB"),
+        ("A100:2:4", "'A100:2:4' gives the count twice (2 and 4)"),
+        ("A100:80GB:40GB", "gives the memory twice (80GB and 40GB)"),
+        ("nvidia:amd:2", "gives the vendor twice (nvidia and amd)"),
+        (
+            "A100:H100",
+            "gives GPU models twice (A100 and H100); several models are one part: A100,H100",
+        ),
+        ("A100:-1", "'-1' is not a GPU model, vendor, memory size or count"),
+        ("A100,:2", "'A100,' is not a GPU model"),
+    ],
+)
+def test_gpu_text_refuses_what_it_would_have_dropped(text: str, says: str) -> None:
+    """A part given twice, or one that is no part at all, is refused: it used to replace the
+    first (A100:80G:2 asked for 2 GPUs of any memory, A100:-1 for a model named -1)."""
+    with pytest.raises(ValueError, match=re.escape(says)):
+        GPUSpec.parse(text)
