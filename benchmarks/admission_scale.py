@@ -66,13 +66,13 @@ from fleet_db import (  # noqa: E402
     record_of,
 )
 from placement import Pod, arrivals, job_of, load_nodes, load_pods  # noqa: E402
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
 import gpuflow.control.admission as control_admission  # noqa: E402
 import gpuflow.scheduler.admission as scheduler_admission  # noqa: E402
 import gpuflow.services.admission as service_admission  # noqa: E402
 from gpuflow.control.activities import ControlActivities  # noqa: E402
 from gpuflow.control.admission import AdmissionActivities, enter_at_submit  # noqa: E402
+from gpuflow.payloads import DATA_CONVERTER  # noqa: E402
 from gpuflow.services.fleets import apply_fleet  # noqa: E402
 from gpuflow.specs import JobSpec  # noqa: E402
 from gpuflow.status import JobStatus, TerminationReason  # noqa: E402
@@ -190,7 +190,7 @@ class Bench:
         result = await self.admission.admission_pass(PassInput(reservation=self.reservation))
         self.reservation = result.reservation
         self.more = result.more
-        payload = pydantic_data_converter.payload_converter.to_payloads([result])[0]
+        payload = DATA_CONVERTER.payload_converter.to_payloads([result])[0]
         self.largest = max(self.largest, len(payload.SerializeToString()))
         for job in result.admitted:
             self.waiting.discard(job.job_id)

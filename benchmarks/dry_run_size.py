@@ -16,9 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from temporalio.contrib.pydantic import pydantic_data_converter
-
 from gpuflow.control.api import ApiActivities
+from gpuflow.payloads import DATA_CONVERTER
 from gpuflow.services.fleets import apply_fleet
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.store.db import Store
@@ -39,7 +38,7 @@ REFUSED = JobSpec(
 
 
 def _size(value: Any) -> int:
-    payload = pydantic_data_converter.payload_converter.to_payloads([value])[0]
+    payload = DATA_CONVERTER.payload_converter.to_payloads([value])[0]
     return len(payload.SerializeToString())
 
 

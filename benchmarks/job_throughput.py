@@ -92,10 +92,11 @@ async def measure_baseline(
     address: str, server_pid: int, *, n: int, concurrency: int, solo: int, paced: int, rate: float
 ) -> Phase:
     from temporalio.client import Client as TemporalClient
-    from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.worker import Worker
 
-    client = await TemporalClient.connect(address, data_converter=pydantic_data_converter)
+    from gpuflow.payloads import DATA_CONVERTER
+
+    client = await TemporalClient.connect(address, data_converter=DATA_CONVERTER)
     queue = f"bench-baseline-{uuid.uuid4().hex[:8]}"
     meter = CpuMeter(server_pid)
     async with Worker(

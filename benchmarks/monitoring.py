@@ -48,11 +48,11 @@ if str(ROOT) not in sys.path:
 
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from benchmarks.monitoring_job import THRESHOLD, GpuScript, Run, run_job  # noqa: E402
 from benchmarks.sampler_cost import measure_sampler_cpu  # noqa: E402
+from gpuflow.payloads import DATA_CONVERTER  # noqa: E402
 from gpuflow.specs.job import UtilizationPolicy  # noqa: E402
 from gpuflow.utilization import check_interval_s  # noqa: E402
 
@@ -70,7 +70,7 @@ async def measure(
     *, hours: float, days: float, windows: list[str], log: Callable[[str], None]
 ) -> dict[str, Any]:
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         test_server_existing_path=str(TEST_SERVER),
     )
     figures: dict[str, Any] = {"detection_latency_s": {}, "details": {}}

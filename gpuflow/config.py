@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import TLSConfig
 
 from gpuflow.errors import ConnectionFailed, SpecError
+from gpuflow.payloads import DATA_CONVERTER
 
 DEFAULT_TEMPORAL_PORT = 7233
 
@@ -234,7 +234,7 @@ async def connect_temporal(config: TemporalConfig | None = None) -> Client:
         return await Client.connect(
             config.address,
             namespace=config.namespace,
-            data_converter=pydantic_data_converter,
+            data_converter=DATA_CONVERTER,
             tls=tls,
             api_key=api_key,
         )

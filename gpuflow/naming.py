@@ -27,3 +27,11 @@ def job_workflow_id(name: str, suffix: str) -> str:
 def fleet_workflow_id(fleet: str) -> str:
     """The fleet's health checks (FleetWorkflow): one per fleet."""
     return f"fleet-{fleet}"
+
+
+RECORDED_KEY = "recorded"
+RECORDED = {RECORDED_KEY: True}
+"""The validation context of a value read back from where gpuflow recorded it (a workflow's
+history, the store), not taken from a user: a check added to a spec since it was written does
+not refuse it there, so running workflows replay and waiting jobs stay readable
+(gpuflow/payloads.py; `specs.recorded`)."""

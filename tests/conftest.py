@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
+from gpuflow.payloads import DATA_CONVERTER
 from gpuflow.store.db import Store
 
 pytest_plugins = ["tests.sshd.fixture", "tests.nvml_stub.fixture"]
@@ -101,7 +101,7 @@ async def time_env() -> AsyncIterator[WorkflowEnvironment]:
     about 0.1 s): its clock is the whole server's, so a test that fails or is cut off with a
     workflow or activity still open would otherwise freeze time for every test after it."""
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         test_server_existing_path=str(BIN / "temporal-test-server"),
     )
     yield env
@@ -117,7 +117,7 @@ async def dev_env() -> AsyncIterator[WorkflowEnvironment]:
     for name, kind in SEARCH_ATTRIBUTES.items():
         args += ["--search-attribute", f"{name}={kind}"]
     env = await WorkflowEnvironment.start_local(
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         dev_server_existing_path=str(BIN / "temporal"),
         dev_server_extra_args=[*args, "--log-level", "error"],
         ui=False,

@@ -20,6 +20,7 @@ from sqlalchemy import select as sa_select
 from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
+from gpuflow.naming import RECORDED
 from gpuflow.scheduler import place
 from gpuflow.scheduler.admission import QUOTA_HELD_FOR, Decision, Held, Running, Waiting, admit
 from gpuflow.scheduler.model import Snapshot
@@ -203,7 +204,7 @@ def _parse_specs(session: Session, entries: list[QueueEntryRow], specs: SpecCach
         query = sa_select(*columns(QueueEntryRow, "job_id attempt spec")).where(some)
         for job_id, attempt, raw in session.connection().execute(query):
             if new[job_id] == attempt:
-                spec = JobSpec.model_validate(raw)
+                spec = JobSpec.model_validate(raw, context=RECORDED)
                 specs[job_id, attempt] = (spec, tuple(spec.resource_options()))
 
 
@@ -258,7 +259,7 @@ def _waiting(entry: QueueEntryRow, specs: SpecCache) -> Waiting:
     key = (entry.job_id, entry.attempt)
     cached = specs.get(key)
     if cached is None:
-        spec = JobSpec.model_validate(entry.spec)
+        spec = JobSpec.model_validate(entry.spec, context=RECORDED)
         cached = (spec, tuple(spec.resource_options()))
         specs[key] = cached
     spec, options = cached

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col
 
+from gpuflow.naming import RECORDED
 from gpuflow.scheduler.admission import (
     RESERVED_FOR,
     Decision,
@@ -194,7 +195,7 @@ def _waiting_now(session: Session, known: set[str]) -> tuple[list[Waiting], str 
     query = sa_select(*WAITING_COLUMNS).where(col(QueueEntryRow.state) == WAITING)
     waiting, holder = [], None
     for row in session.connection().execute(query).all():
-        spec = JobSpec.model_validate(row.spec)
+        spec = JobSpec.model_validate(row.spec, context=RECORDED)
         queue = counted_queue(row.queue, known)
         waiting.append(waiting_of(row, spec, tuple(spec.resource_options()), queue))
         if row.reason and row.reason.startswith(RESERVED_FOR):

@@ -5,9 +5,16 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
-from gpuflow.naming import SECRET_REF
+from gpuflow.naming import RECORDED_KEY, SECRET_REF
 from gpuflow.specs.resources import ResourcesSpec
 from gpuflow.specs.scoring import SCORERS
 from gpuflow.specs.units import check_text, parse_duration, shown
@@ -84,8 +91,17 @@ def parse_max_duration(value: Any) -> int | None:
     return seconds
 
 
-_SECRET_IN = re.compile(r"\$\{\{\s*secrets\.")
-"""The start of a secret reference, wherever it stands in a value (`SECRET_REF`: the whole)."""
+def recorded(info: ValidationInfo) -> bool:
+    """Whether the value is read back from where gpuflow recorded it (the `RECORDED`
+    context: a workflow's history, the store), where checks of new input added since it was
+    written do not apply (gpuflow/payloads.py)."""
+    return isinstance(info.context, dict) and info.context.get(RECORDED_KEY) is True
+
+
+_SECRET_IN = re.compile(r"\$\{\{")
+"""The start of a reference (`${{`), wherever it stands in a value: a value holding one must
+be a whole secret reference (`SECRET_REF`), so that a misspelt one (`${{ secret.X }}`) is not
+passed to the job as text."""
 
 
 class RetrySpec(BaseModel):
@@ -263,7 +279,7 @@ class JobSpec(BaseModel):
 
     @field_validator("commands", mode="before")
     @classmethod
-    def _commands(cls, value: Any) -> Any:
+    def _commands(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, str):
             return [value]
         if isinstance(value, list):
@@ -274,11 +290,16 @@ class JobSpec(BaseModel):
                         f"{type(item).__name__}; put it in quotes"
                     )
                 check_text(item, "command", max_length=MAX_COMMAND, allow_empty=True)
+                if _SECRET_IN.search(item) and not recorded(info):
+                    raise ValueError(
+                        f"command {shown(item)}: ${{{{ ... }}}} is not replaced in commands; "
+                        "name the secret in env (KEY: ${{ secrets.NAME }}) and use $KEY"
+                    )
         return value
 
     @field_validator("env", mode="before")
     @classmethod
-    def _env(cls, value: Any) -> Any:
+    def _env(cls, value: Any, info: ValidationInfo) -> Any:
         if isinstance(value, list):  # dstack style: ["KEY=value", ...]
             pairs = {}
             for item in value:
@@ -299,11 +320,15 @@ class JobSpec(BaseModel):
             value = {k: str(v) for k, v in value.items()}
             for key, item in value.items():
                 check_text(item, f"env {key}", max_length=MAX_COMMAND, allow_empty=True)
-                if _SECRET_IN.search(item) and not SECRET_REF.match(item.strip()):
+                if (
+                    _SECRET_IN.search(item)
+                    and not SECRET_REF.match(item.strip())
+                    and not recorded(info)
+                ):
                     raise ValueError(
-                        f"env {key}: a secret reference is the whole value "
-                        "(KEY: ${{ secrets.NAME }}); build a longer value from it in the "
-                        "job's commands (e.g. Bearer $KEY)"
+                        f"env {key}: {shown(item)} is not a secret reference; one is the "
+                        "whole value, written ${{ secrets.NAME }} (build a longer value from "
+                        "it in the job's commands, e.g. Bearer $KEY)"
                     )
         return value
 

@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from gpuflow.client import Client
 from gpuflow.control.api import ApiActivities
 from gpuflow.errors import SpecError
+from gpuflow.payloads import DATA_CONVERTER
 from gpuflow.scheduler import explain
 from gpuflow.scheduler.model import Rejection
 from gpuflow.scheduler.offers import NAMED, by_reason
@@ -55,7 +55,7 @@ def _fleets(store: Store) -> None:
 
 
 def _size(value: Any) -> int:
-    payload = pydantic_data_converter.payload_converter.to_payloads([value])[0]
+    payload = DATA_CONVERTER.payload_converter.to_payloads([value])[0]
     return len(payload.SerializeToString())
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 from temporalio.api.enums.v1 import EventType
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -25,6 +24,7 @@ from gpuflow.control import api as api_module
 from gpuflow.control import api_queues
 from gpuflow.control.api import ApiActivities
 from gpuflow.errors import GpuflowError, NotFoundError, SpecError
+from gpuflow.payloads import DATA_CONVERTER
 from gpuflow.services.jobs import job_events
 from gpuflow.specs import FleetSpec, JobSpec, QueueSpec
 from gpuflow.store.db import Store
@@ -68,7 +68,7 @@ async def api_env() -> AsyncIterator[WorkflowEnvironment]:
     refused, workflows started from activities and terminated), the test server stopped
     skipping time for later tests of a shared one: their timers then ran in real time."""
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         test_server_existing_path=str(BIN / "temporal-test-server"),
     )
     yield env

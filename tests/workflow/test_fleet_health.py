@@ -18,10 +18,10 @@ import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
+from gpuflow.payloads import DATA_CONVERTER
 from gpuflow.workflows import checked_workflow_runner
 from gpuflow.workflows import fleet as fleet_module
 from gpuflow.workflows.fleet import EVENTS_PER_RUN, PINGS_AT_ONCE, FleetWorkflow
@@ -165,7 +165,7 @@ async def test_a_run_recorded_before_batches_replays() -> None:
     assert sum(_is_ping(event) for event in history.events) == 6
     replayer = Replayer(
         workflows=[FleetWorkflow],
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         workflow_runner=checked_workflow_runner(),
     )
     await replayer.replay_workflow(history)

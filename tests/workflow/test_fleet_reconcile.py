@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from temporalio import activity
 from temporalio.client import WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 from gpuflow.control.activities import ControlActivities
 from gpuflow.naming import host_task_queue
+from gpuflow.payloads import DATA_CONVERTER
 from gpuflow.scheduler.model import Placement
 from gpuflow.services.capacity import allocations_of, take_allocation
 from gpuflow.services.jobs import find_job, job_events, record_status_in
@@ -70,7 +70,7 @@ async def _status(handle: WorkflowHandle[Any, Any]) -> JobStatus:
 def _replayer() -> Replayer:
     return Replayer(
         workflows=[FleetWorkflow],
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         workflow_runner=checked_workflow_runner(),
     )
 

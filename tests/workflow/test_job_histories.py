@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 from temporalio import activity
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
+from gpuflow.payloads import DATA_CONVERTER
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
 from gpuflow.workflows import checked_workflow_runner
@@ -81,7 +81,7 @@ async def test_long_job_continues_as_new_and_replays(
     assert len(hosts.started) == 1  # continuing as new never starts the process again
     replayer = Replayer(
         workflows=[JobWorkflow],
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         workflow_runner=checked_workflow_runner(),
     )
     await replayer.replay_workflow(first_history)
@@ -112,7 +112,7 @@ async def test_histories_replay_deterministically(
         await job_result(waiting)
     replayer = Replayer(
         workflows=[JobWorkflow],
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         workflow_runner=checked_workflow_runner(),
     )
     for handle in (idle, waiting):

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, WorkflowRunner
 
 from gpuflow import utilization
+from gpuflow.payloads import DATA_CONVERTER
 from gpuflow.services.capacity import allocations_of
 from gpuflow.services.jobs import find_job
 from gpuflow.status import JobStatus, TerminationReason
@@ -144,7 +144,7 @@ async def test_a_stop_cancels_the_waiting_probe(sqlite_store: Store, task_queue:
     stopped and compensated at once. On a server of its own: the time-skipping server's clock
     stays stuck after a cancelled activity, which would hang every later test."""
     time_env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         test_server_existing_path=str(Path(sys.executable).parent / "temporal-test-server"),
     )
     try:
@@ -187,7 +187,7 @@ async def test_a_failed_node_ends_the_job_without_waiting_for_the_others(
     """Node 1 fails while node 0's probe still waits for its tick: the job ends failed at once
     (node 0's probe is cancelled, its process stopped). On a server of its own, as above."""
     time_env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         test_server_existing_path=str(Path(sys.executable).parent / "temporal-test-server"),
     )
     try:
@@ -267,7 +267,7 @@ async def test_histories_of_the_previous_version_replay(
     history = WorkflowHistory.from_json(f"job-{name}", data)
     replayer = Replayer(
         workflows=[JobWorkflow],
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         workflow_runner=runner(),
     )
     await replayer.replay_workflow(history)

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 from temporalio import activity
 from temporalio.client import WorkflowHandle, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from gpuflow.errors import NotFoundError
+from gpuflow.payloads import DATA_CONVERTER
 from gpuflow.services.capacity import allocations_of
 from gpuflow.services.jobs import find_job, job_events
 from gpuflow.services.queue_entries import set_priority_in
@@ -143,7 +143,7 @@ async def _runs(store: Store, handle: WorkflowHandle[Any, Any]) -> None:
 def _replayer() -> Replayer:
     return Replayer(
         workflows=[JobWorkflow, AdmissionWorkflow],
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         workflow_runner=checked_workflow_runner(),
     )
 

@@ -10,11 +10,11 @@ import contextlib
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from gpuflow.errors import NotFoundError
+from gpuflow.payloads import DATA_CONVERTER
 from gpuflow.services.capacity import allocations_of
 from gpuflow.services.jobs import find_job
 from gpuflow.status import JobStatus, TerminationReason
@@ -60,7 +60,7 @@ async def test_a_failing_command_waits_longer_before_each_attempt(
     assert allocations_of(sqlite_store, result.job_id) == []
     replayer = Replayer(
         workflows=[JobWorkflow],
-        data_converter=pydantic_data_converter,
+        data_converter=DATA_CONVERTER,
         workflow_runner=checked_workflow_runner(),
     )
     await replayer.replay_workflow(history)

@@ -72,7 +72,15 @@ def _one_error_line(output: str) -> str:
         ("- one\n", "expected a mapping of fields at the top, got a list of 1 item"),
         (
             "name: x\ncommands: [echo]\nenv: {AUTH: 'Bearer ${{ secrets.tok }}'}\n",
-            "env AUTH: a secret reference is the whole value",
+            "env AUTH: 'Bearer ${{ secrets.tok }}' is not a secret reference; one is the whole",
+        ),
+        (
+            "name: x\ncommands: [echo]\nenv: {TOK: '${{ secret.tok }}'}\n",
+            "env TOK: '${{ secret.tok }}' is not a secret reference",
+        ),
+        (
+            "name: x\ncommands: ['curl -H ${{ secrets.tok }} x']\n",
+            "${{ ... }} is not replaced in commands; name the secret in env",
         ),
         ("name: x\npriority: 99999999999999999999999\n", "a number at line 2, column 11: "),
         ("name: x\ncommands: [true]\n", "command True is not text: YAML read it as a bool"),

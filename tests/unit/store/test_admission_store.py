@@ -306,3 +306,31 @@ def test_the_next_job_of_a_queue_says_why_it_waits_as_the_fleet_is_now(store: St
     entry = _entry(store, "big")
     assert entry is not None and entry.detail is not None
     assert entry.detail.startswith("h1: 2 of 4 GPUs free, job needs 4")
+
+
+def test_a_waiting_spec_an_older_gpuflow_accepted_is_still_read(store: Store) -> None:
+    """A check added to job specs since a job entered its queue does not make the pass that
+    reads its stored spec fail (for every waiting job, pass after pass)."""
+    from gpuflow.naming import RECORDED
+
+    _fleet(store)
+    assert _enqueue(store, "blocker", 0).placement is not None
+    old = JobSpec.model_validate(
+        {
+            "name": "old",
+            "commands": ["true"],
+            "resources": {"gpu": "A100:1"},
+            "env": {"TOKEN": "${{ secret.tok }}"},  # refused as input today
+        },
+        context=RECORDED,
+    )
+    with store.placement_transaction() as session:
+        verdict = enqueue_in(
+            session,
+            EnqueueInput(job_id="job-old", attempt=1, spec=old, submitted_at=T0, may_wait=True),
+        )
+    assert verdict.placement is None
+    _release(store, "blocker")
+    with store.placement_transaction() as session:
+        outcome = run_pass_in(session, reservation=None)
+    assert [a.job_id for a in outcome.admitted] == ["job-old"]

@@ -1,0 +1,52 @@
+"""How gpuflow's values travel through Temporal: pydantic models as JSON (temporalio's pydantic
+converter), read back in the `RECORDED` validation context.
+
+A payload is a value gpuflow wrote earlier: a workflow's input in its history, an activity's
+result, a signal. A spec check added since it was written must not refuse it when a worker
+replays or reads it, or the workflow would fail every task until someone intervenes; checks
+of user input that must not apply there read the context (`specs.recorded`). Every client and
+worker of gpuflow uses `DATA_CONVERTER`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import TypeAdapter
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
+from temporalio.converter import (
+    CompositePayloadConverter,
+    DataConverter,
+    DefaultPayloadConverter,
+    JSONPlainPayloadConverter,
+)
+
+from gpuflow.naming import RECORDED
+
+
+class RecordedJSONConverter(PydanticJSONPlainPayloadConverter):
+    """temporalio's pydantic JSON converter, validating in the `RECORDED` context."""
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
+        hint: Any = Any if type_hint is None else type_hint
+        try:
+            adapter = self._type_adapter(hint)
+        except TypeError:  # an unhashable hint: not cached
+            adapter = TypeAdapter(hint)
+        return adapter.validate_json(payload.data, context=RECORDED)
+
+
+class RecordedPayloadConverter(CompositePayloadConverter):
+    """Temporal's default converters, JSON replaced by `RecordedJSONConverter`."""
+
+    def __init__(self) -> None:
+        json = RecordedJSONConverter()
+        super().__init__(
+            *(
+                json if isinstance(c, JSONPlainPayloadConverter) else c
+                for c in DefaultPayloadConverter.default_encoding_payload_converters
+            )
+        )
+
+
+DATA_CONVERTER = DataConverter(payload_converter_class=RecordedPayloadConverter)

@@ -1,0 +1,40 @@
+"""Values read back from Temporal are validated as recorded values: a check of user input
+added to a spec after a workflow started does not refuse the workflow's own input when it
+replays (gpuflow/payloads.py), nor a waiting job's stored spec."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from gpuflow.naming import RECORDED
+from gpuflow.payloads import DATA_CONVERTER
+from gpuflow.specs import JobSpec
+from gpuflow.workflows.models import JobInput
+
+OLD = {"name": "old", "commands": ["true"], "env": {"TOKEN": "${{ secret.tok }}"}}
+"""A spec an earlier gpuflow accepted (a misspelt secret reference, passed as text)."""
+
+
+def test_user_input_is_refused_a_recorded_value_is_read() -> None:
+    with pytest.raises(ValidationError, match="is not a secret reference"):
+        JobSpec.model_validate(OLD)
+    spec = JobSpec.model_validate(OLD, context=RECORDED)
+    assert spec.env == {"TOKEN": "${{ secret.tok }}"}
+
+
+def test_a_workflow_input_recorded_before_the_check_still_decodes() -> None:
+    recorded = JobInput(job_id="job-old-1", spec=JobSpec.model_validate(OLD, context=RECORDED))
+    (payload,) = DATA_CONVERTER.payload_converter.to_payloads([recorded])
+    (decoded,) = DATA_CONVERTER.payload_converter.from_payloads([payload], [JobInput])
+    assert decoded == recorded
+    # what temporalio's own converter would do on replay: refuse it, every workflow task
+    with pytest.raises(ValidationError):
+        pydantic_data_converter.payload_converter.from_payloads([payload], [JobInput])
+
+
+def test_other_values_decode_as_before() -> None:
+    values = [1, "text", {"a": [1, 2]}, None]
+    payloads = DATA_CONVERTER.payload_converter.to_payloads(values)
+    assert DATA_CONVERTER.payload_converter.from_payloads(payloads) == values
