@@ -32,6 +32,7 @@ if TYPE_CHECKING:
         NotFoundError,
         SpecError,
         UnschedulableError,
+        WaitTimeout,
     )
     from gpuflow.specs import (
         FleetSpec,
@@ -61,6 +62,7 @@ _EXPORTS = {
     "NotFoundError": "gpuflow.errors",
     "SpecError": "gpuflow.errors",
     "UnschedulableError": "gpuflow.errors",
+    "WaitTimeout": "gpuflow.errors",
     "FleetSpec": "gpuflow.specs",
     "JobSpec": "gpuflow.specs",
     "QueueSpec": "gpuflow.specs",
@@ -95,6 +97,7 @@ __all__ = [
     "TerminationReason",
     "UnschedulableError",
     "UtilizationPolicy",
+    "WaitTimeout",
 ]
 
 

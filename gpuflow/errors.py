@@ -29,6 +29,11 @@ class ConnectionFailed(GpuflowError):
     """Temporal or the database cannot be reached."""
 
 
+class WaitTimeout(GpuflowError, TimeoutError):
+    """A job did not end within the time a caller waited for it (it goes on: nothing was
+    stopped)."""
+
+
 class UnschedulableError(GpuflowError):
     """Nothing fits the job; `reasons` holds one line per host."""
 

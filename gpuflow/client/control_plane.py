@@ -4,7 +4,7 @@ fleets, offers and plans, secrets. Each is one update of the control plane's API
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuflow.client.api import Api, named
@@ -93,15 +93,16 @@ class ControlPlaneCalls:
                 return found
             after += hosts
 
-    async def offers(self, spec: JobSpec, *, most: int | None = None) -> Offers:
+    async def offers(self, spec: JobSpec | Mapping[str, Any], *, most: int | None = None) -> Offers:
         """The dry run: what fits (with scores) and why every other host does not, for the
         resource option the job would take now (the first that fits anywhere; the first
-        option when none does). `offers_per_option` has them all."""
+        option when none does). `offers_per_option` has them all. `spec`: a JobSpec or its
+        fields, as `submit` takes it."""
         per_option = await self.offers_per_option(spec, most=most)
         return (taken_option(per_option) or per_option[0]).offers
 
     async def offers_per_option(
-        self, spec: JobSpec, *, most: int | None = None
+        self, spec: JobSpec | Mapping[str, Any], *, most: int | None = None
     ) -> list[OptionOffers]:
         """The dry run of each resource option (`resources`, then `alternatives`), in the
         order a job tries them, all on one snapshot. At most `most` hosts that fit per option
@@ -109,15 +110,18 @@ class ControlPlaneCalls:
         `ANSWER_LINES`): `fits_total` and `rejections_total` say what a long list left out."""
         if most is not None and most < 1:
             raise SpecError(f"most must be at least 1, not {most}")
-        request = OffersRequest(spec=spec, most=most)
+        request = OffersRequest(spec=model_of(JobSpec, spec, "job"), most=most)
         records = await self._api.call("offers", request, list[OptionOffersRecord])
         return [OptionOffers.from_record(record) for record in records]
 
-    async def plan(self, specs: list[JobSpec]) -> list[JobPlan]:
+    async def plan(self, specs: Sequence[JobSpec | Mapping[str, Any]]) -> list[JobPlan]:
         """The jobs planned together, in order, on one snapshot of the fleets: what admission
         would do with each as it enters after the ones before it (`gpuflow apply -f a.yaml -f
-        b.yaml`)."""
-        records = await self._api.call("plan", PlanRequest(specs=specs), list[PlanRecord])
+        b.yaml`). Each a JobSpec or its fields, as `submit` takes it."""
+        if isinstance(specs, str | bytes | Mapping) or not isinstance(specs, Sequence):
+            raise SpecError(f"plan takes a list of jobs, not {type(specs).__name__}")
+        request = PlanRequest(specs=[model_of(JobSpec, spec, "job") for spec in specs])
+        records = await self._api.call("plan", request, list[PlanRecord])
         return [
             JobPlan(
                 job=r.job,

@@ -38,7 +38,13 @@ from gpuflow.client.models import (
 from gpuflow.client.queues import QueueCalls
 from gpuflow.client.schedules import ScheduleCalls, search_attributes_enabled
 from gpuflow.config import TemporalConfig, connect_temporal
-from gpuflow.errors import GpuflowError, NotFoundError, SpecError, UnschedulableError
+from gpuflow.errors import (
+    GpuflowError,
+    NotFoundError,
+    SpecError,
+    UnschedulableError,
+    WaitTimeout,
+)
 from gpuflow.log_reader import LogReader
 from gpuflow.naming import fleet_workflow_id, job_workflow_id
 from gpuflow.specs.job import DEFAULT_QUEUE, JobSpec, check_name
@@ -233,9 +239,14 @@ class Client(ControlPlaneCalls, QueueCalls, ScheduleCalls):
         self, job: str, *, timeout_s: float | None = None, raise_on_failure: bool = True
     ) -> JobOutcome:
         """How the job ended, once it has. With `raise_on_failure`, a job that found no
-        capacity raises UnschedulableError carrying the per-host reasons."""
+        capacity raises UnschedulableError carrying the per-host reasons. WaitTimeout (a
+        TimeoutError too) when it has not ended within `timeout_s`."""
         try:
             job_id, result = await asyncio.wait_for(self._ended(job), timeout_s)
+        except TimeoutError:
+            raise WaitTimeout(
+                f"job {job} did not end within {timeout_s:g}s; it was not stopped"
+            ) from None
         except _Broke as broke:  # it ended without a JobResult: gpuflow broke
             name = await self._name_of(broke.job_id)
             raise GpuflowError(f"job {name} failed inside gpuflow: {broke.cause}") from None

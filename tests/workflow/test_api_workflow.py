@@ -149,6 +149,15 @@ async def test_a_bad_request_is_refused_by_its_validator_in_one_line(api: Api) -
         await api.client.submit({"name": "x", "comands": ["x"]})
     with pytest.raises(SpecError, match=r"^a job is a JobSpec or a mapping of its fields, not int"):
         await api.client.submit(42)  # type: ignore[arg-type]
+    # the dry runs take what submit takes, refused the same way
+    with pytest.raises(SpecError, match=r"comands: unknown field; did you mean commands\?$"):
+        await api.client.offers({"name": "x", "comands": ["x"]})
+    with pytest.raises(SpecError, match=r"comands: unknown field; did you mean commands\?$"):
+        await api.client.plan([{"name": "x", "comands": ["x"]}])
+    with pytest.raises(SpecError, match=r"^a job is a JobSpec or a mapping of its fields, not int"):
+        await api.client.offers(42)  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match=r"^plan takes a list of jobs, not dict$"):
+        await api.client.plan({"name": "x", "commands": ["x"]})  # type: ignore[arg-type]
     with pytest.raises(SpecError, match=r"^fleet: kind: "):
         await api.client.apply_fleet({"name": "x", "kind": "cloud"})
     with pytest.raises(SpecError, match=r"^a secret's name and value are text \(str\)$"):
@@ -167,6 +176,7 @@ async def test_a_bad_request_is_refused_by_its_validator_in_one_line(api: Api) -
         await api.client.schedule({"name": "Bad Name", "commands": ["x"]}, every_s=3600)
     # Refused before acceptance: nothing of them is in the history.
     assert await api.accepted_updates() == before
+    assert (await api.client.offers({"name": "x", "commands": ["x"]})).fits == []  # a mapping
 
 
 async def test_a_control_plane_refusal_keeps_its_type_and_line(api: Api) -> None:
