@@ -211,6 +211,8 @@ def print_offers(console: Console, offers: Any, *, spec: JobSpec) -> None:
             _goes_to(console, offers, spec=spec)
     else:
         console.print("[bold red]nothing fits[/]")
+    if offers.preempts and offers.placement is None:
+        _say_preempts(console, offers, spec=spec)
     if offers.queue_never is not None:
         console.print(
             f"[red]{escape(offers.queue_never)}[/]: "
@@ -232,9 +234,22 @@ def print_offers(console: Console, offers: Any, *, spec: JobSpec) -> None:
             console.print(f"  {rejection}", highlight=False, markup=False)
 
 
+def _say_preempts(console: Console, offers: Any, *, spec: JobSpec) -> None:
+    victims = ", ".join(offers.preempts)
+    on = f" on {verdict(offers.starts, spec.nodes)}" if offers.starts is not None else ""
+    console.print(
+        f"admission would preempt {victims} (preemptible) to start it{on}",
+        highlight=False,
+        markup=False,
+    )
+
+
 def _goes_to(console: Console, offers: Any, *, spec: JobSpec) -> None:
-    """Where the job goes, or, when admission would hold it, where it fits and why it waits."""
-    if offers.waits is None:
+    """Where the job goes, or, when admission would hold it, where it fits and why it waits,
+    or whom it would preempt."""
+    if offers.preempts:
+        _say_preempts(console, offers, spec=spec)
+    elif offers.waits is None:
         where = verdict(offers.placement, spec.nodes)
         console.print(f"goes to {where}", highlight=False, markup=False)
     elif offers.queue_never is None:

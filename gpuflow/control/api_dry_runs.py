@@ -39,9 +39,11 @@ class DryRunActivities:
     @activity.defn(name="api_offers")
     @one_line
     async def offers(self, req: OffersRequest) -> list[OptionOffersRecord]:
-        """Every resource option's fits (the best first, at most `req.most`) and rejections."""
-
-        await check_known(self.store, queues=[req.spec.queue])
+        """Every resource option's fits (the best first, at most `req.most`) and rejections.
+        Refused as the submit would be: an unknown queue or fleet, a secret not stored."""
+        await check_known(self.store, queues=[req.spec.queue], fleets=req.spec.fleets)
+        path = secrets.secrets_file(self.home)
+        await asyncio.to_thread(secrets.check_stored, [req.spec.env], path)
 
         def read() -> list[OptionOffersRecord]:
             options = req.spec.resource_options()
@@ -49,9 +51,8 @@ class DryRunActivities:
                 snapshot = read_snapshot(session)
                 queues = queues_in(session)
                 found = [explain(option, snapshot) for option in options]
-                fitting = [k for k, offers in enumerate(found) if offers.placement is not None]
-                previews = preview_each(session, [[options[k]] for k in fitting], snapshot)
-            fates = {k: fate for k, (fate,) in zip(fitting, previews, strict=True)}
+                previews = preview_each(session, [[option] for option in options], snapshot)
+            fates = [fate for (fate,) in previews]
             most = answer_lines(len(options))
             fits = most if req.most is None else min(req.most, most)
             idle: Snapshot | None = None
@@ -64,8 +65,11 @@ class DryRunActivities:
                 never = never_admitted(queues, req.spec.queue, option)
                 if never is not None:
                     offers = offers.model_copy(update={"queue_never": never})
-                fate = fates.get(k)
-                if fate is not None and fate.waits is not None:
+                fate = fates[k]
+                if fate.preempts:  # whether a host fits now or not
+                    update = {"preempts": fate.preempts, "starts": fate.placement}
+                    offers = offers.model_copy(update=update)
+                elif offers.placement is not None and fate.waits is not None:
                     held = {"waits": fate.waits, "ahead": fate.ahead, "first": fate.first}
                     offers = offers.model_copy(update=held)
                 records.append(

@@ -60,6 +60,11 @@ class Offers(BaseModel):
     """Jobs that would still wait ahead of it in its queue, when it would wait."""
     first: int = 0
     """Jobs waiting now that the pass would start instead, when it would wait."""
+    preempts: list[str] = Field(default_factory=list)
+    """The running jobs an admission pass run now would preempt to start it, when the caller
+    looked; it would start on `starts` once they have stopped."""
+    starts: Placement | None = None
+    """Where that pass would start it, when it would preempt for it."""
 
     def verdict(self) -> Placement | Unschedulable:
         if self.placement is not None:

@@ -289,3 +289,16 @@ def test_apply_plans_each_job_as_admission_decides_it_on_entering(cli: Cli) -> N
         "(preemptible) to start it on box:"
     ) in text
     assert "nothing left for it" not in text and "waits" not in text
+
+
+def test_offers_refuses_what_the_submit_refuses(cli: Cli) -> None:
+    """The dry run said `fits` for a job whose secret is not stored, and `nothing fits` for a
+    fleet that does not exist; the submit refuses both before anything is created."""
+    cli.fleet(A100_BOX)
+    job = "name: s\ncommands: [x]\nresources: {gpu: 1}\n"
+    secret = cli.write("s.yaml", job + "env: {T: '${{ secrets.nowhere }}'}\n")
+    fleet = cli.write("f.yaml", "name: f\ncommands: [x]\nfleets: [nowhere]\nresources: {gpu: 1}\n")
+    for path, says in ((secret, "no secret named nowhere"), (fleet, "fleets: nowhere not found")):
+        for command in ("offers", "apply"):
+            out = cli(command, "-f", path, *(["-y", "-d"] if command == "apply" else []), code=1)
+            assert says in " ".join(out.split()), (command, out)

@@ -461,6 +461,11 @@ def test_apply_plan_says_which_running_jobs_admission_would_preempt(cli: Cli) ->
     high = "name: high\ncommands: [x]\npriority: 100\nresources: {gpu: 4}\n"
     text = " ".join(cli("apply", "-y", "-d", "-f", cli.write("high.yaml", high)).split())
     assert f"nothing fits now; admission would preempt {low_id} (preemptible) to start it" in text
+    # The dry run says the same (it said `goes to` a host, and nothing of the preemption).
+    text = " ".join(cli("offers", "-f", cli.tmp_path / "high.yaml").split())
+    assert f"admission would preempt {low_id} (preemptible) to start it on box" in text
+    offered = json.loads(cli("offers", "-f", cli.tmp_path / "high.yaml", "--json"))
+    assert offered["preempts"] == [low_id] and offered["starts"]["nodes"][0]["host_name"] == "box"
     # A job of the same priority preempts nothing: the plan says it waits.
     same = "name: same\ncommands: [x]\nresources: {gpu: 4}\n"
     text = " ".join(cli("apply", "-y", "-d", "-f", cli.write("same.yaml", same)).split())
