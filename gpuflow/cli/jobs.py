@@ -193,7 +193,8 @@ async def stop(
             f"job {info.name} already ended ({info.status.value}{when}{why})", highlight=False
         )
         return
-    common.console.print(Text.assemble(f"{info.name}: ", status_text(info.status, info.reason)))
+    named = info.name if job == info.id else f"{info.name} ({info.id})"
+    common.console.print(Text.assemble(f"{named}: ", status_text(info.status, info.reason)))
     if info.ended_by != StopStep.STOP_SIGNAL:
         # The workflow did not answer the stop signal: say how the job was made to end.
         common.console.print(f"  {info.ended_by.description}", style="dim")

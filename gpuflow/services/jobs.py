@@ -12,7 +12,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
-from gpuflow.errors import NotFoundError
+from gpuflow.errors import GpuflowError, NotFoundError
 from gpuflow.specs.job import DEFAULT_QUEUE
 from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.store.db import Store
@@ -242,18 +242,37 @@ def list_jobs(
 
 
 def find_job(store: Store, ref: str) -> JobRow:
-    """A job by workflow id, or the newest job with that name."""
+    """A job by workflow id, or by name (`find_job_in`)."""
     with store.read() as session:
         return find_job_in(session, ref)
 
 
+AMBIGUOUS_SHOWN = 5
+"""Ids an ambiguous name's refusal lists."""
+
+
 def find_job_in(session: Session, ref: str) -> JobRow:
+    """A job by workflow id, or by name: the one job of that name not ended, else the newest
+    of them. Several not ended are refused with their ids (a `stop` by name must not pick one
+    the user did not mean)."""
     job = session.get(JobRow, ref)
     if job is not None:
         return job
-    job = session.exec(
-        select(JobRow).where(JobRow.name == ref).order_by(col(JobRow.submitted_at).desc())
-    ).first()
+    finals = [s.value for s in JobStatus if s.is_final]
+    newest = col(JobRow.submitted_at).desc()
+    named = select(JobRow).where(JobRow.name == ref)
+    live = list(
+        session.exec(
+            named.where(col(JobRow.status).not_in(finals))
+            .order_by(newest)
+            .limit(AMBIGUOUS_SHOWN + 1)
+        )
+    )
+    if len(live) > 1:
+        shown = ", ".join(f"{row.id} ({row.status})" for row in live[:AMBIGUOUS_SHOWN])
+        more = " and more" if len(live) > AMBIGUOUS_SHOWN else ""
+        raise GpuflowError(f"several jobs named {ref!r} have not ended: {shown}{more}; give an id")
+    job = live[0] if live else session.exec(named.order_by(newest)).first()
     if job is None:
         raise NotFoundError(f"no job named {ref!r} (see `gpuflow ps -a`)")
     return job

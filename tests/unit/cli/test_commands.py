@@ -71,8 +71,27 @@ def test_stop_reaches_a_job_between_an_ended_attempt_and_its_retry(
 
 def test_stop_on_a_running_job_stops_it(cli: Cli) -> None:
     job_id = cli.job("spin", JobStatus.RUNNING, hosts=["box"])
-    assert cli("stop", "spin").strip() == "spin: stopped (stopped_by_user)"
+    assert cli("stop", "spin").strip() == f"spin ({job_id}): stopped (stopped_by_user)"
     assert cli.temporal.signals == [(job_id, "stop")]
+
+
+def test_a_name_means_the_job_of_that_name_that_has_not_ended(cli: Cli) -> None:
+    """Two jobs named alike: a name used to mean the newest, ended or not, so `stop NAME`
+    could stop the waiting copy, then say `already ended` with the other one running."""
+    running = cli.job("twin", JobStatus.RUNNING, hosts=["box"], minutes_ago=5)
+    cli.job("twin", JobStatus.DONE, suffix="ffffff", minutes_ago=1, ended_minutes_ago=0.5)
+    assert cli("stop", "twin").strip() == f"twin ({running}): stopped (stopped_by_user)"
+    assert cli.temporal.signals == [(running, "stop")]
+    # both ended now: the newest, as before
+    assert json.loads(cli("describe", "twin", "--json"))["job"]["id"] == "job-twin-ffffff"
+    first = cli.job("pair", JobStatus.RUNNING, hosts=["box"], minutes_ago=3)
+    second = cli.job("pair", JobStatus.PENDING, suffix="eeeeee", minutes_ago=2)
+    out = " ".join(cli("stop", "pair", code=1).split())
+    assert (
+        f"several jobs named 'pair' have not ended: {second} (pending), {first} (running); "
+        "give an id"
+    ) in out
+    assert cli.temporal.signals == [(running, "stop")]  # nothing sent
 
 
 def test_offers_shows_a_gang_as_a_gang(cli: Cli) -> None:
