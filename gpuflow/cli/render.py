@@ -131,6 +131,22 @@ def fitted_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *, w
             break
         keep.remove(k)
     fits = total(keep, wrapped=True) <= width
+    widths: dict[int, int] = {}
+    if fits:
+        # Every width decided here, so Rich has nothing to narrow (it cropped wrapped text
+        # when left to share the width out itself): each column at its natural width, the
+        # wrapped ones narrowed to their longest word, then given back what is left, the last
+        # first (the free text a row ends with: why a job waits, how it ended).
+        widths = {k: natural[k] for k in keep}
+        for k in keep:
+            if columns[k].wrap:
+                widths[k] = min(natural[k], narrowest[k])
+        spare = width - sum(widths.values()) - GAP * (len(keep) - 1)
+        for k in reversed(keep):
+            if columns[k].wrap and spare > 0:
+                more = min(spare, natural[k] - widths[k])
+                widths[k] += more
+                spare -= more
     table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 1))
     for k in keep:
         col = columns[k]
@@ -138,8 +154,7 @@ def fitted_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *, w
             col.header,
             justify=col.justify,
             no_wrap=not col.wrap,
-            # Rich may narrow a wrapped column below its longest word: not while they fit.
-            min_width=min(natural[k], narrowest[k]) if fits else None,
+            width=widths.get(k),
             # Never an ellipsis: if even the kept cells cannot fit, they fold onto a next line.
             overflow="fold",
         )

@@ -221,3 +221,34 @@ def test_a_wrapped_column_keeps_its_longest_word_whole_when_the_table_fits() -> 
     assert all(len(line) <= WIDTH for line in lines)
     assert "(max_duration_exceeded)" in text
     assert " ".join(" ".join(lines).split()).count("max_duration") == 2  # no word cut
+
+
+def test_ps_loses_no_character_of_why_a_job_waits_at_80_columns() -> None:
+    """Rich, left to share out the width, made WHERE / WHY narrower than the width the cells
+    were wrapped at and cropped each line: `h1: 0 of 4 GPUs free, job needs 2` read `h1: 0 of
+    GPUs free, job nee 2`. Every word of every cell is still there, whole and in order."""
+    from gpuflow import JobInfo
+    from gpuflow.cli.render import jobs_table
+
+    now = datetime.now(UTC)
+    why = (
+        "no capacity: queue qb's quota is used too (A100:4 of A100:4); h1: 0 of 4 GPUs free, "
+        "job needs 2; h2: 0 of 4 GPUs free, job needs 2; vm: has no GPUs, job needs 2 GPUs"
+    )
+
+    def job(name: str, status: JobStatus, **fields: object) -> JobInfo:
+        at = now - timedelta(seconds=6)
+        return JobInfo(  # type: ignore[arg-type]
+            id=f"job-{name}-bde3b7", name=name, status=status, priority=0, submitted_at=at, **fields
+        )
+
+    jobs = [
+        job("qb3", JobStatus.FAILED, reason="no_capacity", message=why),
+        job("pa4", JobStatus.RUNNING, hosts=["h2"], gpus="2xA100", fleet="simq", attempt=2),
+        job("done1", JobStatus.DONE, message="all processes exited with code 0"),
+    ]
+    lines = _rendered(jobs_table(jobs, width=WIDTH, now=now)).splitlines()
+    assert all(len(line) <= WIDTH for line in lines)
+    where = lines[0].index("WHERE / WHY")
+    column = " ".join(line[where:].strip() for line in lines[1:] if line[where:].strip())
+    assert column.startswith(why + " h2 (2xA100) all processes exited with code 0")
