@@ -197,6 +197,7 @@ class JobWorkflow(JobPhases):
             if delay and workflow.now() + delay >= retry_deadline(inp):
                 return ending  # no attempt could start in time
             self._attempt += 1
+            self._requeued = ending.reason == TerminationReason.PREEMPTED
             self._start_attempted = False
             self._gone = set()
             self._preempted_for = None

@@ -77,6 +77,8 @@ class JobState:
         of theirs is left to stop."""
         self._priority: int | None = None
         """The priority set since the job was submitted (`set_priority`), if any."""
+        self._requeued = False
+        """The attempt follows a preemption (PATCH_REQUEUE_WAITS)."""
         self._quick_failures = 0
         """Attempts in a row that ended (not preempted) within RETRY_BACKOFF_RESET of their
         start: how long the next waits (`retry_backoff`)."""
@@ -207,6 +209,13 @@ def retry_deadline(inp: JobInput) -> datetime:
     assert inp.submitted_at is not None  # filled in at the start of `run`
     retry = inp.spec.retry
     return inp.submitted_at + monitor.span(retry.duration if retry else 0)
+
+
+PATCH_REQUEUE_WAITS = "requeue-waits"
+"""The attempt after a preemption waits in its queue (until the retry's deadline) whether or
+not its retry covers no-capacity: the preemptor holds the GPUs it freed, so a requeued attempt
+that may not wait was refused at once. Its own marker, read only by such an attempt; histories
+from before replay without it (refused)."""
 
 
 PATCH_RETRY_BACKOFF = "retry-backoff"

@@ -11,7 +11,13 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 from gpuflow.workflows import contract, steps
-from gpuflow.workflows.job_state import PATCH_RARE_CHECK, Ending, JobState, retry_deadline
+from gpuflow.workflows.job_state import (
+    PATCH_RARE_CHECK,
+    PATCH_REQUEUE_WAITS,
+    Ending,
+    JobState,
+    retry_deadline,
+)
 
 with workflow.unsafe.imports_passed_through():
     from gpuflow.scheduler.model import Placement
@@ -66,7 +72,7 @@ class JobPhases(JobState):
         (the pass took its allocation), refuses it (a job that may not wait, when nothing
         fits now), or the wait is over (stopped, or its retry deadline passed)."""
         spec = self._spec(inp)
-        may_wait = spec.may_wait
+        may_wait = spec.may_wait or (self._requeued and workflow.patched(PATCH_REQUEUE_WAITS))
         deadline = retry_deadline(inp)
         self._admission, self._refusal = None, None
         ask = EnqueueInput(
