@@ -232,7 +232,8 @@ class JobSpec(BaseModel):
     preemptible: bool = Field(default=False, examples=[True])
     """The job may be stopped to admit a higher-priority job of its queue, or to give another
     queue of its cohort back its quota; it then ends `terminated` / `preempted`, an
-    interruption (`retry` on `interruption` requeues it: it waits in its queue until the retry's `duration` runs out)."""
+    interruption (`retry` on `interruption` requeues it: it waits in its queue until the
+    retry's `duration` runs out)."""
     retry: RetrySpec | None = Field(default=None, examples=[True])
     """When to try the job again; `true`: on every event, with the default settings of
     `retry`. Omitted or `false`: the job is tried once and fails when nothing fits."""
