@@ -29,7 +29,7 @@ from gpuflow.services.verdicts import (
     refuse_in,
 )
 from gpuflow.specs.job import JobSpec
-from gpuflow.specs.queue import QueueSpec
+from gpuflow.specs.queue import QueueSpec, unknown_queue
 from gpuflow.status import JobStatus
 from gpuflow.store.bulk import IDS_PER_STATEMENT, delete_rows
 from gpuflow.store.tables import AllocationRow, JobRow, QueueEntryRow
@@ -184,6 +184,11 @@ def enqueue_in(session: Session, inp: EnqueueInput, *, warm: bool = True) -> Que
     if entry is not None and entry.attempt == inp.attempt:
         return _verdict(session, entry)
     spec = inp.spec
+    known = [queue.name for queue in queues_in(session)]
+    if spec.queue not in known:  # deleted since (a schedule's runs name it still)
+        if entry is not None:
+            session.delete(entry)
+        return QueueVerdict(refused=[unknown_queue(spec.queue, known)])
     entry = set_waiting(entry, inp)
     session.add(entry)
     session.flush()

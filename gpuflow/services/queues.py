@@ -23,8 +23,9 @@ from gpuflow.scheduler.model import NodePlacement, Placement
 from gpuflow.scheduler.quota import EPSILON, Quotas
 from gpuflow.specs.job import DEFAULT_QUEUE
 from gpuflow.specs.queue import ANY_MODEL, MAX_QUOTA_GPUS, QueueSpec, unknown_queue
+from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
-from gpuflow.store.tables import AllocationRow, GpuRow, QueueEntryRow, QueueRow
+from gpuflow.store.tables import AllocationRow, GpuRow, JobRow, QueueEntryRow, QueueRow
 
 WAITING = "waiting"
 ADMITTED = "admitted"
@@ -89,12 +90,29 @@ def delete_queue(store: Store, name: str) -> None:
             raise NotFoundError(unknown_queue(name, [queue.name for queue in queues_in(session)]))
         counts = _entry_counts(session, [name]).get(name, {})
         waiting, admitted = counts.get(WAITING, 0), counts.get(ADMITTED, 0)
-        if (waiting or admitted) and name != DEFAULT_QUEUE:
+        between = _between_attempts(session, name) if name != DEFAULT_QUEUE else 0
+        if (waiting or admitted or between) and name != DEFAULT_QUEUE:
+            more = f", {between} between attempts" if between else ""
             raise GpuflowError(
-                f"queue {name} still holds {waiting + admitted} job(s) ({waiting} waiting, "
-                f"{admitted} admitted); stop them or let them finish first"
+                f"queue {name} still holds {waiting + admitted + between} job(s) ({waiting} "
+                f"waiting, {admitted} admitted{more}); stop them or let them finish first"
             )
         session.delete(row)
+
+
+def _between_attempts(session: Session, queue: str) -> int:
+    """Jobs of `queue` that have not ended and hold no entry: between two attempts (their next
+    one enters the queue again), or submitted and not yet entered."""
+    finals = [status.value for status in JobStatus if status.is_final]
+    entered = select(QueueEntryRow.job_id).where(col(QueueEntryRow.queue) == queue)
+    query = (
+        select(func.count())
+        .select_from(JobRow)
+        .where(col(JobRow.spec)["queue"].as_string() == queue)
+        .where(col(JobRow.status).not_in(finals))
+        .where(col(JobRow.id).not_in(entered))
+    )
+    return int(session.exec(query).one())
 
 
 def _entry_counts(session: Session, names: Sequence[str]) -> dict[str, dict[str, int]]:

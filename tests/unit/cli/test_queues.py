@@ -15,7 +15,7 @@ from gpuflow.errors import SpecError
 from gpuflow.scheduler.model import NodePlacement
 from gpuflow.specs import FleetSpec, JobSpec, QueueSpec
 from gpuflow.status import JobStatus
-from gpuflow.store.tables import AllocationRow, QueueEntryRow
+from gpuflow.store.tables import AllocationRow, JobRow, QueueEntryRow
 from tests.unit.cli.conftest import Cli, column_rows, lines_fit
 
 RESEARCH = "type: queue\nname: research\ngpus: {A100: 2}\ncohort: lab\nborrowing_limit: 4\n"
@@ -186,6 +186,20 @@ def test_delete_refuses_a_queue_with_jobs_then_deletes_it(cli: Cli) -> None:
     with cli.store.session() as session:
         for job_id in ("job-r1", "job-r2"):
             session.delete(session.get(QueueEntryRow, job_id))
+        session.commit()
+    # A job between two attempts holds no entry, and its next attempt enters the queue again.
+    retrying = cli.job("r3", JobStatus.PENDING, queue="research")
+    cli.job("r4", JobStatus.DONE, suffix="ffffff", queue="research")  # ended: holds nothing
+    out = cli("queue", "delete", "research", code=1)
+    assert _error(out) == (
+        "queue research still holds 1 job(s) (0 waiting, 0 admitted, 1 between attempts); "
+        "stop them or let them finish first"
+    )
+    with cli.store.session() as session:
+        row = session.get(JobRow, retrying)
+        assert row is not None
+        row.status = JobStatus.FAILED
+        session.add(row)
         session.commit()
     assert cli("queue", "delete", "research").strip() == "queue research deleted"
     assert [q["name"] for q in json.loads(cli("queue", "list", "--json"))] == ["default"]

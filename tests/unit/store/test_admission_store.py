@@ -21,8 +21,9 @@ from gpuflow.services.queue_entries import (
 )
 from gpuflow.services.queues import apply_queue
 from gpuflow.specs import FleetSpec, JobSpec, QueueSpec
+from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
-from gpuflow.store.tables import QueueEntryRow
+from gpuflow.store.tables import JobRow, QueueEntryRow
 from gpuflow.workflows.queue_models import EnqueueInput, QueueVerdict
 from tests.unit.store.test_warm import _look, _memory_checked
 
@@ -334,3 +335,29 @@ def test_a_waiting_spec_an_older_gpuflow_accepted_is_still_read(store: Store) ->
     with store.placement_transaction() as session:
         outcome = run_pass_in(session, reservation=None)
     assert [a.job_id for a in outcome.admitted] == ["job-old"]
+
+
+def test_a_deleted_queue_refuses_the_attempts_that_still_name_it(store: Store) -> None:
+    """A queue's delete counts the jobs between attempts (no entry); an attempt that still names
+    a deleted queue (a schedule's run) is refused saying so, not counted in `default` without a
+    limit."""
+    from gpuflow.errors import GpuflowError
+    from gpuflow.services.jobs import record_job
+    from gpuflow.services.queues import delete_queue
+
+    _fleet(store)
+    apply_queue(store, QueueSpec(name="qd", gpus=1))
+    spec = {"name": "r", "commands": ["true"], "queue": "qd"}
+    record_job(store, job_id="job-r", name="r", spec=spec)  # its attempt not in the queue yet
+    with pytest.raises(GpuflowError, match=r"1 job\(s\) \(0 waiting, 0 admitted, 1 between"):
+        delete_queue(store, "qd")
+    with store.placement_transaction() as session:
+        row = session.get(JobRow, "job-r")
+        assert row is not None
+        row.status = JobStatus.FAILED
+        session.add(row)
+    delete_queue(store, "qd")
+    verdict = _enqueue(store, "late", 1, queue="qd")
+    assert verdict.placement is None
+    assert verdict.refused == ['queue "qd" does not exist; known: default']
+    assert _entry(store, "late") is None
