@@ -88,7 +88,7 @@ def _lines(info: Any) -> list[tuple[str, str]]:
         start = info.reserved_start
         by = "" if start is None else f"; by {_when(start)} if the jobs it waits for run to "
         lines.append(("reserved", reserved + (by + "their max_duration" if by else "")))
-    lines.append(("priority", str(info.priority)))
+    lines.append(("priority", str(info.priority) + (", preemptible" if info.preemptible else "")))
     lines.append(("attempt", str(info.attempt)))
     if info.hosts:
         where = ", ".join(info.hosts) + (f" ({info.gpus})" if info.gpus else "")

@@ -38,6 +38,8 @@ class JobInfo(BaseModel):
     gpus: str | None = None
     attempt: int = 1
     priority: int = 0
+    preemptible: bool = False
+    """Whether admission may stop it for a job of higher priority or a queue's quota."""
     submitted_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None

@@ -61,6 +61,7 @@ def job_record(
         gpus=row.gpus,
         attempt=row.attempt,
         priority=int(spec.get("priority", 0)),
+        preemptible=spec.get("preemptible") is True,
         submitted_at=row.submitted_at,
         started_at=row.started_at,
         finished_at=row.finished_at,

@@ -333,6 +333,27 @@ class JobSpec(BaseModel):
                     )
         return value
 
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _priority(cls, value: Any) -> Any:
+        return check_priority(value)
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _nodes(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(
+                f"{shown(value)} is not a number of nodes; use a whole number, 1..1024"
+            )
+        return value
+
+    @field_validator("preemptible", mode="before")
+    @classmethod
+    def _preemptible(cls, value: Any) -> Any:
+        if not isinstance(value, bool):
+            raise ValueError(f"{shown(value)} is not true or false")
+        return value
+
     @field_validator("working_dir")
     @classmethod
     def _working_dir(cls, value: str | None) -> str | None:

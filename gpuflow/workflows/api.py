@@ -92,6 +92,7 @@ class JobRecord(BaseModel):
     gpus: str | None = None
     attempt: int = 1
     priority: int = 0
+    preemptible: bool = False
     submitted_at: datetime
     started_at: datetime | None = None
     finished_at: datetime | None = None

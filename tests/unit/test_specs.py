@@ -382,3 +382,25 @@ def test_gpu_text_refuses_what_it_would_have_dropped(text: str, says: str) -> No
     first (A100:80G:2 asked for 2 GPUs of any memory, A100:-1 for a model named -1)."""
     with pytest.raises(ValueError, match=re.escape(says)):
         GPUSpec.parse(text)
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"priority": True}, "priority: True is not a priority; use a whole number, 0..100"),
+        ({"priority": "5"}, "priority: '5' is not a priority"),
+        ({"priority": 5.0}, "priority: 5.0 is not a priority"),
+        ({"nodes": "2"}, "nodes: '2' is not a number of nodes; use a whole number, 1..1024"),
+        ({"preemptible": "yes"}, "preemptible: 'yes' is not true or false"),
+        ({"preemptible": 1}, "preemptible: 1 is not true or false"),
+    ],
+)
+def test_priority_nodes_and_preemptible_take_their_own_type_only(
+    fields: dict[str, object], says: str
+) -> None:
+    """As a queue file's GPUs and `set-priority` do: `priority: true` was read as 1 and
+    `preemptible: "false"` as False, and nothing shows a job's preemptible to check it by."""
+    from gpuflow.specs.load import model_of
+
+    with pytest.raises(SpecError, match=re.escape(says)):
+        model_of(JobSpec, {"name": "x", "commands": ["x"], **fields}, "job")

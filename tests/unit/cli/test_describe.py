@@ -182,3 +182,21 @@ def test_describe_lists_a_refused_jobs_reasons_one_per_line(cli: Cli) -> None:
     lines = [line.strip() for line in why.splitlines()]
     assert any(line.endswith(reasons[0]) and line.startswith("why") for line in lines)
     assert reasons[1] in lines
+
+
+def test_describe_and_json_say_whether_a_job_is_preemptible(cli: Cli) -> None:
+    from gpuflow.store.tables import JobRow
+
+    job_id = cli.job("spot", JobStatus.RUNNING, hosts=["box"], priority=10)
+    cli.job("keep", JobStatus.RUNNING, hosts=["box"], suffix="ffffff")
+    with cli.store.session() as session:
+        row = session.get(JobRow, job_id)
+        assert row is not None
+        row.spec = {**row.spec, "preemptible": True}
+        session.add(row)
+        session.commit()
+    lines = [line.split() for line in cli("describe", "spot").splitlines()]
+    assert ["priority", "10,", "preemptible"] in lines
+    assert ["priority", "0"] in [line.split() for line in cli("describe", "keep").splitlines()]
+    listed = {j["name"]: j["preemptible"] for j in json.loads(cli("ps", "--json"))}
+    assert listed == {"spot": True, "keep": False}
