@@ -26,10 +26,20 @@ class Preempting:
         raise NotImplementedError
 
     def _candidates(self, job: Waiting) -> list[Running]:
+        """Its own queue's preemptible jobs of lower priority; those of another queue of its
+        cohort that borrows; and those of any queue using beyond its nominal quota what
+        nothing lends it now (`Quotas.over`: a quota lowered under it, or its cohort left),
+        which is nobody's to keep."""
         cohort = set(self.quotas.cohort(job.queue)) - {job.queue}
         live = self.preemptible.values()
         same = [r for r in live if r.queue == job.queue and r.priority < job.priority]
-        others = [r for r in live if r.queue in cohort and self.quotas.borrowing(r.queue)]
+        others = [
+            r
+            for r in live
+            if r.queue != job.queue
+            and self.quotas.borrowing(r.queue)
+            and (r.queue in cohort or self.quotas.over(r.queue))
+        ]
         return self.quotas.reclaimable(sorted([*same, *others], key=victim_order), job.queue)
 
     def _preempt(self, job: Waiting) -> tuple[Placement, tuple[str, ...]] | None:

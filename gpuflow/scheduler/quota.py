@@ -93,6 +93,14 @@ class Quotas:
     def borrowing(self, queue: str) -> bool:
         return any(self.borrowed(queue, key) > EPSILON for key in self.usage[queue])
 
+    def over(self, queue: str) -> bool:
+        """Whether the queue uses beyond its nominal quota what nothing lends it now: a quota
+        (its own, or a lender's) lowered under running jobs, or its cohort left."""
+        return any(
+            self.borrowed(queue, key) > EPSILON and not self.borrowing_fits(queue, key)
+            for key in self.usage[queue]
+        )
+
     def reclaimable(self, candidates: Sequence[Running], queue: str) -> list[Running]:
         """The candidates, in their order, that a job of `queue` may preempt: its own queue's,
         and another queue's only while that queue still borrows a model the victim holds once

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, bindparam
+from sqlalchemy import ColumnElement, and_, bindparam, or_
 from sqlalchemy import select as sa_select
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from gpuflow.scheduler import place
 from gpuflow.scheduler.admission import NO_CAPACITY
@@ -236,14 +236,17 @@ def _decided_alone(
 
 
 def victims_possible(session: Session, queue: str, priority: int) -> bool:
-    """Whether a running job of this queue could be preempted for a job of this priority
-    (preemptible, of a lower priority)."""
-    found = select(QueueEntryRow.job_id).where(
+    """Whether a running job could be preempted for a job of this queue and priority: one of
+    its queue, preemptible, of a lower priority, or a preemptible one of another queue (which
+    the full pass preempts if that queue uses beyond its quota what nothing lends it)."""
+    preemptible = select(QueueEntryRow.job_id).where(
         QueueEntryRow.state == ADMITTED,
-        QueueEntryRow.queue == queue,
         QueueEntryRow.preemptible == True,  # noqa: E712 (a column comparison)
-        QueueEntryRow.priority < priority,
     )
+    own = and_(col(QueueEntryRow.queue) == queue, col(QueueEntryRow.priority) < priority)
+    others = [q.name for q in queues_in(session) if q.name != queue and not q.unlimited]
+    # by the queues' names, so the index's first column serves (a `!=` would read every entry)
+    found = preemptible.where(or_(own, col(QueueEntryRow.queue).in_(others)) if others else own)
     return session.exec(found.limit(1)).first() is not None
 
 

@@ -89,3 +89,23 @@ def test_a_job_ahead_in_the_preemptors_queue_still_goes_first() -> None:
     decision = admit(queues=queues, running=[], waiting=[urgent, top], snapshot=fleet(1), now=7)
     assert names(decision) == ["top"]
     assert reasons(decision) == {"urgent": NO_CAPACITY}
+
+
+def test_use_beyond_a_quota_that_nothing_lends_any_more_is_reclaimed_by_any_queue() -> None:
+    """b borrowed 4 GPUs from a in cohort lab; then a left the cohort. b's 8 GPUs are over its
+    quota of 4 with no lender: a job of a within its own quota preempts b's newest preemptible
+    job (it waited for b's jobs to end, `start unknown`). A queue that borrows within its own
+    cohort, covered by a lender there, is not preempted for a queue outside it."""
+    snapshot = fleet(1)
+    held = [
+        start(snapshot, waiting(f"b-{i}", 4, queue="b", preemptible=True), now=i) for i in range(2)
+    ]
+    left = [QueueSpec(name="a", gpus=4), QueueSpec(name="b", gpus=4, cohort="lab")]
+    ask = [waiting("a-own", 4, queue="a", at=5)]
+    decision = admit(queues=left, running=held, waiting=ask, snapshot=snapshot, now=10)
+    assert [(p.victim, p.for_job) for p in decision.preemptions] == [("b-1", "a-own")]
+    # b borrows from c, which lends it in lab: a (outside lab) takes nothing from b.
+    lent = [*left, QueueSpec(name="c", gpus=4, cohort="lab")]
+    decision = admit(queues=lent, running=held, waiting=ask, snapshot=snapshot, now=10)
+    assert decision.preemptions == []
+    assert reasons(decision) == {"a-own": NO_CAPACITY}

@@ -32,7 +32,16 @@ def test_victims_possible_answers_by_queue_priority_and_preemptible(store: Store
     with store.read() as session:
         assert victims_possible(session, "default", 6)
         assert not victims_possible(session, "default", 5)  # not of a lower priority
-        assert not victims_possible(session, "empty", 100)
+        assert not victims_possible(session, "empty", 100)  # default has no quota to be over
+    # A queue with a quota may be over it (its cohort left, say): the full pass looks.
+    from gpuflow.services.queues import apply_queue
+    from gpuflow.specs import QueueSpec
+
+    apply_queue(store, QueueSpec(name="other", gpus=1))
+    with store.read() as session:
+        assert victims_possible(session, "empty", 100)
+        assert victims_possible(session, "other", 100)  # its own, of priority 5
+        assert not victims_possible(session, "other", 5)  # default, unlimited, is never over
 
 
 def test_victims_possible_reads_by_the_preemptible_index(store: Store) -> None:
