@@ -284,7 +284,9 @@ def _commit(
             break
         entry = by_id[admitted.job.name]
         if admitted.victims:
-            set_values(entry, reason=PREEMPTING + ",".join(admitted.victims), detail=None)
+            # first of its queue: it starts as soon as its victims have released (ps: #1)
+            reason = PREEMPTING + ",".join(admitted.victims)
+            set_values(entry, position=0, reason=reason, detail=None)
             session.add(entry)
             outcome.preempted.extend(
                 PreemptedJob(job_id=victim, attempt=attempts[victim], for_job=entry.job_id)

@@ -174,6 +174,7 @@ def test_a_preemption_changes_nothing_in_the_database_or_the_warm_state(store: S
         assert boss.placement is None and boss.reason == "preempting:job-victim"
         entry = _entry(store, "boss")
         assert entry is not None and entry.reason == "preempting:job-victim"
+        assert entry.position == 0  # ps: default/#1 preempting job-victim (it said "submitted")
         assert len(allocations_of(store, "job-victim")) == 1
         assert allocations_of(store, "job-boss") == []
         _look(store)  # memory equals a cold read: the boss's 6 CPUs are not held in memory
