@@ -210,8 +210,6 @@ async def metrics(
     from rich.live import Live
 
     from gpuflow.cli.render import metrics_table
-    from gpuflow.specs.units import format_duration
-    from gpuflow.workflows.monitor import POLL_TICK
 
     client = await common.open_client()
     try:
@@ -220,28 +218,51 @@ async def metrics(
         if as_json:
             common.print_json(state.model_dump(mode="json"))
             return
+        info = await client.get(job)
         if not watch:
             if state.gpus:
                 width = common.console.width
                 common.console.print(metrics_table(state, progress.placement, width=width))
-            elif progress.status.is_final:
-                common.console.print("no GPU samples: the job ended before its first")
-            elif not _say_not_started(await client.get(job), follow=False):
-                common.console.print(
-                    "no GPU samples yet: the job's monitor takes them as it looks at the job, "
-                    f"every {format_duration(POLL_TICK.total_seconds())} without a utilization "
-                    "policy, as the policy's window needs with one"
-                )
+            elif not _say_not_started(info, follow=False):
+                common.console.print(_no_samples(info, progress))
             return
-        table = metrics_table(state, progress.placement, width=common.console.width)
-        with Live(table, console=common.console) as live:
-            while not (await client.get(job)).status.is_final:
+
+        def view() -> Any:
+            if state.gpus:
+                return metrics_table(state, progress.placement, width=common.console.width)
+            return Text(_no_samples(info, progress))
+
+        with Live(view(), console=common.console) as live:
+            while not info.status.is_final:
                 await asyncio.sleep(2)
+                info = await client.get(job)
                 state = await client.metrics(job)
                 progress = await client.progress(job)  # a job that waited has hosts now
-                live.update(metrics_table(state, progress.placement, width=common.console.width))
+                live.update(view())
     finally:
         await client.close()
+
+
+def _no_samples(info: Any, progress: Any) -> str:
+    """Why a job's metrics hold no GPU sample (its monitor samples as it looks at the job)."""
+    from gpuflow.specs.units import format_duration
+    from gpuflow.status import JobStatus
+    from gpuflow.workflows.monitor import POLL_TICK
+
+    placement = progress.placement
+    if info.gpus == "-" or (
+        placement is not None and not any(node.gpu_indices for node in placement.nodes)
+    ):
+        return "no GPU samples: the job asks for no GPUs"
+    every = (
+        f"every {format_duration(POLL_TICK.total_seconds())} without a utilization policy, as "
+        "the policy's window needs with one"
+    )
+    if info.status.is_final:
+        return f"no GPU samples: the job ended before its first sample (samples come {every})"
+    if info.status in (JobStatus.PENDING, JobStatus.PROVISIONING):
+        return "no GPU samples yet: the job has not started"
+    return f"no GPU samples yet: the job's monitor takes them as it looks at the job, {every}"
 
 
 @run

@@ -157,8 +157,25 @@ def test_metrics_of_a_job_that_ended_before_its_first_sample_says_so(
         return progress
 
     monkeypatch.setattr(Client, "metrics", metrics)
+    from datetime import UTC, datetime
+
+    from gpuflow.store.tables import JobRow
+
     monkeypatch.setattr(Client, "progress", progress_of(JobStatus.DONE))
-    assert "no GPU samples: the job ended before its first" in cli("metrics", "quick")
+    for name, gpus in (("quick", "1xA100"), ("cpu", "-")):  # `-`: it ran on no GPU (ps)
+        job_id = cli.job(name, JobStatus.DONE, suffix="000000", hosts=["box"])
+        with cli.store.session() as session:
+            row = session.get(JobRow, job_id)
+            assert row is not None
+            row.gpus, row.started_at = gpus, datetime.now(UTC)
+            session.add(row)
+            session.commit()
+    out = " ".join(cli("metrics", "quick").split())
+    assert "no GPU samples: the job ended before its first sample (samples come every 2m" in out
+    watched = " ".join(cli("metrics", "-w", "quick").split())  # it showed a bare header
+    assert "no GPU samples: the job ended before its first sample" in watched
+    assert "UTIL" not in watched
+    assert cli("metrics", "cpu").strip() == "no GPU samples: the job asks for no GPUs"
     cli.job("quick", JobStatus.RUNNING)
     monkeypatch.setattr(Client, "progress", progress_of(JobStatus.RUNNING))
     out = cli("metrics", "quick")
