@@ -181,7 +181,7 @@ class TemporalConfig:
         namespace = os.environ.get("GPUFLOW_TEMPORAL_NAMESPACE", "default")
         if address:
             return cls(
-                address=address,
+                address=with_port(address.strip()),
                 namespace=namespace,
                 embedded=False,
                 tls=_env_bool("GPUFLOW_TEMPORAL_TLS"),
@@ -196,6 +196,16 @@ class TemporalConfig:
         if not raw_port.isdigit() or not 0 < int(raw_port) < 65536:
             raise SpecError(f"GPUFLOW_TEMPORAL_PORT must be a port number, not {raw_port!r}")
         return cls(address=f"127.0.0.1:{int(raw_port)}", namespace=namespace, embedded=True)
+
+
+def with_port(address: str) -> str:
+    """HOST[:PORT] with Temporal's port when none is given (`temporal.example.com` reached
+    port 80; `[::1]` and `::1` are IPv6 hosts)."""
+    if address.startswith("["):
+        return address if "]:" in address else f"{address}:{DEFAULT_TEMPORAL_PORT}"
+    if address.count(":") > 1:  # a bare IPv6 address
+        return f"[{address}]:{DEFAULT_TEMPORAL_PORT}"
+    return address if ":" in address else f"{address}:{DEFAULT_TEMPORAL_PORT}"
 
 
 def _env_bool(variable: str) -> bool | None:

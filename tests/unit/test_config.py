@@ -435,3 +435,22 @@ def test_a_starting_server_is_tried_again_until_it_answers(
     with pytest.raises(ConnectionFailed):  # a cluster's client: one try, at once
         asyncio.run(connect_when_ready(config, within_s=0))
     assert len(tries) == 1
+
+
+@pytest.mark.parametrize(
+    ("given", "used"),
+    [
+        ("temporal.internal", "temporal.internal:7233"),
+        ("temporal.internal:7300", "temporal.internal:7300"),
+        (" localhost ", "localhost:7233"),
+        ("::1", "[::1]:7233"),
+        ("[::1]", "[::1]:7233"),
+        ("[::1]:7300", "[::1]:7300"),
+    ],
+)
+def test_an_address_without_a_port_uses_temporals(
+    monkeypatch: pytest.MonkeyPatch, given: str, used: str
+) -> None:
+    """`GPUFLOW_TEMPORAL_ADDRESS=localhost` connected to port 80."""
+    monkeypatch.setenv("GPUFLOW_TEMPORAL_ADDRESS", given)
+    assert TemporalConfig.from_env().address == used
