@@ -77,7 +77,17 @@ async def apply(
             jobs.append(job)
         if detach:
             return
-        ok = await follow_jobs(common.console, client, [job.id for job in jobs], output=not no_logs)
+        try:
+            ok = await follow_jobs(
+                common.console, client, [job.id for job in jobs], output=not no_logs
+            )
+        except (asyncio.CancelledError, KeyboardInterrupt):  # Ctrl-C: the jobs go on
+            names = " ".join(job.name for job in jobs)
+            common.err.print(
+                f"left; the job(s) go on: gpuflow ps, gpuflow logs -f NAME, gpuflow stop {names}",
+                highlight=False,
+            )
+            raise
     finally:
         await client.close()
     if not ok:

@@ -321,3 +321,22 @@ def test_offers_refuses_what_the_submit_refuses(cli: Cli) -> None:
         for command in ("offers", "apply"):
             out = cli(command, "-f", path, *(["-y", "-d"] if command == "apply" else []), code=1)
             assert says in " ".join(out.split()), (command, out)
+
+
+def test_ctrl_c_while_apply_follows_says_the_jobs_go_on(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It printed `interrupted` alone: nothing said the job still runs, or how to reach it."""
+    from gpuflow.cli import follow
+
+    async def interrupted(*args: object, **kwargs: object) -> bool:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(follow, "follow_jobs", interrupted)
+    cli.fleet(A100_BOX)
+    job = cli.write("go.yaml", "name: go\ncommands: [x]\nresources: {gpu: A100:1}\n")
+    result = cli.runner.invoke(main.app, ["apply", "-y", "-f", job], env={"COLUMNS": "80"})
+    assert result.exit_code == 130
+    said = " ".join(result.stderr.split())
+    assert "left; the job(s) go on: gpuflow ps, gpuflow logs -f NAME, gpuflow stop go" in said
+    assert said.endswith("interrupted")
