@@ -22,7 +22,7 @@ def agent(
         None, "--state-dir", help="Where the agent keeps job processes' state and logs."
     ),
     task_queue: str | None = typer.Option(
-        None, "--task-queue", help="Task queue to poll (default: gpuflow-host-<host id>)."
+        None, "--task-queue", help="Task queue to poll (default: gpuflow-host-HOST_ID)."
     ),
     namespace: str = typer.Option("default", "--namespace", help="Temporal namespace."),
     secrets_file: Path | None = typer.Option(

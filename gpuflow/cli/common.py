@@ -4,8 +4,10 @@ errors, JSON output and connecting the client (tests replace these attributes)."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
+import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
@@ -29,7 +31,7 @@ def run(coro_fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
     @functools.wraps(coro_fn)
     def wrapper(*args: Any, **kwargs: Any) -> T:
         try:
-            return asyncio.run(coro_fn(*args, **kwargs))
+            return asyncio.run(_ended_by_sigterm(coro_fn(*args, **kwargs)))
         except GpuflowError as exc:
             # The message may quote user input: print it as text, never as Rich markup.
             err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
@@ -43,8 +45,28 @@ def run(coro_fn: Callable[..., Coroutine[Any, Any, T]]) -> Callable[..., T]:
         except KeyboardInterrupt:
             err.print("interrupted")
             raise typer.Exit(130) from None
+        except asyncio.CancelledError:  # SIGTERM: what the command started is cleaned up
+            err.print("terminated")
+            raise typer.Exit(143) from None
 
     return wrapper
+
+
+async def _ended_by_sigterm(coro: Coroutine[Any, Any, T]) -> T:
+    """Run `coro` with SIGTERM cancelling it, as Ctrl-C does, so that what it started (a
+    `logs` reader workflow, a live display) is cleaned up when the command is killed."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    try:
+        if task is not None:
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, say
+        pass
+    try:
+        return await coro
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(signal.SIGTERM)
 
 
 def print_json(data: Any) -> None:

@@ -180,3 +180,38 @@ def test_bad_fleet_file(tmp_path: Path) -> None:
     result = runner.invoke(app, ["fleet", "apply", "-f", str(path)])
     assert result.exit_code == 1
     assert "blocks=3 must divide its 4 GPUs and 8 CPUs evenly" in _one_error_line(result.output)
+
+
+def test_sigterm_ends_a_command_as_ctrl_c_does_with_its_cleanup_run() -> None:
+    """`timeout 3 gpuflow logs -f JOB` left its reader workflow in Temporal: SIGTERM killed the
+    process before the reader's deletion ran."""
+    import asyncio
+    import os
+    import signal
+
+    import pytest
+    import typer
+
+    from gpuflow.cli import common
+
+    cleaned: list[str] = []
+    unhandled: list[int] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: unhandled.append(signum))
+
+    @common.run
+    async def command() -> None:
+        try:
+            asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGTERM)
+            await asyncio.sleep(1)
+        finally:
+            await asyncio.sleep(0)  # a cleanup that awaits, as a reader's deletion does
+            cleaned.append("reader deleted")
+
+    try:
+        with pytest.raises(typer.Exit) as ended:
+            command()
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert unhandled == []
+    assert ended.value.exit_code == 143
+    assert cleaned == ["reader deleted"]
