@@ -215,3 +215,14 @@ def test_sigterm_ends_a_command_as_ctrl_c_does_with_its_cleanup_run() -> None:
     assert unhandled == []
     assert ended.value.exit_code == 143
     assert cleaned == ["reader deleted"]
+
+
+def test_the_refusal_the_readme_shows_is_the_one_printed(tmp_path: Path) -> None:
+    """The README's example refusal had drifted from what gpuflow says."""
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    shown = readme.split("with the file, field, value and what is allowed:\n\n```\n")[1]
+    shown = shown.split("\n```")[0]
+    job = _write(tmp_path, 'name: x\ncommands: [x]\nresources: {gpu: "4..2"}\n')
+    result = CliRunner().invoke(app, ["offers", "-f", str(job)])
+    assert result.exit_code == 1
+    assert " ".join(result.output.split()) == shown.replace("job.yaml", str(job))
