@@ -23,20 +23,21 @@ from gpuflow.status import (
 
 
 def line_positions(jobs: Sequence[Any]) -> dict[str, tuple[int, int]]:
-    """Job id -> (position, number waiting) among the pending jobs that no admission pass has
-    placed in line yet (no `queue_position`): higher priority first, then earlier submission,
-    as admission orders the jobs of one queue."""
-    waiting = sorted(
-        (
-            job
-            for job in jobs
-            if job.status == JobStatus.PENDING
-            and job.queue_position is None
-            and not waits_to_retry(job.message)
-        ),
-        key=lambda job: (-job.priority, job.submitted_at),
-    )
-    return {job.id: (k, len(waiting)) for k, job in enumerate(waiting, 1)}
+    """Job id -> (position, number waiting in its queue) for the pending jobs that no admission
+    pass has placed in line yet (no `queue_position`): among all of their queue's waiting jobs
+    listed, those a pass placed included, by priority, then submission, as admission orders
+    the jobs of one queue (two queues' jobs are not counted in one line)."""
+    by_queue: dict[str | None, list[Any]] = {}
+    for job in jobs:
+        if job.status == JobStatus.PENDING and not waits_to_retry(job.message):
+            by_queue.setdefault(job.queue, []).append(job)
+    positions = {}
+    for members in by_queue.values():
+        members.sort(key=lambda job: (-job.priority, job.submitted_at))
+        for k, job in enumerate(members, 1):
+            if job.queue_position is None:
+                positions[job.id] = (k, len(members))
+    return positions
 
 
 def queue_reason_text(reason: str | None) -> str:

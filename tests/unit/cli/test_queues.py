@@ -551,3 +551,27 @@ def test_schedules_of_one_job_start_runs_of_their_own_and_say_what_never_fits(cl
     assert "schedule schedule-huge created" in out
     warned = " ".join(err.split())
     assert "warning: nothing fits it, even with every host of its fleets idle" in warned
+
+
+def test_jobs_no_pass_has_ordered_are_counted_in_their_own_queues_line(cli: Cli) -> None:
+    """With admission held, two new jobs of two queues both read `#1 of 2 waiting`, then `#2`,
+    counted together and apart from their queues' jobs a pass had ordered (`default/#1`)."""
+    cli("queue", "apply", "-f", cli.write("research.yaml", RESEARCH))
+    ordered = [
+        cli.job(f"o{k}", JobStatus.PENDING, suffix=f"00000{k}", minutes_ago=9 - k) for k in range(2)
+    ]
+    for position, job_id in enumerate(ordered):
+        _entry(cli, job_id, "default", "waiting", position=position, reason="no_capacity")
+    urgent = cli.job("urgent", JobStatus.PENDING, suffix="000007", minutes_ago=1, priority=90)
+    late = cli.job("late", JobStatus.PENDING, suffix="000008", minutes_ago=1)
+    alone = cli.job("alone", JobStatus.PENDING, suffix="000009", minutes_ago=2, queue="research")
+    data = {j["id"]: j for j in json.loads(cli("ps", "--json"))}
+    out = cli("ps")
+    ids = [*ordered, urgent, late, alone]
+    lines = lines_fit(out)
+    order = [next(j for j in ids if j in line) for line in lines[1:] if any(j in line for j in ids)]
+    why = dict(zip(order, column_rows(out, "WHERE / WHY"), strict=True))
+    assert why[urgent].startswith("#1 of 4 waiting;")  # priority 90 goes before the ordered
+    assert why[late].startswith("#4 of 4 waiting;")
+    assert why[alone].startswith("#1 of 1 waiting;")  # research's line, not default's
+    assert data[ordered[0]]["queue_position"] == 1
