@@ -369,11 +369,19 @@ def metrics_table(state: Any, placement: Any | None, *, width: int, spark: int =
 def schedules_table(
     schedules: Sequence[dict[str, Any]], *, width: int, now: datetime | None = None
 ) -> Table:
-    columns = [Column("SCHEDULE"), Column("NEXT RUNS", drop=1), Column("RECENT JOBS")]
+    columns = [
+        Column("SCHEDULE"),
+        Column("JOB", drop=2),
+        Column("WHEN", drop=1, wrap=True, readable=10),
+        Column("NEXT", drop=3),
+        Column("RECENT JOBS"),
+    ]
     rows = [
         [
             item["id"],
-            ", ".join(until(datetime.fromisoformat(t), now=now) for t in item["next"]) or "-",
+            item.get("job") or "-",
+            item.get("when") or "-",
+            "\n".join(until(datetime.fromisoformat(t), now=now) for t in item["next"]) or "-",
             "\n".join(item["recent"]) or "-",
         ]
         for item in schedules

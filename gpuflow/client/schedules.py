@@ -113,6 +113,7 @@ class ScheduleCalls:
                     spec=calendar,
                     policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
                 ),
+                memo={"job": spec.name, "when": _when(cron, every_s)},
             )
         except ScheduleAlreadyRunningError:
             raise SpecError(f"schedule {schedule_id} exists; delete it first") from None
@@ -127,6 +128,9 @@ class ScheduleCalls:
             out.append(
                 {
                     "id": item.id,
+                    # what `schedule` wrote in its memo (None for a schedule made otherwise)
+                    "job": await item.memo_value("job", None),
+                    "when": await item.memo_value("when", None),
                     "next": [t.isoformat() for t in (info.next_action_times if info else [])][:3],
                     "recent": [
                         a.action.workflow_id
@@ -144,3 +148,10 @@ class ScheduleCalls:
             if exc.status == RPCStatusCode.NOT_FOUND:
                 raise NotFoundError(f"no schedule named {schedule_id!r}") from None
             raise NotFoundError(f"schedule {schedule_id}: {exc.message}") from None
+
+
+def _when(cron: str | None, every_s: float | None) -> str:
+    """How often a schedule runs, in words (`schedule list`)."""
+    from gpuflow.specs.units import format_duration
+
+    return f"cron {cron}" if cron else f"every {format_duration(every_s or 0)}"

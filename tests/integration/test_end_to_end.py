@@ -215,7 +215,8 @@ async def test_schedule_runs_become_jobs(
             await client.delete_schedule(schedule_id)
         assert job_id is not None and job_id.startswith("job-nightly-")
         assert (await client.get(job_id)).status == JobStatus.DONE
-    assert any(item["id"] == schedule_id for item in listed)
+    (item,) = [item for item in listed if item["id"] == schedule_id]
+    assert (item["job"], item["when"]) == ("nightly", "cron 0 3 * * *")
 
 
 async def test_fleet_health_marks_a_silent_agent_not_ready_and_back(

@@ -128,12 +128,17 @@ def test_metrics_and_schedules_fit_80_columns() -> None:
 
     schedule = {
         "id": "schedule-nightly",
+        "job": "nightly",
+        "when": "cron 0 3 * * *",
         "next": [(now + timedelta(hours=h, seconds=30)).isoformat() for h in (3, 27)],
         "recent": ["job-nightly-2026-11-22T03:00:00Z", "job-nightly-2026-11-23T03:00:00Z"],
     }
     out = _rendered(schedules_table([schedule], width=WIDTH, now=now))
     lines_fit(out)
-    assert "in 3h, in 1d" in out
+    header, first, second = out.splitlines()[:3]
+    assert header.split()[:4] == ["SCHEDULE", "JOB", "WHEN", "NEXT"]
+    assert first.split()[:4] == ["schedule-nightly", "nightly", "cron", "0"]  # what, when
+    assert "in 3h" in first and "in 1d" in second  # the next runs, one a line
     assert "job-nightly-2026-11-22T03:00:00Z" in out and "job-nightly-2026-11-23T03:00:00Z" in out
     # Ids too long to leave room for the next runs: those go, the ids stay whole.
     long = {**schedule, "id": "schedule-nightly-training-run"}
@@ -143,6 +148,7 @@ def test_metrics_and_schedules_fit_80_columns() -> None:
     assert "schedule-nightly-training-run" in out
     assert "job-nightly-training-run-2026-11-23T03:00:00Z" in out
     assert "in 3h" not in out
+    assert "nightly  cron" not in out  # nor the job and when: the ids stay whole
 
 
 def test_short_duration_is_one_unit() -> None:
