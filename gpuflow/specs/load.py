@@ -221,9 +221,18 @@ def load_profile(path: str | Path) -> dict[str, Any]:
     unknown = sorted(shown(key) if not isinstance(key, str) else key for key in data)
     unknown = [key for key in unknown if key not in PROFILE_FIELDS]
     if unknown:
+        close = [
+            difflib.get_close_matches(key, sorted(PROFILE_FIELDS), n=1, cutoff=0.6)
+            for key in unknown
+        ]
+        hint = "; ".join(
+            f"{key}: did you mean {found[0]}?"
+            for key, found in zip(unknown, close, strict=True)
+            if found
+        )
         raise SpecError(
             f"{display_path(path)}: {', '.join(unknown)}: not allowed in a profile "
-            f"(allowed: {', '.join(sorted(PROFILE_FIELDS))})"
+            + (f"({hint})" if hint else f"(allowed: {', '.join(sorted(PROFILE_FIELDS))})")
         )
     return data
 

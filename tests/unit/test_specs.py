@@ -119,6 +119,9 @@ def test_profile_may_not_name_the_job(tmp_path: Path) -> None:
     (tmp_path / "job.yaml").write_text("name: x\ncommands: [true]\nprofile: profile.yaml\n")
     with pytest.raises(SpecError, match="name: not allowed in a profile"):
         load_job(tmp_path / "job.yaml")
+    (tmp_path / "profile.yaml").write_text("max_duraton: 1h\n")  # a typo: the closest field
+    with pytest.raises(SpecError, match=r"max_duraton: did you mean max_duration\?\)$"):
+        load_job(tmp_path / "job.yaml")
 
 
 @pytest.mark.parametrize("window", ["59s", "8d", "0"])
