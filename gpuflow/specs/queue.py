@@ -118,11 +118,13 @@ class QueueSpec(BaseModel):
 
 
 def gpu_amounts(amounts: Mapping[str, float]) -> str:
-    """`16` for a total, `A100:8 T4:4` per model, `0` for nothing; a share as its fraction:
-    how `gpuflow queue list` and the admission's reasons write a quota or a use of one."""
+    """`16` for a total, `A100:8 T4:4` per model, `0` for nothing; a share as its fraction,
+    to two decimals (a loan split between lenders in proportion: `A100:1.33`): how `gpuflow
+    queue list` and the admission's reasons write a quota or a use of one."""
+    shown = {key: round(gpus, 2) for key, gpus in amounts.items()}
     parts = [
         f"{gpus:g}" if key == ANY_MODEL else f"{key}:{gpus:g}"
-        for key, gpus in sorted(amounts.items())
+        for key, gpus in sorted(shown.items())
         if gpus
     ]
     return " ".join(parts) or "0"

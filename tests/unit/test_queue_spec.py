@@ -51,3 +51,12 @@ def test_a_check_of_the_whole_queue_is_one_line_without_a_field_path() -> None:
     with pytest.raises(SpecError) as caught:
         model_of(QueueSpec, {"name": "a", "gpus": 1, "borrowing_limit": 4}, "q.yaml")
     assert str(caught.value) == "q.yaml: queue a: borrowing_limit needs a `cohort` to share with"
+
+
+def test_amounts_are_written_to_two_decimals() -> None:
+    """A loan split between two lenders in proportion read `A100:1.33333`."""
+    from gpuflow.specs.queue import gpu_amounts
+
+    assert gpu_amounts({"A100": 4 / 3, "T4": 0.5}) == "A100:1.33 T4:0.5"
+    assert gpu_amounts({"*": 8 / 3}) == "2.67"
+    assert gpu_amounts({"A100": 0.001}) == "0"  # nothing worth a digit
