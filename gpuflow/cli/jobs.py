@@ -288,14 +288,27 @@ async def offers(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
     queue: str | None = typer.Option(None, "--queue", "-q", help="Queue it would wait in."),
     priority: int | None = typer.Option(None, "--priority", help="Its priority, 0..100."),
+    gpu: str | None = typer.Option(None, "--gpu", help="Override resources.gpu, e.g. A100:2."),
+    fleet: list[str] | None = typer.Option(None, "--fleet", help="Fleets to try, in order."),
+    max_duration: str | None = typer.Option(
+        None, "--max-duration", help="As apply's: the job's time limit, e.g. 2h (off: never)."
+    ),
 ) -> None:
     """Dry run: where the job would go (a gang of N hosts for N nodes), the best hosts that
-    fit with their scores, and why the others do not (grouped by reason on big fleets)."""
+    fit with their scores, and why the others do not (grouped by reason on big fleets). The
+    flags are apply's, so a job can be dry-run as it would be submitted."""
     from gpuflow.cli.plan import print_offers
     from gpuflow.specs.flags import JobFlags
     from gpuflow.specs.load import load_job
 
-    spec = load_job(file, profile=profile, flags=JobFlags(queue=queue, priority=priority))
+    flags = JobFlags(
+        gpu=gpu,
+        fleets=tuple(fleet or ()),
+        max_duration=max_duration,
+        queue=queue,
+        priority=priority,
+    )
+    spec = load_job(file, profile=profile, flags=flags)
     client = await common.open_client()
     try:
         with common.console.status("reading the fleets…"):

@@ -340,3 +340,14 @@ def test_ctrl_c_while_apply_follows_says_the_jobs_go_on(
     said = " ".join(result.stderr.split())
     assert "left; the job(s) go on: gpuflow ps, gpuflow logs -f NAME, gpuflow stop go" in said
     assert said.endswith("interrupted")
+
+
+def test_offers_takes_applys_flags(cli: Cli) -> None:
+    """`apply --gpu A100:2` could not be dry-run with the same flags."""
+    cli.fleet(A100_BOX)
+    job = cli.write("one.yaml", "name: one\ncommands: [x]\nresources: {gpu: A100:1}\n")
+    assert json.loads(cli("offers", "-f", job, "--json"))["placement"] is not None
+    asked = json.loads(cli("offers", "-f", job, "--gpu", "A100:4", "--json"))  # box has 2
+    assert asked["placement"] is None and "job needs 4" in str(asked["rejections"])
+    out = " ".join(cli("offers", "-f", job, "--fleet", "nowhere", code=1).split())
+    assert "fleets: nowhere not found" in out
