@@ -175,7 +175,12 @@ def _say_not_started(info: Any, *, follow: bool) -> bool:
         return False
     why = queue_place(info) or why_waiting(info)
     then = "; waiting for it to start (Ctrl-C leaves)" if follow else ""
-    common.err.print(f"{info.name} ({info.id}) has not started: {why}{then}", highlight=False)
+    which = f"'s attempt {info.attempt}" if info.attempt > 1 else ""
+    common.err.print(
+        f"{info.name} ({info.id}){which} has not started: {why}{then}", highlight=False
+    )
+    if info.attempt > 1:
+        common.err.print("(logs shows the output of a job's current attempt only)")
     return True
 
 

@@ -278,6 +278,19 @@ def test_logs_of_a_job_that_has_not_started_says_why_on_stderr(
     assert out == ""  # the output stays the job's own
     said = " ".join(err.split())
     assert said == "w (job-w-a1b2c3) has not started: no capacity: box: 0 of 8 GPUs free"
+    # Requeued after a preemption: its first attempt ran; this one has not started yet.
+    requeued = cli.job("q", JobStatus.PENDING, suffix="c1c2c3", message="waiting in queue")
+    with cli.store.session() as session:
+        from gpuflow.store.tables import JobRow
+
+        row = session.get(JobRow, requeued)
+        assert row is not None
+        row.attempt = 2
+        session.add(row)
+        session.commit()
+    said = " ".join(cli.streams("logs", "q")[1].split())
+    assert said.startswith("q (job-q-c1c2c3)'s attempt 2 has not started: ")
+    assert said.endswith("(logs shows the output of a job's current attempt only)")
     cli.job("r", JobStatus.RUNNING, suffix="d4e5f6")
     out, err = cli.streams("logs", "r")
     assert (out, err) == ("step 1\n", "")
