@@ -144,6 +144,12 @@ def apply_fleet(
     rows = _host_rows(spec, facts or {})
     with store.placement_transaction() as session:
         fleet = session.get(FleetRow, spec.name)
+        if fleet is None and spec.kind == "local":
+            other = session.exec(select(FleetRow.name).where(FleetRow.kind == "local")).first()
+            if other is not None:  # the same machine twice: its CPUs and GPUs counted twice
+                raise GpuflowError(
+                    f"fleet {other} is this machine already (kind local); one local fleet serves it"
+                )
         if fleet is None:
             fleet = FleetRow(name=spec.name, kind=spec.kind)
         elif fleet.kind != spec.kind:

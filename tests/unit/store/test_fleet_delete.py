@@ -39,3 +39,25 @@ def test_a_fleet_that_waiting_jobs_need_is_not_deleted_under_them(store: Store) 
     delete_fleet(store, "sim")  # `flexible` names `other` too: it does not hold the fleet
     with store.read() as session:
         assert "sim" not in fleet_names_in(session)
+
+
+def test_one_local_fleet_serves_this_machine(store: Store) -> None:
+    """A second `kind: local` fleet listed the machine twice, its CPUs counted twice."""
+    from gpuflow.services.fleets import local_host_name
+    from gpuflow.workflows.models import HostFacts
+
+    facts = {
+        local_host_name(): HostFacts(os="linux", arch="x86_64", cpus=4, memory_mib=8, disk_mib=8)
+    }
+
+    def local(name: str) -> FleetSpec:
+        return FleetSpec.model_validate({"name": name, "kind": "local"})
+
+    apply_fleet(store, local("local"), facts)
+    apply_fleet(store, local("local"), facts)  # again: the same fleet
+    with pytest.raises(GpuflowError, match=r"^fleet local is this machine already"):
+        apply_fleet(store, local("f6"), facts)
+    with store.read() as session:
+        assert fleet_names_in(session) == ["local"]
+    delete_fleet(store, "local")
+    apply_fleet(store, local("f6"), facts)  # once it is gone
