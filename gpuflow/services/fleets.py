@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from sqlmodel import Session, col, select
 
 from gpuflow.errors import GpuflowError, NotFoundError
-from gpuflow.naming import host_id, host_task_queue
+from gpuflow.naming import LOCAL_FLEET, host_id, host_task_queue
 from gpuflow.services.changes import bump, bump_hosts
 from gpuflow.services.mix import forget_mix_in
 from gpuflow.services.verdicts import WAITING
@@ -144,12 +144,13 @@ def apply_fleet(
     rows = _host_rows(spec, facts or {})
     with store.placement_transaction() as session:
         fleet = session.get(FleetRow, spec.name)
-        if fleet is None and spec.kind == "local":
-            other = session.exec(select(FleetRow.name).where(FleetRow.kind == "local")).first()
-            if other is not None:  # the same machine twice: its CPUs and GPUs counted twice
-                raise GpuflowError(
-                    f"fleet {other} is this machine already (kind local); one local fleet serves it"
-                )
+        if spec.kind == "local" and spec.name != LOCAL_FLEET:
+            # One fleet is this machine, the one whose agent `gpuflow up` runs: another name
+            # would list it twice (its CPUs and GPUs counted twice) with no agent of its own.
+            raise GpuflowError(
+                f"a local fleet is named {LOCAL_FLEET} (this machine, whose agent gpuflow up "
+                f"runs), not {spec.name}"
+            )
         if fleet is None:
             fleet = FleetRow(name=spec.name, kind=spec.kind)
         elif fleet.kind != spec.kind:
