@@ -7,9 +7,6 @@ import re
 
 CONTROL_TASK_QUEUE = "gpuflow"
 
-LOCAL_FLEET = "local"
-"""The fleet of this machine (`kind: local`), whose host agent `gpuflow up` runs."""
-
 SECRET_REF = re.compile(r"^\$\{\{\s*secrets\.([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}$")
 """A job's env value that refers to a stored secret: `${{ secrets.NAME }}`, the whole value
 (a job file's syntax, resolved by the host agent: gpuflow/secrets.py)."""

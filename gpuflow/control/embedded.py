@@ -29,7 +29,7 @@ from gpuflow.control.fleets import host_facts
 from gpuflow.control.worker import ControlWorker
 from gpuflow.errors import ConnectionFailed, GpuflowError
 from gpuflow.metrics import metrics_address, serve_metrics
-from gpuflow.naming import LOCAL_FLEET, host_id, host_task_queue
+from gpuflow.naming import host_id, host_task_queue
 from gpuflow.services.fleets import apply_fleet, local_host_name
 from gpuflow.specs.fleet import FleetSpec
 from gpuflow.store.db import Store, gpuflow_home
@@ -37,6 +37,7 @@ from gpuflow.workflows.handles import hold_admission
 from gpuflow.workflows.ui import SEARCH_ATTRIBUTES
 
 log = logging.getLogger("gpuflow.up")
+LOCAL_FLEET = "local"
 
 
 def temporal_cli() -> str:

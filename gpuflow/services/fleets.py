@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from sqlmodel import Session, col, select
 
 from gpuflow.errors import GpuflowError, NotFoundError
-from gpuflow.naming import LOCAL_FLEET, host_id, host_task_queue
+from gpuflow.naming import host_id, host_task_queue
 from gpuflow.services.changes import bump, bump_hosts
 from gpuflow.services.mix import forget_mix_in
 from gpuflow.services.verdicts import WAITING
@@ -130,6 +130,23 @@ def _from_facts(
     return host, gpus
 
 
+def _one_local_fleet(session: Session, fleet: str, hosts: list[str]) -> None:
+    """A machine is one local fleet's: a second (an embedded stack's `local` and another
+    applied beside it) would list it twice, its CPUs and GPUs counted twice, with no agent
+    serving the second. Each GPU host that registers itself (infra/README.md) is its own."""
+    local = select(FleetRow.name).where(FleetRow.kind == "local", FleetRow.name != fleet)
+    taken = session.exec(
+        select(HostRow.fleet, HostRow.name).where(
+            col(HostRow.fleet).in_(local), col(HostRow.name).in_(hosts)
+        )
+    ).first()
+    if taken is not None:
+        raise GpuflowError(
+            f"this machine ({taken[1]}) is fleet {taken[0]}'s already (kind local); delete "
+            f"that fleet first to list it as {fleet}"
+        )
+
+
 def apply_fleet(
     store: Store, spec: FleetSpec, facts: dict[str, HostFacts] | None = None
 ) -> list[str]:
@@ -144,13 +161,8 @@ def apply_fleet(
     rows = _host_rows(spec, facts or {})
     with store.placement_transaction() as session:
         fleet = session.get(FleetRow, spec.name)
-        if spec.kind == "local" and spec.name != LOCAL_FLEET:
-            # One fleet is this machine, the one whose agent `gpuflow up` runs: another name
-            # would list it twice (its CPUs and GPUs counted twice) with no agent of its own.
-            raise GpuflowError(
-                f"a local fleet is named {LOCAL_FLEET} (this machine, whose agent gpuflow up "
-                f"runs), not {spec.name}"
-            )
+        if spec.kind == "local":
+            _one_local_fleet(session, spec.name, [host.name for host, _ in rows])
         if fleet is None:
             fleet = FleetRow(name=spec.name, kind=spec.kind)
         elif fleet.kind != spec.kind:

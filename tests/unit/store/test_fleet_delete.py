@@ -41,22 +41,30 @@ def test_a_fleet_that_waiting_jobs_need_is_not_deleted_under_them(store: Store) 
         assert "sim" not in fleet_names_in(session)
 
 
-def test_one_local_fleet_serves_this_machine(store: Store) -> None:
-    """A second `kind: local` fleet listed the machine twice, its CPUs counted twice, and no
-    agent served it (gpuflow up runs the agent of `local`)."""
+def test_one_local_fleet_serves_this_machine(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second `kind: local` fleet on the embedded stack's machine listed it twice, its CPUs
+    counted twice, and no agent served the second. A GPU host that registers itself as a local
+    fleet of its own name (infra/README.md) is another machine: it may."""
     from gpuflow.services.fleets import local_host_name
     from gpuflow.workflows.models import HostFacts
 
-    facts = {
-        local_host_name(): HostFacts(os="linux", arch="x86_64", cpus=4, memory_mib=8, disk_mib=8)
-    }
+    here = HostFacts(os="linux", arch="x86_64", cpus=4, memory_mib=8, disk_mib=8)
 
     def local(name: str) -> FleetSpec:
         return FleetSpec.model_validate({"name": name, "kind": "local"})
 
-    apply_fleet(store, local("local"), facts)
-    apply_fleet(store, local("local"), facts)  # again: the same fleet
-    with pytest.raises(GpuflowError, match=r"^a local fleet is named local \(this machine"):
-        apply_fleet(store, local("f6"), facts)  # no agent would serve f6/<this host>
+    apply_fleet(store, local("local"), {local_host_name(): here})
+    apply_fleet(store, local("local"), {local_host_name(): here})  # again: the same fleet
+    with pytest.raises(GpuflowError, match=r"^this machine \(.+\) is fleet local's already"):
+        apply_fleet(store, local("f6"), {local_host_name(): here})
     with store.read() as session:
         assert fleet_names_in(session) == ["local"]
+    delete_fleet(store, "local")
+    apply_fleet(store, local("f6"), {local_host_name(): here})  # once it is gone
+    # Applied from another machine, its own local fleet.
+    from gpuflow.services import fleets
+
+    monkeypatch.setattr(fleets, "local_host_name", lambda: "gpu-box-1-host")
+    apply_fleet(store, local("gpu-box-1"), {"gpu-box-1-host": here})
+    with store.read() as session:
+        assert fleet_names_in(session) == ["f6", "gpu-box-1"]
