@@ -208,8 +208,9 @@ async def stop(
             f"job {info.name} already ended ({info.status.value}{when}{why})", highlight=False
         )
         return
-    named = info.name if job == info.id else f"{info.name} ({info.id})"
-    common.console.print(Text.assemble(f"{named}: ", status_text(info.status, info.reason)))
+    common.console.print(
+        Text.assemble(f"{info.name} ({info.id}): ", status_text(info.status, info.reason))
+    )
     if info.ended_by != StopStep.STOP_SIGNAL:
         # The workflow did not answer the stop signal: say how the job was made to end.
         common.console.print(f"  {info.ended_by.description}", style="dim")
@@ -245,7 +246,7 @@ async def metrics(
         def view() -> Any:
             if state.gpus:
                 return metrics_table(state, progress.placement, width=common.console.width)
-            return Text(_no_samples(info, progress))
+            return Text(_no_samples(info, progress) + "\n")  # Live leaves its last line open
 
         with Live(view(), console=common.console) as live:
             while not info.status.is_final:

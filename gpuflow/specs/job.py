@@ -14,10 +14,10 @@ from pydantic import (
     model_validator,
 )
 
-from gpuflow.naming import RECORDED_KEY, SECRET_REF
+from gpuflow.naming import SECRET_REF
 from gpuflow.specs.resources import ResourcesSpec
 from gpuflow.specs.scoring import SCORERS
-from gpuflow.specs.units import check_text, parse_duration, shown
+from gpuflow.specs.units import check_text, parse_duration, recorded, shown
 from gpuflow.status import RetryEvent
 
 SPEC_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -89,13 +89,6 @@ def parse_max_duration(value: Any) -> int | None:
     if seconds <= 0:
         raise ValueError(f"max_duration must be positive, or off (got {shown(value)})")
     return seconds
-
-
-def recorded(info: ValidationInfo) -> bool:
-    """Whether the value is read back from where gpuflow recorded it (the `RECORDED`
-    context: a workflow's history, the store), where checks of new input added since it was
-    written do not apply (gpuflow/payloads.py)."""
-    return isinstance(info.context, dict) and info.context.get(RECORDED_KEY) is True
 
 
 _SECRET_IN = re.compile(r"\$\{\{")
@@ -356,8 +349,15 @@ class JobSpec(BaseModel):
 
     @field_validator("working_dir")
     @classmethod
-    def _working_dir(cls, value: str | None) -> str | None:
-        return None if value is None else check_text(value, "working_dir", max_length=MAX_TEXT)
+    def _working_dir(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        if _SECRET_IN.search(value) and not recorded(info):
+            raise ValueError(
+                f"{shown(value)}: ${{{{ ... }}}} is not replaced in working_dir (secrets go "
+                "in env: KEY: ${{ secrets.NAME }})"
+            )
+        return check_text(value, "working_dir", max_length=MAX_TEXT)
 
     @field_validator("fleets")
     @classmethod

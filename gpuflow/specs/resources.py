@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gpuflow.specs.units import (
     Range,
@@ -22,6 +29,7 @@ from gpuflow.specs.units import (
     parse_range,
     parse_size_mib,
     parse_version,
+    recorded,
     shown,
 )
 
@@ -146,6 +154,18 @@ class GPUSpec(BaseModel):
         return value
 
     @model_validator(mode="after")
+    def _models_of_no_gpu(self, info: ValidationInfo) -> GPUSpec:
+        """`A100:0` read as no GPU at all, its model dropped: the job could land on a host
+        without GPUs."""
+        if (
+            self.count.max == 0
+            and (self.names or self.memory or self.vendor)
+            and not recorded(info)
+        ):
+            raise ValueError(f"asks for 0 GPUs of {self}; a job without GPUs omits gpu (or says 0)")
+        return self
+
+    @model_validator(mode="after")
     def _fraction_alone(self) -> GPUSpec:
         lo, hi = self.count.min, self.count.max
         if 0 < lo < 1 and hi != lo:
@@ -160,17 +180,19 @@ class GPUSpec(BaseModel):
         return self.count.min if 0 < self.count.min < 1 else None
 
     @classmethod
-    def parse(cls, value: Any) -> GPUSpec:
+    def parse(cls, value: Any, context: Any = None) -> GPUSpec:
+        """The GPU text or mapping as a GPUSpec; `context`: the validation context it is read
+        in (`RECORDED` skips checks of new input)."""
         if isinstance(value, GPUSpec):
             return value
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return cls(count=value)
+            return cls.model_validate({"count": value}, context=context)
         if isinstance(value, dict):
             data = dict(value)
             if "name" in data:
                 name = data.pop("name")
                 data["names"] = name if isinstance(name, list) else str(name).split(",")
-            return cls.model_validate(data)
+            return cls.model_validate(data, context=context)
         if not isinstance(value, str) or not value.strip() or len(value) > _MAX_GPU_TEXT:
             raise ValueError(
                 f"{shown(value)} is not a GPU spec; use e.g. A100:80GB:2 or 24GB..:1..4"
@@ -194,7 +216,7 @@ class GPUSpec(BaseModel):
                 )
             given[field] = token
             fields[field] = part
-        return cls.model_validate(fields)
+        return cls.model_validate(fields, context=context)
 
     def __str__(self) -> str:
         parts = []
@@ -244,10 +266,10 @@ class ResourcesSpec(BaseModel):
 
     @field_validator("gpu", mode="before")
     @classmethod
-    def _gpu(cls, value: Any) -> Any:
+    def _gpu(cls, value: Any, info: ValidationInfo) -> Any:
         if value is None or value == 0:
             return None
-        return GPUSpec.parse(value)
+        return GPUSpec.parse(value, info.context)
 
     @field_validator("cpu", mode="before")
     @classmethod

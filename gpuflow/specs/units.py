@@ -13,7 +13,9 @@ import math
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
+
+from gpuflow.naming import RECORDED_KEY
 
 MAX_DURATION_S = 366 * 86400
 """Longest duration anywhere (max_duration, retry.duration, --every): a year."""
@@ -248,3 +250,10 @@ def parse_range(value: Any, *, parse_one: Any = parse_count) -> Range:
         )
     one = parse_one(value)
     return Range(min=one, max=one)
+
+
+def recorded(info: ValidationInfo) -> bool:
+    """Whether the value is read back from where gpuflow recorded it (the `RECORDED`
+    context: a workflow's history, the store), where checks of new input added since it was
+    written do not apply (gpuflow/payloads.py)."""
+    return isinstance(info.context, dict) and info.context.get(RECORDED_KEY) is True

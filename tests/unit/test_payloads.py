@@ -22,6 +22,11 @@ def test_user_input_is_refused_a_recorded_value_is_read() -> None:
         JobSpec.model_validate(OLD)
     spec = JobSpec.model_validate(OLD, context=RECORDED)
     assert spec.env == {"TOKEN": "${{ secret.tok }}"}
+    # a nested model's check too (resources.gpu, read through GPUSpec.parse)
+    zero = {**OLD, "env": {}, "resources": {"gpu": {"names": ["A100"], "count": 0}}}
+    with pytest.raises(ValidationError, match="asks for 0 GPUs of A100:0"):
+        JobSpec.model_validate(zero)
+    assert JobSpec.model_validate(zero, context=RECORDED).resources.gpu is not None
 
 
 def test_a_workflow_input_recorded_before_the_check_still_decodes() -> None:

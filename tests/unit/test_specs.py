@@ -378,6 +378,7 @@ def test_a_python_client_flag_of_any_type_is_one_line(value: object) -> None:
         ),
         ("A100:-1", "'-1' is not a GPU model, vendor, memory size or count"),
         ("A100,:2", "'A100,' is not a GPU model"),
+        ("A100:0", "asks for 0 GPUs of A100:0; a job without GPUs omits gpu (or says 0)"),
     ],
 )
 def test_gpu_text_refuses_what_it_would_have_dropped(text: str, says: str) -> None:
@@ -396,6 +397,7 @@ def test_gpu_text_refuses_what_it_would_have_dropped(text: str, says: str) -> No
         ({"nodes": "2"}, "nodes: '2' is not a number of nodes; use a whole number, 1..1024"),
         ({"preemptible": "yes"}, "preemptible: 'yes' is not true or false"),
         ({"preemptible": 1}, "preemptible: 1 is not true or false"),
+        ({"working_dir": "/w/${{ secrets.x }}"}, "is not replaced in working_dir"),
     ],
 )
 def test_priority_nodes_and_preemptible_take_their_own_type_only(

@@ -73,6 +73,8 @@ def test_stop_on_a_running_job_stops_it(cli: Cli) -> None:
     job_id = cli.job("spin", JobStatus.RUNNING, hosts=["box"])
     assert cli("stop", "spin").strip() == f"spin ({job_id}): stopped (stopped_by_user)"
     assert cli.temporal.signals == [(job_id, "stop")]
+    other = cli.job("spin", JobStatus.RUNNING, hosts=["box"], suffix="ffffff")
+    assert cli("stop", other).strip() == f"spin ({other}): stopped (stopped_by_user)"  # by id
 
 
 def test_a_name_means_the_job_of_that_name_that_has_not_ended(cli: Cli) -> None:

@@ -172,7 +172,9 @@ def test_metrics_of_a_job_that_ended_before_its_first_sample_says_so(
             session.commit()
     out = " ".join(cli("metrics", "quick").split())
     assert "no GPU samples: the job ended before its first sample (samples come every 2m" in out
-    watched = " ".join(cli("metrics", "-w", "quick").split())  # it showed a bare header
+    raw = cli("metrics", "-w", "quick")
+    assert raw.endswith(")\n")  # its line ended: the shell's prompt went on it
+    watched = " ".join(raw.split())  # it showed a bare header
     assert "no GPU samples: the job ended before its first sample" in watched
     assert "UTIL" not in watched
     assert cli("metrics", "cpu").strip() == "no GPU samples: the job asks for no GPUs"
