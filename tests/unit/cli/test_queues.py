@@ -248,7 +248,7 @@ def test_a_job_naming_an_unknown_queue_is_refused_at_submit(cli: Cli) -> None:
     )
     # Refused by the plan already: no plan is shown for a job that cannot be submitted.
     out = cli("apply", "-y", "-d", "-f", job, code=1)
-    assert _error(out) == 'queue "reserch" does not exist; known: default, research'
+    assert _error(out) == f'{job}: queue "reserch" does not exist; known: default, research'
     assert cli.temporal.started == []
     job = cli.write(
         "job.yaml", "name: a\ncommands: [x]\nresources: {gpu: A100:1}\nqueue: research\n"
@@ -407,7 +407,7 @@ def test_offers_says_when_its_queue_could_never_admit_the_job(cli: Cli) -> None:
     assert json.loads(cli("offers", "-f", small, "--json"))["queue_never"] is None
     lost = cli.write("l.yaml", "name: l\ncommands: [x]\nqueue: nowhere\nresources: {gpu: 2}\n")
     line = _error(cli("offers", "-f", lost, code=1))
-    assert line.startswith('queue "nowhere" does not exist; known: ')
+    assert line.startswith(f'{lost}: queue "nowhere" does not exist; known: ')  # names the file
 
 
 def test_apply_takes_several_files_checks_them_all_first_and_refuses_a_name_twice(
