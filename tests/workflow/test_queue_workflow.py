@@ -227,11 +227,15 @@ async def test_a_job_that_may_not_wait_is_refused_over_quota_with_the_reason(
     assert await _entry(sqlite_store, result.job_id) is None
 
 
+@pytest.mark.parametrize("events", [["interruption", "no-capacity"], ["interruption"]])
 async def test_a_preemptible_job_is_stopped_for_a_higher_priority_one_and_requeued(
-    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str, events: list[str]
 ) -> None:
+    """`retry` on `interruption` requeues a preempted job (README): its next attempt waits in
+    its queue whether or not its retry covers no-capacity (without it, the attempt was
+    refused by the first pass in the same second: the preemptor holds the GPUs it freed)."""
     fleet = sim_fleet(sqlite_store, hosts=ONE_GPU)
-    requeue = {"on_events": ["interruption", "no-capacity"], "duration": "1h"}
+    requeue = {"on_events": events, "duration": "1h"}
     client = time_env.client
     async with real_pace(time_env, sqlite_store, task_queue, fleet) as hosts:
         victim = await start_job(client, task_queue, job("victim", preemptible=True, retry=requeue))
@@ -242,6 +246,7 @@ async def test_a_preemptible_job_is_stopped_for_a_higher_priority_one_and_requeu
         hosts.ended.update({"boss", "victim@2"})
         boss_result = await job_result(boss)
         victim_result = await job_result(victim)
+        history = await victim.fetch_history()
     assert boss_result.status == JobStatus.DONE
     assert (victim_result.status, victim_result.attempts) == (JobStatus.DONE, 2)
     assert [(s.job_id, s.attempt) for s in hosts.started] == [
@@ -250,36 +255,10 @@ async def test_a_preemptible_job_is_stopped_for_a_higher_priority_one_and_requeu
         (victim.id, 2),
     ]
     assert (victim.id, 1, 0) in {(s.job_id, s.attempt, s.rank) for s in hosts.stopped}
-    events = job_events(sqlite_store, victim.id)
     assert any(
-        e.kind == "terminated" and f"preempted for job {boss.id}" in e.message for e in events
+        e.kind == "terminated" and f"preempted for job {boss.id}" in e.message
+        for e in job_events(sqlite_store, victim.id)
     )
-
-
-async def test_a_job_requeued_by_its_retry_on_interruption_waits_for_its_turn(
-    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
-) -> None:
-    """`retry: {on_events: [interruption]}` requeues a preempted job (README): its next attempt
-    waits in its queue though its retry does not cover no-capacity. It was refused by the first
-    pass, in the same second: the preemptor holds the GPUs it freed."""
-    fleet = sim_fleet(sqlite_store, hosts=ONE_GPU)
-    requeue = {"on_events": ["interruption"], "duration": "1h"}
-    client = time_env.client
-    async with real_pace(time_env, sqlite_store, task_queue, fleet) as hosts:
-        victim = await start_job(client, task_queue, job("victim", preemptible=True, retry=requeue))
-        await _runs(sqlite_store, victim)
-        boss = await start_job(client, task_queue, job("boss", priority=100, retry=WAIT))
-        await _runs(sqlite_store, boss)
-        await _waits(sqlite_store, victim)  # its second attempt waits behind the boss
-        hosts.ended.update({"boss", "victim@2"})
-        results = [await job_result(h) for h in (boss, victim)]
-        history = await victim.fetch_history()
-    assert [(r.status, r.attempts) for r in results] == [(JobStatus.DONE, 1), (JobStatus.DONE, 2)]
-    assert [(s.job_id, s.attempt) for s in hosts.started] == [
-        (victim.id, 1),
-        (boss.id, 1),
-        (victim.id, 2),
-    ]
     await _replayer().replay_workflow(history)
 
 
