@@ -147,7 +147,17 @@ def fitted_table(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], *, w
                 more = min(spare, natural[k] - widths[k])
                 widths[k] += more
                 spare -= more
-    table = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 1))
+    left = [columns[k].header for k in range(len(columns)) if k not in keep]
+    caption = f"({', '.join(left)} left out to fit; --json has every field)" if left else None
+    table = Table(
+        box=None,
+        header_style="bold",
+        pad_edge=False,
+        padding=(0, 1),
+        caption=caption,
+        caption_style="dim",
+        caption_justify="left",
+    )
     for k in keep:
         col = columns[k]
         table.add_column(

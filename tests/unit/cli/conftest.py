@@ -239,6 +239,8 @@ def column_rows(output: str, header: str) -> list[str]:
     start = lines[top].index(header)
     rows: list[str] = []
     for line in lines[top + 1 :]:
+        if "left out to fit; --json has every field)" in line:
+            break  # the table's caption: the columns it left out
         text = line[start:].strip()
         if line[:start].split() and line[0] != " ":
             rows.append(text)

@@ -258,3 +258,14 @@ def test_ps_loses_no_character_of_why_a_job_waits_at_80_columns() -> None:
     where = lines[0].index("WHERE / WHY")
     column = " ".join(line[where:].strip() for line in lines[1:] if line[where:].strip())
     assert column.startswith(why + " h2 (2xA100) all processes exited with code 0")
+
+
+def test_a_table_says_which_columns_it_left_out_to_fit() -> None:
+    """ps and fleet list dropped columns at 80 columns without a word."""
+    from gpuflow.cli.render import Column, fitted_table
+
+    columns = [Column("NAME"), Column("MEMORY", drop=2), Column("PLATFORM", drop=1)]
+    row = ["x" * 40, "0MB/256GB", "linux/x86_64 cuda " + "y" * 20]
+    text = _rendered(fitted_table(columns, [row], width=WIDTH))
+    assert text.splitlines()[-1].strip() == "(MEMORY left out to fit; --json has every field)"
+    assert "left out" not in _rendered(fitted_table(columns, [row], width=200))
