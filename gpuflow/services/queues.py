@@ -67,7 +67,8 @@ def apply_queue(store: Store, spec: QueueSpec) -> Applied:
         dumped = spec.model_dump(mode="json", exclude_none=True)
         if row is not None and row.spec == dumped:
             return "unchanged"
-        done: Applied = "created" if row is None else "updated"
+        # the default queue always exists (built in): a file named default updates it
+        done: Applied = "created" if row is None and spec.name != DEFAULT_QUEUE else "updated"
         row = row or QueueRow(name=spec.name)
         row.spec = dumped
         row.updated_at = datetime.now(UTC)

@@ -211,7 +211,10 @@ def test_delete_of_an_unknown_queue_or_the_built_in_default_is_one_line(cli: Cli
     assert _error(out) == 'queue "nope" does not exist; known: default'
     out = cli("queue", "delete", "default", code=1)
     assert _error(out).startswith("queue default is built in and cannot be deleted")
-    cli("queue", "apply", "-f", cli.write("default.yaml", "type: queue\nname: default\ngpus: 4\n"))
+    applied = cli(
+        "queue", "apply", "-f", cli.write("d.yaml", "type: queue\nname: default\ngpus: 4\n")
+    )
+    assert "queue default updated" in applied  # it said `created`: default always exists
     out = cli("queue", "delete", "default")
     assert out.strip() == "queue default deleted; the built-in default queue (no limit) is back"
 

@@ -88,7 +88,7 @@ def test_the_default_queue_exists_until_a_file_replaces_it(store: Store) -> None
 
     assert apply_queue(store, _queue("research", 8)) == "created"
     assert apply_queue(store, _queue("research", 8)) == "unchanged"
-    assert apply_queue(store, _queue("default", {"A100": 4})) == "created"
+    assert apply_queue(store, _queue("default", {"A100": 4})) == "updated"  # it exists, built in
     with store.read() as session:
         assert [(q.name, q.quota) for q in queues_in(session)] == [
             ("default", {"A100": 4}),
