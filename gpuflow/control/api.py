@@ -98,7 +98,7 @@ class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
         """Start the job's workflow once its queue and fleets are known; a retry finds it
         started."""
         spec = req.spec
-        await check_known(self.store, queues=[spec.queue], fleets=spec.fleets)
+        await check_known(self.store, queues=[spec.queue], fleets=spec.fleets, specs=[spec])
         path = secrets.secrets_file(self.home)
         await asyncio.to_thread(secrets.check_stored, [spec.env], path)
         gpu = spec.resources.gpu_label

@@ -41,7 +41,9 @@ class DryRunActivities:
     async def offers(self, req: OffersRequest) -> list[OptionOffersRecord]:
         """Every resource option's fits (the best first, at most `req.most`) and rejections.
         Refused as the submit would be: an unknown queue or fleet, a secret not stored."""
-        await check_known(self.store, queues=[req.spec.queue], fleets=req.spec.fleets)
+        await check_known(
+            self.store, queues=[req.spec.queue], fleets=req.spec.fleets, specs=[req.spec]
+        )
         path = secrets.secrets_file(self.home)
         await asyncio.to_thread(secrets.check_stored, [req.spec.env], path)
 
@@ -90,7 +92,9 @@ class DryRunActivities:
         after the ones before it (services/preview.py), and each job's hosts as that leaves
         them."""
         fleets = list(dict.fromkeys(name for spec in req.specs for name in spec.fleets))
-        await check_known(self.store, queues=[spec.queue for spec in req.specs], fleets=fleets)
+        await check_known(
+            self.store, queues=[spec.queue for spec in req.specs], fleets=fleets, specs=req.specs
+        )
         path = secrets.secrets_file(self.home)
         await asyncio.to_thread(secrets.check_stored, [spec.env for spec in req.specs], path)
 

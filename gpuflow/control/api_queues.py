@@ -19,7 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from gpuflow.control.admission_wake import wake_admission
 from gpuflow.control.api_common import job_record, one_line
 from gpuflow.errors import SpecError
-from gpuflow.services.fleets import fleet_names_in
+from gpuflow.services.fleets import fleet_names_in, host_names_in
 from gpuflow.services.jobs import find_job, find_job_in
 from gpuflow.services.queue_entries import set_priority_in
 from gpuflow.services.queues import (
@@ -30,6 +30,7 @@ from gpuflow.services.queues import (
     queues_in,
     unknown_models,
 )
+from gpuflow.specs.job import JobSpec
 from gpuflow.specs.queue import QueueSpec, unknown_queue
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
@@ -60,16 +61,31 @@ def read_queues(store: Store) -> list[QueueRecord]:
     return [queue_record(usage) for usage in list_queues(store)]
 
 
-async def check_known(store: Store, *, queues: Sequence[str], fleets: Sequence[str] = ()) -> None:
-    """SpecError unless each of `queues` exists (applied, or the built-in default) and so does
-    each of `fleets`; one read of the database for both."""
+async def check_known(
+    store: Store,
+    *,
+    queues: Sequence[str],
+    fleets: Sequence[str] = (),
+    specs: Sequence[JobSpec] = (),
+) -> None:
+    """SpecError unless each of `queues` exists (applied, or the built-in default), and so do
+    each of `fleets` and every host that a job of `specs` names for its placement (a job
+    pinned to a host that no fleet has would fail at once, or wait for nothing); one read of
+    the database."""
+    named = sorted({host for spec in specs for host in placement_hosts(spec)})
 
-    def read() -> tuple[list[str], list[str]]:
+    def read() -> tuple[list[str], list[str], set[str]]:
         with store.read() as session:
             names = [queue.name for queue in queues_in(session)]
-            return names, fleet_names_in(session) if fleets else []
+            hosts = host_names_in(session, named)
+            return names, fleet_names_in(session) if fleets else [], hosts
 
-    known, known_fleets = await asyncio.to_thread(read)
+    known, known_fleets, known_hosts = await asyncio.to_thread(read)
+    missing = [host for host in named if host not in known_hosts]
+    if missing:
+        raise SpecError(
+            f"placement: no fleet has a host named {', '.join(missing)} (gpuflow fleet list)"
+        )
     for name in queues:
         if name not in known:
             raise SpecError(unknown_queue(name, known))
@@ -77,6 +93,14 @@ async def check_known(store: Store, *, queues: Sequence[str], fleets: Sequence[s
     if unknown:
         listed = ", ".join(known_fleets) or "none; apply one with gpuflow fleet apply"
         raise SpecError(f"fleets: {', '.join(unknown)} not found (known: {listed})")
+
+
+def placement_hosts(spec: JobSpec) -> list[str]:
+    """The hosts a job's manual placement names: `hosts`, and those of `gpus` (HOST:INDEX)."""
+    if spec.placement is None:
+        return []
+    pinned = [gpu.rpartition(":")[0] for gpu in spec.placement.gpus]
+    return [*spec.placement.hosts, *pinned]
 
 
 class QueueActivities:

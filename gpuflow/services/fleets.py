@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import socket
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from sqlmodel import Session, col, select
@@ -328,6 +329,13 @@ def list_hosts(store: Store, *, kind: str | None = None) -> list[HostRow]:
             fleets = [f.name for f in session.exec(select(FleetRow).where(FleetRow.kind == kind))]
             query = query.where(col(HostRow.fleet).in_(fleets))
         return list(session.exec(query))
+
+
+def host_names_in(session: Session, names: Sequence[str]) -> set[str]:
+    """Which of `names` some fleet has a host of."""
+    if not names:
+        return set()
+    return set(session.exec(select(HostRow.name).where(col(HostRow.name).in_(list(names)))))
 
 
 def fleet_names_in(session: Session) -> list[str]:

@@ -332,7 +332,13 @@ def test_offers_refuses_what_the_submit_refuses(cli: Cli) -> None:
     job = "name: s\ncommands: [x]\nresources: {gpu: 1}\n"
     secret = cli.write("s.yaml", job + "env: {T: '${{ secrets.nowhere }}'}\n")
     fleet = cli.write("f.yaml", "name: f\ncommands: [x]\nfleets: [nowhere]\nresources: {gpu: 1}\n")
-    for path, says in ((secret, "no secret named nowhere"), (fleet, "fleets: nowhere not found")):
+    # pinned to a host no fleet has: it would fail at once, or wait for nothing
+    pinned = cli.write("p.yaml", job + "placement: {hosts: [box], gpus: ['gone:0']}\n")
+    for path, says in (
+        (secret, "no secret named nowhere"),
+        (fleet, "fleets: nowhere not found"),
+        (pinned, "placement: no fleet has a host named gone (gpuflow fleet list)"),
+    ):
         for command in ("offers", "apply"):
             out = cli(command, "-f", path, *(["-y", "-d"] if command == "apply" else []), code=1)
             assert says in " ".join(out.split()), (command, out)
