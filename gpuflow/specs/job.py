@@ -32,6 +32,8 @@ MAX_TEXT = 4096
 MAX_COMMAND = 128 * 1024
 """Longest command or environment value (Linux's limit on one argument, MAX_ARG_STRLEN)."""
 MAX_ITEMS = 1024
+MAX_NODES = 1024
+"""Nodes of one job: the bound the field and its refusal both say."""
 DEFAULT_QUEUE = "default"
 """The queue of a job that names none; it exists without a queue file (no quota limit)."""
 """Most commands, environment variables, labels, taints or names in one list."""
@@ -45,7 +47,9 @@ def check_priority(value: object) -> int:
     """The value as a priority, or ValueError saying what one is (a job file's field, `apply
     --priority`, `set-priority`, and the signal a job's workflow takes it by)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{shown(value)} is not a priority; use a whole number, 0..100")
+        raise ValueError(
+            f"{shown(value)} is not a priority; use a whole number, {MIN_PRIORITY}..{MAX_PRIORITY}"
+        )
     if not MIN_PRIORITY <= value <= MAX_PRIORITY:
         raise ValueError(f"{value} is not a priority; use {MIN_PRIORITY}..{MAX_PRIORITY}")
     return value
@@ -95,6 +99,16 @@ _SECRET_IN = re.compile(r"\$\{\{")
 """The start of a reference (`${{`), wherever it stands in a value: a value holding one must
 be a whole secret reference (`SECRET_REF`), so that a misspelt one (`${{ secret.X }}`) is not
 passed to the job as text."""
+
+
+def _not_replaced_here(text: str, field: str, info: ValidationInfo) -> None:
+    """A reference (`${{`) is replaced only as a whole env value: in `field` it would reach the
+    job as text (a recorded value, written before this check, is read as it is)."""
+    if _SECRET_IN.search(text) and not recorded(info):
+        raise ValueError(
+            f"{shown(text)}: ${{{{ ... }}}} is not replaced in {field}; name the secret in env "
+            "(KEY: ${{ secrets.NAME }}) and use $KEY"
+        )
 
 
 class RetrySpec(BaseModel):
@@ -211,7 +225,7 @@ class JobSpec(BaseModel):
     )
     """Resources to fall back to, in order, when `resources` fits nowhere: each option is
     tried on every fleet (in `fleets` order) before the next one."""
-    nodes: int = Field(default=1, ge=1, le=1024, examples=[2])
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES, examples=[2])
     """How many hosts the job runs on. Above 1 the job takes that many whole, idle hosts of one
     fleet at once (a host split into blocks counts only with every block free), or waits;
     GPU fractions are not allowed then."""
@@ -284,11 +298,7 @@ class JobSpec(BaseModel):
                         f"{type(item).__name__}; put it in quotes"
                     )
                 check_text(item, "command", max_length=MAX_COMMAND, allow_empty=True)
-                if _SECRET_IN.search(item) and not recorded(info):
-                    raise ValueError(
-                        f"command {shown(item)}: ${{{{ ... }}}} is not replaced in commands; "
-                        "name the secret in env (KEY: ${{ secrets.NAME }}) and use $KEY"
-                    )
+                _not_replaced_here(item, "commands", info)
         return value
 
     @field_validator("env", mode="before")
@@ -336,7 +346,7 @@ class JobSpec(BaseModel):
     def _nodes(cls, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(
-                f"{shown(value)} is not a number of nodes; use a whole number, 1..1024"
+                f"{shown(value)} is not a number of nodes; use a whole number, 1..{MAX_NODES}"
             )
         return value
 
@@ -352,11 +362,7 @@ class JobSpec(BaseModel):
     def _working_dir(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None:
             return None
-        if _SECRET_IN.search(value) and not recorded(info):
-            raise ValueError(
-                f"{shown(value)}: ${{{{ ... }}}} is not replaced in working_dir (secrets go "
-                "in env: KEY: ${{ secrets.NAME }})"
-            )
+        _not_replaced_here(value, "working_dir", info)
         return check_text(value, "working_dir", max_length=MAX_TEXT)
 
     @field_validator("fleets")
