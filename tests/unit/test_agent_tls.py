@@ -351,3 +351,11 @@ async def test_unreadable_or_empty_local_files_are_named_without_content(
     error = await ssh.ensure_host_agent(*_target_of(_host()))
     assert error is not None and error.endswith(f"{tmp_path / 'key'} is empty")
     assert pushed == [] and requests == []
+
+
+def test_an_agents_address_without_a_port_uses_temporals() -> None:
+    """As GPUFLOW_TEMPORAL_ADDRESS: `--temporal-address temporal.internal` reached port 80."""
+    args = parse_args(
+        ["--host-id", "f/h", "--temporal-address", "temporal.internal", "--state-dir", "/tmp/s"]
+    )
+    assert temporal_config(args).address == "temporal.internal:7233"
