@@ -163,13 +163,19 @@ async def logs(
     job: str = typer.Argument(..., help="Job name or id."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until it ends."),
     node: int = typer.Option(0, "--node", help="Node rank."),
+    attempt: int | None = typer.Option(
+        None, "--attempt", min=1, help="An earlier attempt's output (a job that retried)."
+    ),
 ) -> None:
-    """Print a job's output."""
+    """Print a job's output (its current attempt's, unless --attempt)."""
     client = await common.open_client()
     try:
-        _say_not_started(await client.get(job), follow=follow)
+        info = await client.get(job)
+        if attempt is None or attempt == info.attempt:
+            _say_not_started(info, follow=follow)
+        reading = client.logs(info.id, rank=node, follow=follow, attempt=attempt)
         # aclosing: leaving early (a closed pipe) still deletes the log reader from Temporal.
-        async with contextlib.aclosing(client.logs(job, rank=node, follow=follow)) as chunks:
+        async with contextlib.aclosing(reading) as chunks:
             async for chunk in chunks:
                 sys.stdout.write(chunk)
                 sys.stdout.flush()
@@ -196,7 +202,8 @@ def _say_not_started(info: Any, *, follow: bool) -> bool:
         f"{info.name} ({info.id}){which} has not started: {why}{then}", highlight=False
     )
     if info.attempt > 1:
-        common.err.print("(logs shows the output of a job's current attempt only)")
+        earlier = "1" if info.attempt == 2 else f"1..{info.attempt - 1}"
+        common.err.print(f"(earlier attempts' output: gpuflow logs {info.id} --attempt {earlier})")
     return True
 
 

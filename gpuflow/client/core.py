@@ -305,12 +305,24 @@ class Client(ControlPlaneCalls, QueueCalls, ScheduleCalls):
         return state
 
     async def logs(
-        self, job: str, *, rank: int = 0, follow: bool = False, poll_s: float = 1.0
+        self,
+        job: str,
+        *,
+        rank: int = 0,
+        follow: bool = False,
+        poll_s: float = 1.0,
+        attempt: int | None = None,
     ) -> AsyncIterator[str]:
         """The job's output on one node, from the start; with `follow`, until the job ends.
-        One log reader workflow serves the whole call and is deleted from Temporal at its end
-        (close the iterator, e.g. with `contextlib.aclosing`, when leaving it early)."""
+        `attempt`: that attempt's output (a job that retried keeps each attempt's); None, or
+        the current attempt's number: the current attempt's. One log reader workflow serves
+        the whole call and is deleted from Temporal at its end (close the iterator, e.g. with
+        `contextlib.aclosing`, when leaving it early)."""
         info = await self.get(job)
+        if attempt is not None and attempt != info.attempt:
+            async for data in self._earlier_logs(info, rank, attempt):
+                yield data
+            return
         offset = 0
         async with LogReader(self.temporal, job_id=info.id) as reader:
             while True:
@@ -344,6 +356,33 @@ class Client(ControlPlaneCalls, QueueCalls, ScheduleCalls):
                     # Let output gather between reads, unless the agent has waited already.
                     waited = asyncio.get_running_loop().time() - asked
                     await asyncio.sleep(max(0.0, poll_s - waited))
+
+    async def _earlier_logs(self, info: JobInfo, rank: int, attempt: int) -> AsyncIterator[str]:
+        """An earlier attempt's whole output on one node: it ended, so there is no following."""
+        if not 1 <= attempt < info.attempt:
+            had = f"{info.attempt} attempt{'' if info.attempt == 1 else 's'}"
+            raise NotFoundError(f"job {info.name} has no attempt {attempt}: it has had {had}")
+        where = HostQueueRequest(job_id=info.id, rank=rank, attempt=attempt)
+        found = await self._api.call("host_queue", where, HostQueueResult)
+        if found.task_queue is None:
+            raise NotFoundError(
+                f"job {info.name}: no host is recorded for node {rank} of attempt {attempt} (it "
+                "was not placed, has no such node, or ran under a gpuflow that kept no record "
+                "of earlier attempts' hosts)"
+            )
+        offset = 0
+        async with LogReader(self.temporal, job_id=info.id) as reader:
+            while True:
+                request = LogsInput(job_id=info.id, attempt=attempt, rank=rank, offset=offset)
+                try:
+                    chunk = await reader.read(found.task_queue, request)
+                except (WorkflowUpdateFailedError, RPCError) as exc:
+                    raise _log_error(info.name, rank, exc) from None
+                if chunk.data:
+                    yield chunk.data
+                offset = chunk.next_offset
+                if chunk.eof:
+                    return
 
     async def _log_queue(self, info: JobInfo, placement: Any, rank: int) -> str | None:
         if placement is not None:

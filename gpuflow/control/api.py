@@ -208,11 +208,15 @@ class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
     @activity.defn(name="api_host_queue")
     @one_line
     async def host_queue(self, req: HostQueueRequest) -> HostQueueResult:
-        """The task queue of the host that ran a node of an ended job (its logs are there)."""
+        """The task queue of the host that ran a node of an ended job or of an earlier attempt
+        (its logs are there)."""
         row = await asyncio.to_thread(find_job, self.store, req.job_id)
+        ran_on = list(row.hosts)
+        if req.attempt is not None and req.attempt != row.attempt:
+            ran_on = (row.earlier_hosts or {}).get(str(req.attempt), [])
         hosts = {h.name: h for h in await asyncio.to_thread(list_hosts, self.store)}
-        if req.rank < len(row.hosts) and row.hosts[req.rank] in hosts:
-            return HostQueueResult(task_queue=hosts[row.hosts[req.rank]].task_queue)
+        if req.rank < len(ran_on) and ran_on[req.rank] in hosts:
+            return HostQueueResult(task_queue=hosts[ran_on[req.rank]].task_queue)
         return HostQueueResult()
 
     # ---- fleets ---------------------------------------------------------------------------------

@@ -131,6 +131,9 @@ def _apply_status(
     at: datetime | None,
 ) -> None:
     """Set the job's status on its row (already read: its spec is left unloaded)."""
+    if attempt is not None and attempt > job.attempt and job.hosts:
+        # The hosts of the attempt that ends here are kept: its output stays on them.
+        job.earlier_hosts = {**(job.earlier_hosts or {}), str(job.attempt): list(job.hosts)}
     if JobStatus(job.status).is_final and not status.is_final:
         if attempt is None or attempt <= job.attempt:
             return  # a late record of an attempt that ended: the ending stands

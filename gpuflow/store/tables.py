@@ -122,6 +122,9 @@ class JobRow(SQLModel, table=True):
     hosts: list[str] = Field(default_factory=_empty_list, sa_column=Column(JSON))
     gpus: str | None = None
     attempt: int = 1
+    earlier_hosts: dict[str, list[str]] | None = Field(default=None, sa_column=Column(JSON))
+    """The hosts of each earlier attempt that was placed, by attempt number (`hosts` holds the
+    current one's): where `gpuflow logs --attempt N` reads an attempt's output."""
     waiting_for_capacity: bool = Field(default=False, index=True)
     """Pending because nothing fits now (not merely not placed yet): whom freed capacity wakes."""
     submitted_at: datetime = Field(default_factory=utcnow)

@@ -144,6 +144,8 @@ class JobsRequest(BaseModel):
 class HostQueueRequest(BaseModel):
     job_id: str
     rank: int
+    attempt: int | None = None
+    """An earlier attempt's host; None: the current attempt's."""
 
 
 class HostQueueResult(BaseModel):
@@ -354,6 +356,8 @@ class ControlApiWorkflow:
         _name(req.job_id, "job id")
         if req.rank < 0:
             _refuse(f"node {req.rank} does not exist: nodes count from 0")
+        if req.attempt is not None and req.attempt < 1:
+            _refuse(f"attempt {req.attempt} does not exist: attempts count from 1")
 
     # Secrets: the value travels sealed to the control plane's key, never in clear.
 

@@ -249,3 +249,49 @@ async def test_a_broken_secrets_file_fails_the_job_once_naming_the_file(
     assert result.reason == TerminationReason.START_FAILED  # not host_lost, not retried
     assert f"secrets file {path} is not valid JSON" in (result.message or "")
     assert result.attempts == 1
+
+
+async def test_an_earlier_attempts_output_is_read_with_its_secrets_masked(
+    dev_env: WorkflowEnvironment,
+    sqlite_store: Store,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job that retried keeps each attempt's output on the host that ran it: `logs` reads
+    the current attempt's, `logs --attempt 1` the first one's, masked as the current one is."""
+    from gpuflow import secrets
+    from gpuflow.errors import NotFoundError
+
+    monkeypatch.setenv("GPUFLOW_SECRETS_FILE", str(tmp_path / "secrets.json"))
+    value = f"tok-{uuid.uuid4().hex}"
+    secrets.set_secret("hf_token", value)
+    fleet = f"f{uuid.uuid4().hex[:6]}"
+    client = Client(temporal=dev_env.client)
+    async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
+        await client.apply_fleet(_fleet(fleet))
+        job = await client.submit(
+            JobSpec.model_validate(
+                {
+                    "name": "flaky",
+                    "fleets": [fleet],
+                    "resources": {"gpu": "A100:1"},
+                    "env": {"HF_TOKEN": "${{ secrets.hf_token }}"},
+                    "commands": [
+                        'echo "attempt $GPUFLOW_ATTEMPT token=$HF_TOKEN"',
+                        'test "$GPUFLOW_ATTEMPT" -ge 2 || exit 3',
+                    ],
+                    "retry": {"on_events": ["error"], "duration": "10m"},
+                }
+            )
+        )
+        result = await client.wait(job.id, timeout_s=90)
+        current = "".join([chunk async for chunk in client.logs(job.id)])
+        first = "".join([chunk async for chunk in client.logs(job.id, attempt=1)])
+        also_current = "".join([chunk async for chunk in client.logs(job.id, attempt=2)])
+        with pytest.raises(NotFoundError, match="has no attempt 3: it has had 2 attempts"):
+            async for _ in client.logs(job.id, attempt=3):
+                pass
+    assert (result.status, result.attempts) == (JobStatus.DONE, 2)
+    assert first == "attempt 1 token=***\n"
+    assert current == also_current == "attempt 2 token=***\n"
+    assert value not in first + current

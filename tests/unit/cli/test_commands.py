@@ -269,10 +269,12 @@ def test_logs_of_a_job_that_has_not_started_says_why_on_stderr(
     log reader is a Temporal workflow the fake does not run: its output is stood in for.)"""
     from gpuflow.client import Client
 
-    async def logs(self: Client, job: str, **_: object) -> AsyncIterator[str]:
+    async def logs(
+        self: Client, job: str, attempt: int | None = None, **_: object
+    ) -> AsyncIterator[str]:
         info = await self.get(job)
-        if info.status == JobStatus.RUNNING:
-            yield "step 1\n"
+        if info.status == JobStatus.RUNNING or attempt == 1:
+            yield f"step 1 of attempt {attempt or info.attempt}\n"
 
     monkeypatch.setattr(Client, "logs", logs)
     cli.job("w", JobStatus.PENDING, message="waiting for capacity: box: 0 of 8 GPUs free")
@@ -292,10 +294,13 @@ def test_logs_of_a_job_that_has_not_started_says_why_on_stderr(
         session.commit()
     said = " ".join(cli.streams("logs", "q")[1].split())
     assert said.startswith("q (job-q-c1c2c3)'s attempt 2 has not started: ")
-    assert said.endswith("(logs shows the output of a job's current attempt only)")
+    assert said.endswith("(earlier attempts' output: gpuflow logs job-q-c1c2c3 --attempt 1)")
+    # Its first attempt's output is read with --attempt, and nothing is said of this one.
+    out, err = cli.streams("logs", "q", "--attempt", "1")
+    assert (out, err) == ("step 1 of attempt 1\n", "")
     cli.job("r", JobStatus.RUNNING, suffix="d4e5f6")
     out, err = cli.streams("logs", "r")
-    assert (out, err) == ("step 1\n", "")
+    assert (out, err) == ("step 1 of attempt 1\n", "")
     cli.job("n", JobStatus.FAILED, suffix="f7f8f9", reason="no_capacity", ended_minutes_ago=0)
     out, err = cli.streams("logs", "n")  # it printed nothing at all
     said = " ".join(err.split())

@@ -98,8 +98,15 @@ def test_records_known_unwritten_together_read_nothing_more(store: Store) -> Non
     assert find_job(store, "job-a").spec == {"commands": ["x" * 10_000]}
 
 
-def _record_attempt(store: Store, status: JobStatus, attempt: int, reason: str | None) -> None:
-    where = {"fleet": "f", "hosts": ["h"], "gpus": "1xA100"} if status == JobStatus.RUNNING else {}
+def _record_attempt(
+    store: Store,
+    status: JobStatus,
+    attempt: int,
+    reason: str | None,
+    hosts: tuple[str, ...] = ("h",),
+) -> None:
+    running = status == JobStatus.RUNNING
+    where = {"fleet": "f", "hosts": list(hosts), "gpus": "1xA100"} if running else {}
     with store.session() as session:
         record_status_in(
             session,
@@ -149,3 +156,18 @@ def test_a_late_record_of_an_ended_attempt_does_not_reopen_the_job(store: Store)
         session.commit()
     row = find_job(store, "job-a")
     assert (row.status, row.termination_reason) == (JobStatus.TERMINATED, "stopped_by_user")
+
+
+def test_each_earlier_attempts_hosts_are_kept_where_its_output_is(store: Store) -> None:
+    """`logs --attempt N` reads an earlier attempt's output from the hosts it ran on, which
+    the row's `hosts` no longer names once the next attempt is placed."""
+    _record_attempt(store, JobStatus.RUNNING, 1, None, hosts=["h1", "h2"])
+    _record_attempt(store, JobStatus.FAILED, 1, "error")
+    _record_attempt(store, JobStatus.PENDING, 2, None)
+    _record_attempt(store, JobStatus.FAILED, 2, "no_capacity")  # never placed: nothing kept
+    _record_attempt(store, JobStatus.PENDING, 3, None)
+    _record_attempt(store, JobStatus.RUNNING, 3, None, hosts=["h3"])
+    _record_attempt(store, JobStatus.RUNNING, 3, None, hosts=["h3"])  # a repeat changes nothing
+    row = find_job(store, "job-a")
+    assert row.earlier_hosts == {"1": ["h1", "h2"]}
+    assert (row.attempt, row.hosts) == (3, ["h3"])
