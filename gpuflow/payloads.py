@@ -13,15 +13,20 @@ from typing import Any
 
 from pydantic import TypeAdapter
 from temporalio.api.common.v1 import Payload
+from temporalio.api.failure.v1 import Failure
 from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from temporalio.converter import (
     CompositePayloadConverter,
     DataConverter,
+    DefaultFailureConverter,
     DefaultPayloadConverter,
     JSONPlainPayloadConverter,
+    PayloadConverter,
 )
+from temporalio.exceptions import ApplicationError
 
 from gpuflow.naming import RECORDED
+from gpuflow.status import TerminationReason
 
 
 class RecordedJSONConverter(PydanticJSONPlainPayloadConverter):
@@ -49,4 +54,33 @@ class RecordedPayloadConverter(CompositePayloadConverter):
         )
 
 
-DATA_CONVERTER = DataConverter(payload_converter_class=RecordedPayloadConverter)
+class EndingFailureConverter(DefaultFailureConverter):
+    """Temporal's failure converter, without the stack trace of a job's ending: a job that did
+    not end `done` fails its workflow with an ApplicationError of its termination reason that
+    carries its JobResult (workflows/outcome.py). That is how the job ended (stopped, preempted,
+    its command failed), not where gpuflow's code broke, and the Temporal UI showed the
+    workflow's Python frames under it. Any other failure keeps its trace."""
+
+    def to_failure(
+        self, exception: BaseException, payload_converter: PayloadConverter, failure: Failure
+    ) -> None:
+        super().to_failure(exception, payload_converter, failure)
+        if _is_ending(exception):
+            failure.stack_trace = ""
+
+
+def _is_ending(exception: BaseException) -> bool:
+    """Whether the exception is how a job's workflow ends other than `done` (it carries the
+    job's result), not a failure of gpuflow's code."""
+    reasons = {reason.value for reason in TerminationReason}
+    return (
+        isinstance(exception, ApplicationError)
+        and exception.type in reasons
+        and bool(exception.details)
+    )
+
+
+DATA_CONVERTER = DataConverter(
+    payload_converter_class=RecordedPayloadConverter,
+    failure_converter_class=EndingFailureConverter,
+)

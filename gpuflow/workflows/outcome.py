@@ -3,7 +3,8 @@
 A job that ended `done` completes its workflow with its JobResult. Any other ending fails the
 workflow (so the UI's list does not show it as completed) with an ApplicationError whose type is
 the termination reason, whose message is the job's, and whose details carry the JobResult: the
-client and CLI still read gpuflow's own status from either shape.
+client and CLI still read gpuflow's own status from either shape. Such a failure is sent without
+a stack trace (gpuflow/payloads.py `EndingFailureConverter`): it is how the job ended.
 """
 
 from __future__ import annotations

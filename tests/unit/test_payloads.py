@@ -43,3 +43,38 @@ def test_other_values_decode_as_before() -> None:
     values = [1, "text", {"a": [1, 2]}, None]
     payloads = DATA_CONVERTER.payload_converter.to_payloads(values)
     assert DATA_CONVERTER.payload_converter.from_payloads(payloads) == values
+
+
+def test_a_jobs_ending_fails_its_workflow_without_a_stack_trace_a_bug_keeps_one() -> None:
+    from temporalio.api.failure.v1 import Failure
+    from temporalio.exceptions import ApplicationError
+
+    from gpuflow.status import JobStatus, TerminationReason
+    from gpuflow.workflows.models import JobResult
+    from gpuflow.workflows.outcome import failure_of
+
+    stopped = JobResult(
+        job_id="job-a-1",
+        status=JobStatus.STOPPED,
+        reason=TerminationReason.STOPPED_BY_USER,
+        message="stopped",
+        attempts=1,
+    )
+    errors: list[BaseException] = [
+        failure_of(stopped) or AssertionError("a stopped job fails its workflow"),
+        # an internal error's last resort carries no result: its trace is what to look at
+        ApplicationError("compensation failed", type="internal_error", non_retryable=True),
+        KeyError("x"),
+    ]
+    traces = []
+    for error in errors:
+        try:
+            raise error
+        except BaseException as raised:
+            failure = Failure()
+            DATA_CONVERTER.failure_converter.to_failure(
+                raised, DATA_CONVERTER.payload_converter, failure
+            )
+            traces.append(failure.stack_trace)
+    assert traces[0] == ""
+    assert all("test_payloads.py" in trace for trace in traces[1:])

@@ -240,6 +240,15 @@ async def test_max_duration_terminates_with_compensation(
     async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
         handle = await start_job(time_env.client, task_queue, job(max_duration="2h"))
         result = await job_result(handle)
+        history = await handle.fetch_history()
+    # The Temporal UI shows how the job ended, not gpuflow's Python frames (payloads.py).
+    (ended,) = [
+        e for e in history.events if e.HasField("workflow_execution_failed_event_attributes")
+    ]
+    failure = ended.workflow_execution_failed_event_attributes.failure
+    assert failure.message == "terminated: ran longer than max_duration 2h"
+    assert failure.application_failure_info.type == "max_duration_exceeded"
+    assert failure.stack_trace == ""
     assert result.reason == TerminationReason.MAX_DURATION_EXCEEDED
     assert result.status == JobStatus.TERMINATED
     assert result.message == "ran longer than max_duration 2h"
