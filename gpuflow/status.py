@@ -111,6 +111,9 @@ class HostState(StrEnum):
     MAINTENANCE = "maintenance"
 
 
+NO_GPUS = "-"
+"""A job's GPUs (`JobInfo.gpus`, what `ps` shows) when its placement holds none: it asks for
+no GPUs."""
 NO_CAPACITY_PREFIX = "no capacity: "
 """How a job that found no capacity says why (its message, then `; `-separated reasons)."""
 WAITING_PREFIX = "waiting for capacity: "

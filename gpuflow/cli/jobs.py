@@ -285,11 +285,11 @@ async def metrics(
 def _no_samples(info: Any, progress: Any) -> str:
     """Why a job's metrics hold no GPU sample (its monitor samples as it looks at the job)."""
     from gpuflow.specs.units import format_duration
-    from gpuflow.status import JobStatus
+    from gpuflow.status import NO_GPUS, JobStatus
     from gpuflow.workflows.monitor import POLL_TICK
 
     placement = progress.placement
-    if info.gpus == "-" or (
+    if info.gpus == NO_GPUS or (
         placement is not None and not any(node.gpu_indices for node in placement.nodes)
     ):
         return "no GPU samples: the job asks for no GPUs"

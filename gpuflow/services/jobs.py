@@ -14,7 +14,7 @@ from sqlmodel import Session, col, select
 
 from gpuflow.errors import GpuflowError, NotFoundError
 from gpuflow.specs.job import DEFAULT_QUEUE
-from gpuflow.status import JobStatus, TerminationReason
+from gpuflow.status import NO_GPUS, JobStatus, TerminationReason
 from gpuflow.store.db import Store
 from gpuflow.store.tables import JobEventRow, JobRow
 
@@ -319,4 +319,4 @@ def gpu_summary(placement: Any) -> str:
             parts.append(f"{node.gpu_fraction:g}x{names[0]}")
         else:
             parts.append(f"{len(node.gpu_indices)}x{'/'.join(names)}")
-    return ", ".join(parts) if parts else "-"
+    return ", ".join(parts) if parts else NO_GPUS
