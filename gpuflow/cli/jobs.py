@@ -164,7 +164,7 @@ async def logs(
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until it ends."),
     node: int = typer.Option(0, "--node", help="Node rank."),
     attempt: int | None = typer.Option(
-        None, "--attempt", min=1, help="An earlier attempt's output (a job that retried)."
+        None, "--attempt", metavar="N", help="An earlier attempt's output (a job that retried)."
     ),
 ) -> None:
     """Print a job's output (its current attempt's, unless --attempt)."""

@@ -16,6 +16,25 @@ from gpuflow.cli.schedules import schedule_app
 from gpuflow.cli.secrets_cmd import secret_app
 from gpuflow.errors import GpuflowError
 
+
+def _flags_show_no_value() -> None:
+    """Typer 0.29's --help writes a flag's type after it (`--json  <bool>`), as if it took a
+    value; it takes none. Where Typer has that hook, a flag shows no type."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "gpuflow", False):
+        return
+
+    def display_type_rich(self: TyperOption, ctx: object) -> str | None:
+        return None if getattr(self, "is_flag", False) else shown(self, ctx)
+
+    display_type_rich.gpuflow = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_show_no_value()
+
 app = typer.Typer(
     name="gpuflow",
     help="GPU jobs as durable Temporal workflows.",

@@ -377,3 +377,10 @@ def test_offers_takes_applys_flags(cli: Cli) -> None:
     assert asked["placement"] is None and "job needs 4" in str(asked["rejections"])
     out = " ".join(cli("offers", "-f", job, "--fleet", "nowhere", code=1).split())
     assert "fleets: nowhere not found" in out
+
+
+def test_help_shows_no_value_after_a_flag(cli: Cli) -> None:
+    """A flag takes no value: its help must not read `--json <bool>`."""
+    out = " ".join(cli("ps", "--help").split())
+    assert "--json Print JSON" in out and "<bool>" not in out
+    assert "--limit <int range>" in out  # an option that takes a value still says what
