@@ -63,11 +63,19 @@ from gpuflow.workflows.api import (
     SubmitRequest,
 )
 from gpuflow.workflows.fleet import FleetWorkflow
-from gpuflow.workflows.models import JobProgress, JobResult, LogsInput
+from gpuflow.workflows.models import JobProgress, JobResult, LogChunk, LogsInput
 from gpuflow.workflows.outcome import job_result
 
 LOG_WAIT_S = 5.0
 """How long a followed log read waits on the host for new output before answering empty."""
+
+
+async def _read_log(reader: LogReader, name: str, queue: str, request: LogsInput) -> LogChunk:
+    """One read of a node's log through the call's log reader; a failure said as gpuflow's."""
+    try:
+        return await reader.read(queue, request)
+    except (WorkflowUpdateFailedError, RPCError) as exc:
+        raise _log_error(name, request.rank, exc) from None
 
 
 def _log_error(job: str, rank: int, exc: Exception) -> GpuflowError:
@@ -343,10 +351,7 @@ class Client(ControlPlaneCalls, QueueCalls, ScheduleCalls):
                 request = LogsInput(
                     job_id=info.id, rank=rank, offset=offset, wait_s=LOG_WAIT_S if follow else 0
                 )
-                try:
-                    chunk = await reader.read(queue, request)
-                except (WorkflowUpdateFailedError, RPCError) as exc:
-                    raise _log_error(info.name, rank, exc) from None
+                chunk = await _read_log(reader, info.name, queue, request)
                 if chunk.data:
                     yield chunk.data
                 offset = chunk.next_offset
@@ -374,10 +379,7 @@ class Client(ControlPlaneCalls, QueueCalls, ScheduleCalls):
         async with LogReader(self.temporal, job_id=info.id) as reader:
             while True:
                 request = LogsInput(job_id=info.id, attempt=attempt, rank=rank, offset=offset)
-                try:
-                    chunk = await reader.read(found.task_queue, request)
-                except (WorkflowUpdateFailedError, RPCError) as exc:
-                    raise _log_error(info.name, rank, exc) from None
+                chunk = await _read_log(reader, info.name, found.task_queue, request)
                 if chunk.data:
                     yield chunk.data
                 offset = chunk.next_offset
