@@ -1,0 +1,141 @@
+"""The client's log reads: a node's output of a job's current attempt, followed while it runs,
+or of an earlier attempt; each call through one log reader workflow (gpuflow/log_reader.py).
+`Client` has them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from temporalio.client import Client as TemporalClient
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
+
+from gpuflow.client.api import Api
+from gpuflow.client.models import JobInfo, Progress
+from gpuflow.errors import GpuflowError, NotFoundError
+from gpuflow.log_reader import LogReader
+from gpuflow.workflows.api import HostQueueRequest, HostQueueResult
+from gpuflow.workflows.models import LogChunk, LogsInput
+
+LOG_WAIT_S = 5.0
+"""How long a followed log read waits on the host for new output before answering empty."""
+
+
+async def _read_log(reader: LogReader, name: str, queue: str, request: LogsInput) -> LogChunk:
+    """One read of a node's log through the call's log reader; a failure said as gpuflow's."""
+    try:
+        return await reader.read(queue, request)
+    except (WorkflowUpdateFailedError, RPCError) as exc:
+        raise _log_error(name, request.rank, exc) from None
+
+
+def _log_error(job: str, rank: int, exc: Exception) -> GpuflowError:
+    """One line for a failed log read: the agent's refusal as it said it, anything else as a
+    host that did not answer."""
+    cause: BaseException = getattr(exc, "cause", None) or exc
+    cause = getattr(cause, "cause", None) or cause
+    if isinstance(cause, ApplicationError) and cause.non_retryable:
+        return GpuflowError(f"job {job}: cannot read the log of node {rank}: {cause}")
+    return GpuflowError(
+        f"job {job}: cannot read the log of node {rank} from its host ({cause}); "
+        "is the host's agent running?"
+    )
+
+
+class LogCalls:
+    _api: Api
+    temporal: TemporalClient
+
+    async def get(self, job: str) -> JobInfo:
+        raise NotImplementedError  # Client's
+
+    async def progress(self, job: str) -> Progress:
+        raise NotImplementedError  # Client's
+
+    async def logs(
+        self,
+        job: str,
+        *,
+        rank: int = 0,
+        follow: bool = False,
+        poll_s: float = 1.0,
+        attempt: int | None = None,
+    ) -> AsyncIterator[str]:
+        """The job's output on one node, from the start; with `follow`, until the job ends.
+        `attempt`: that attempt's output (a job that retried keeps each attempt's); None, or
+        the current attempt's number: the current attempt's. One log reader workflow serves
+        the whole call and is deleted from Temporal at its end (close the iterator, e.g. with
+        `contextlib.aclosing`, when leaving it early)."""
+        info = await self.get(job)
+        if attempt is not None and attempt != info.attempt:
+            async for data in self._earlier_logs(info, rank, attempt):
+                yield data
+            return
+        offset = 0
+        async with LogReader(self.temporal, job_id=info.id) as reader:
+            while True:
+                info = await self.get(info.id)
+                try:
+                    placement = (await self.progress(info.id)).placement
+                except GpuflowError:
+                    placement = None
+                if placement is None and not info.status.is_final:
+                    if not follow:
+                        return
+                    await asyncio.sleep(poll_s)
+                    continue
+                queue = await self._log_queue(info, placement, rank)
+                if queue is None:
+                    return
+                asked = asyncio.get_running_loop().time()
+                request = LogsInput(
+                    job_id=info.id, rank=rank, offset=offset, wait_s=LOG_WAIT_S if follow else 0
+                )
+                chunk = await _read_log(reader, info.name, queue, request)
+                if chunk.data:
+                    yield chunk.data
+                offset = chunk.next_offset
+                if chunk.eof:
+                    if not follow or info.status.is_final:
+                        return
+                    # Let output gather between reads, unless the agent has waited already.
+                    waited = asyncio.get_running_loop().time() - asked
+                    await asyncio.sleep(max(0.0, poll_s - waited))
+
+    async def _earlier_logs(self, info: JobInfo, rank: int, attempt: int) -> AsyncIterator[str]:
+        """An earlier attempt's whole output on one node: it ended, so there is no following."""
+        if not 1 <= attempt < info.attempt:
+            had = f"{info.attempt} attempt{'' if info.attempt == 1 else 's'}"
+            raise NotFoundError(f"job {info.name} has no attempt {attempt}: it has had {had}")
+        where = HostQueueRequest(job_id=info.id, rank=rank, attempt=attempt)
+        found = await self._api.call("host_queue", where, HostQueueResult)
+        if found.task_queue is None:
+            raise NotFoundError(
+                f"job {info.name}: no host is recorded for node {rank} of attempt {attempt} (it "
+                "was not placed, has no such node, or ran under a gpuflow that kept no record "
+                "of earlier attempts' hosts)"
+            )
+        offset = 0
+        async with LogReader(self.temporal, job_id=info.id) as reader:
+            while True:
+                request = LogsInput(job_id=info.id, attempt=attempt, rank=rank, offset=offset)
+                chunk = await _read_log(reader, info.name, found.task_queue, request)
+                if chunk.data:
+                    yield chunk.data
+                offset = chunk.next_offset
+                if chunk.eof:
+                    return
+
+    async def _log_queue(self, info: JobInfo, placement: Any, rank: int) -> str | None:
+        if placement is not None:
+            for node in placement.nodes:
+                if node.rank == rank:
+                    return str(node.task_queue)
+            raise NotFoundError(f"job {info.name} has no node {rank}")
+        found = await self._api.call(
+            "host_queue", HostQueueRequest(job_id=info.id, rank=rank), HostQueueResult
+        )
+        return found.task_queue
