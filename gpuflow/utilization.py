@@ -28,6 +28,9 @@ SAMPLE_INTERVAL_S = 5.0
 """How often a host agent samples each GPU."""
 DEFAULT_MAX_GAP_S = 3 * SAMPLE_INTERVAL_S
 """Longest silence between two samples that still counts as continuous coverage."""
+READING_INTERVAL_S = 15.0
+"""How often a host agent reads a job's GPUs while a probe waits on it (for its metrics, and
+for the readings the probe answers with: `readings_kept`)."""
 HISTORY_POINTS = 60
 """Recent samples kept per GPU for display (5 minutes at the default sample interval)."""
 MIN_CHECK_INTERVAL_S = 10
@@ -146,12 +149,18 @@ def update(
     *,
     policy: UtilizationPolicy | None,
     max_gap_s: float = DEFAULT_MAX_GAP_S,
+    unseen_busy_s: float | None = None,
 ) -> None:
     """Fold one node's new samples into `state`, in place.
 
     Samples may arrive in any order within a batch and may be delivered again (an activity
     retried): a sample not newer than the GPU's newest accepted one is ignored. A gap longer
     than `max_gap_s` between accepted samples restarts coverage.
+
+    `unseen_busy_s`: an idle sample that follows a busy one by more than this says nothing of
+    when the GPU fell idle in between: it counts as busy until this long before the idle
+    sample (late, never early). Without it the GPU counted as idle from the busy sample on, so
+    a job read a tick apart was terminated as idle for the whole window after far less.
     """
     _track_threshold(state, policy)
     threshold = state.min_gpu_utilization
@@ -163,11 +172,20 @@ def update(
         last = window.last_sample_at
         if last is not None and sample.ts <= last:
             continue
+        busy_before = last is not None and window.last_busy_at == last
         if window.covered_since is None or last is None or sample.ts - last > max_gap_s:
             window.covered_since = sample.ts
         window.last_sample_at = sample.ts
         if threshold is not None and sample.utilization >= threshold:
             window.last_busy_at = sample.ts
+        elif (
+            threshold is not None
+            and unseen_busy_s is not None
+            and busy_before
+            and last is not None
+            and sample.ts - last > unseen_busy_s
+        ):
+            window.last_busy_at = sample.ts - unseen_busy_s
         window.utilization = sample.utilization
         window.memory_used_mib = sample.memory_used_mib
         window.memory_total_mib = sample.memory_total_mib
@@ -176,6 +194,26 @@ def update(
             window.recent.append((sample.ts, sample.utilization, sample.memory_used_mib))
             if len(window.recent) > state.history_points:
                 del window.recent[: len(window.recent) - state.history_points]
+
+
+def readings_kept(readings: list[GpuSample], threshold: float) -> list[GpuSample]:
+    """What a probe answers with of the readings it took while it waited (oldest first): per
+    GPU the first and the last, and both sides of every turn between busy (at or above
+    `threshold`) and idle, so the monitor learns when the GPU last read busy and since when it
+    reads idle without every reading of a long wait."""
+    kept: list[GpuSample] = []
+    by_gpu: dict[int, list[GpuSample]] = {}
+    for reading in sorted(readings, key=lambda r: (r.gpu, r.ts)):
+        by_gpu.setdefault(reading.gpu, []).append(reading)
+    for run in by_gpu.values():
+        busy = [r.utilization >= threshold for r in run]
+        for i, reading in enumerate(run):
+            turns = (i > 0 and busy[i] != busy[i - 1]) or (
+                i + 1 < len(run) and busy[i] != busy[i + 1]
+            )
+            if i == 0 or i == len(run) - 1 or turns:
+                kept.append(reading)
+    return kept
 
 
 def break_coverage(state: UtilizationState, *, node: int, gpus: list[int] | None = None) -> None:

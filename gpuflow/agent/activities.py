@@ -32,6 +32,7 @@ from gpuflow.agent.logs import latest_attempt, read_masked, secret_values
 from gpuflow.agent.processes import RunPaths
 from gpuflow.config import private_dir
 from gpuflow.metrics import SampledRun, Sampler
+from gpuflow.utilization import GpuSample, readings_kept
 from gpuflow.workflows.models import (
     LogChunk,
     LogsInput,
@@ -190,9 +191,9 @@ class HostAgent:
         # A long poll: answer at once when the script exits, else at the end of the wait with
         # fresh samples (the workflow needs no timer between probes).
         sampling = inp.sample and bool(inp.gpu_indices)
-        exited = await self._exit_within(
-            paths, inp.wait_s, on_wait=self._reading(paths, inp.gpu_indices) if sampling else None
-        )
+        taken: list[GpuSample] = []
+        reading = self._reading(paths, inp.gpu_indices, taken) if sampling else None
+        exited = await self._exit_within(paths, inp.wait_s, on_wait=reading)
         if exited is not None:
             return exited
         pgid = self._group(paths)
@@ -208,11 +209,16 @@ class HostAgent:
             samples = await asyncio.to_thread(self.sampler.sample, run, time.time())
         except Exception as exc:  # a sampler fault is reported, never fatal
             return ProbeResult(state="running", sample_error=str(exc))
+        if inp.min_utilization is not None and taken:
+            # When the GPUs turned busy or idle during the wait, not only how they read now.
+            samples = readings_kept([*taken, *samples], inp.min_utilization)
         return ProbeResult(state="running", samples=samples)
 
-    def _reading(self, paths: RunPaths, indices: list[int]) -> Callable[[], None] | None:
-        """A reading of the job's GPUs taken while a probe waits; its samples go to the
-        metrics only (the probe answers with a reading of its own)."""
+    def _reading(
+        self, paths: RunPaths, indices: list[int], taken: list[GpuSample]
+    ) -> Callable[[], None] | None:
+        """A reading of the job's GPUs taken while a probe waits: its samples go to the
+        metrics and to `taken` (the probe answers with the turns among them)."""
         if self.sample_every_s is None:
             return None
 
@@ -220,7 +226,7 @@ class HostAgent:
             pgid = self._group(paths)
             if pgid is not None:
                 with contextlib.suppress(Exception):  # a sampler fault is the probe's to report
-                    self.sampler.sample(_sampled(paths, pgid, indices), time.time())
+                    taken.extend(self.sampler.sample(_sampled(paths, pgid, indices), time.time()))
 
         return read
 

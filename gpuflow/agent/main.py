@@ -32,12 +32,13 @@ from gpuflow.config import TemporalConfig, connect_temporal, with_port
 from gpuflow.errors import GpuflowError, SpecError
 from gpuflow.metrics import MeteredSampler, metrics_address, serve_metrics
 from gpuflow.naming import host_task_queue
+from gpuflow.utilization import READING_INTERVAL_S
 
 log = logging.getLogger("gpuflow.agent")
 
-METRICS_READING_S = 15.0
-"""How often a running job's GPUs are read for the metrics while its probe waits (a probe
-answers once a tick, up to minutes): Prometheus's usual scrape interval."""
+METRICS_READING_S = READING_INTERVAL_S
+"""How often a running job's GPUs are read while its probe waits (a probe answers once a tick,
+up to minutes), for the metrics and the probe's answer: Prometheus's usual scrape interval."""
 
 
 def agent_state_dir(home: Path, host_id: str) -> Path:

@@ -47,6 +47,9 @@ PATCH_LONG_POLL = "probe-long-poll"
 PATCH_FAIL_UNLESS_DONE = "fail-unless-done"
 """A job that did not end `done` fails its workflow (the UI lists it as failed)."""
 PATCH_QUEUE_ATTRIBUTE = "queue-search-attribute"
+PATCH_UNSEEN_BUSY = "idle-after-unseen-busy"
+"""A GPU read idle a tick after it read busy counts as idle only since one reading interval
+before (utilization.update `unseen_busy_s`); it counted as idle since the busy reading."""
 """A job started without `GpuflowQueue` (the run of a Temporal Schedule created outside
 gpuflow's client, or before queues) sets it at its first step."""
 
@@ -266,6 +269,13 @@ class JobWorkflow(JobPhases):
         placement = resume.placement
         policy = spec.utilization_policy
         long_poll = self._patched(PATCH_LONG_POLL)
+        # An idle reading a tick after a busy one: idle since one reading before it, not since
+        # the busy one (histories from before replay as they ran).
+        unseen_busy_s = (
+            utilization.READING_INTERVAL_S
+            if policy is not None and workflow.patched(PATCH_UNSEEN_BUSY)
+            else None
+        )
         check = monitor.check_interval(policy, long_poll=long_poll)
         watch = monitor.Watch(failures=dict(resume.probe_failures), gone=self._gone)
         ticks = resume.ticks
@@ -294,7 +304,12 @@ class JobWorkflow(JobPhases):
                 # A node whose script exited with 0 stays so: only the others are watched.
                 nodes = [n for n in placement.nodes if n.rank not in watch.exit_codes]
                 probes = await steps.long_poll(
-                    inp.job_id, self._attempt, nodes, tick, self._interrupted
+                    inp.job_id,
+                    self._attempt,
+                    nodes,
+                    tick,
+                    self._interrupted,
+                    policy.min_gpu_utilization if policy else None,
                 )
                 ticks += 1
             else:
@@ -317,6 +332,7 @@ class JobWorkflow(JobPhases):
                 probes,
                 node_count=len(placement.nodes),
                 max_gap_s=max(check, tick).total_seconds() * 2.5,
+                unseen_busy_s=unseen_busy_s,
                 describe=steps.failure_text,
             )
             exit_codes.update(watch.exit_codes)

@@ -210,6 +210,10 @@ class ProbeInput(BaseModel):
     wait_s: float = 0.0
     """Wait up to this long for the script to exit before answering (a long poll: the
     monitor asks for one tick, and the exit is answered the moment it happens)."""
+    min_utilization: int | None = None
+    """The job's utilization policy threshold: the probe answers with the readings it took
+    while it waited where a GPU turned busy or idle (`utilization.readings_kept`), not only
+    with a reading at the end."""
 
 
 class ProbeResult(BaseModel):

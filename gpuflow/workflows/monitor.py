@@ -98,6 +98,7 @@ def judge(
     *,
     node_count: int,
     max_gap_s: float,
+    unseen_busy_s: float | None = None,
     describe: Callable[[BaseException], str] = str,
 ) -> Verdict | None:
     """What one round of probes (one per node in `nodes`, None where unanswered) means: the
@@ -117,7 +118,14 @@ def judge(
         watch.failures[node.rank] = 0
         if probe.samples:
             # Samples a tick apart are continuous coverage; a missed tick is a gap.
-            utilization.update(state, node.rank, probe.samples, policy=policy, max_gap_s=max_gap_s)
+            utilization.update(
+                state,
+                node.rank,
+                probe.samples,
+                policy=policy,
+                max_gap_s=max_gap_s,
+                unseen_busy_s=unseen_busy_s,
+            )
         if probe.state == "missing":
             return Verdict(
                 TerminationReason.HOST_LOST,

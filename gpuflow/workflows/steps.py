@@ -91,7 +91,13 @@ async def wait_until(condition: Callable[[], bool], timeout: timedelta, summary:
     return True
 
 
-def _probe_input(job_id: str, attempt: int, node: NodePlacement, wait_s: float) -> ProbeInput:
+def _probe_input(
+    job_id: str,
+    attempt: int,
+    node: NodePlacement,
+    wait_s: float,
+    min_utilization: int | None = None,
+) -> ProbeInput:
     return ProbeInput(
         job_id=job_id,
         attempt=attempt,
@@ -99,6 +105,7 @@ def _probe_input(job_id: str, attempt: int, node: NodePlacement, wait_s: float) 
         gpu_indices=list(node.gpu_indices),
         sample=bool(node.gpu_indices),
         wait_s=wait_s,
+        min_utilization=min_utilization,
     )
 
 
@@ -108,9 +115,11 @@ async def long_poll(
     nodes: list[NodePlacement],
     tick: timedelta,
     stopped: Callable[[], bool],
+    min_utilization: int | None = None,
 ) -> list[ProbeResult | BaseException | None]:
     """One look at every node in `nodes`: each probe waits on its agent up to `tick` for the
-    node's script to exit, answers at once when it does, else at the tick with fresh samples;
+    node's script to exit, answers at once when it does, else at the tick with fresh samples
+    (with `min_utilization`, the policy's threshold, also when the GPUs turned busy or idle);
     so an exit is seen within moments and no timer runs between looks. A stop (`stopped()`)
     cancels the probes and answers nothing; the agent learns it through its heartbeats, which
     also show that it is alive: a probe lost with a restarted agent is retried after
@@ -119,7 +128,7 @@ async def long_poll(
     handles = [
         workflow.start_activity(
             contract.probe_process,
-            _probe_input(job_id, attempt, node, tick.total_seconds()),
+            _probe_input(job_id, attempt, node, tick.total_seconds(), min_utilization),
             task_queue=node.task_queue,
             summary=f"watch {node.host_name}",
             start_to_close_timeout=tick + PROBE_SLACK,

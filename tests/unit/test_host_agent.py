@@ -351,3 +351,37 @@ async def test_a_waiting_probe_reads_the_gpus_for_the_metrics_every_so_often(
     await env.run(
         agent.stop_process, StopProcessInput(job_id="job-t-1", attempt=1, rank=0, grace_s=1)
     )
+
+
+async def test_a_waiting_probe_answers_when_its_gpus_turned_idle(tmp_path: Path) -> None:
+    """A probe that waits reads the GPUs as it waits; with the policy's threshold it answers
+    with the readings on either side of each turn, so the monitor knows when the GPU last
+    read busy (not only that it reads idle at the end of a long tick)."""
+    calls = 0
+
+    def turning(gpu: int) -> float:
+        return 90.0 if calls <= 3 else 0.0
+
+    class Counting(FixedSampler):
+        def sample(self, run, now):  # type: ignore[no-untyped-def]
+            nonlocal calls
+            calls += 1
+            return super().sample(run, now)
+
+    agent = HostAgent(
+        host_id="sim/h1", state_dir=tmp_path / "agent", sampler=Counting(utilization=turning)
+    )
+    agent.sample_every_s = 0.1
+    env = ActivityEnvironment()
+    await env.run(agent.start_process, _start(["sleep 30"], gpus=[2]))
+    probe = ProbeInput(job_id="job-t-1", attempt=1, rank=0, gpu_indices=[2], wait_s=1.0)
+    plain = await env.run(agent.probe_process, probe)
+    assert [s.utilization for s in plain.samples] == [0.0]  # the reading at the end only
+    calls = 0
+    turned = await env.run(agent.probe_process, probe.model_copy(update={"min_utilization": 30}))
+    readings = [s.utilization for s in turned.samples]
+    assert readings[:3] == [90.0, 90.0, 0.0] and readings[-1] == 0.0 and len(readings) == 4
+    assert [s.ts for s in turned.samples] == sorted(s.ts for s in turned.samples)
+    await env.run(
+        agent.stop_process, StopProcessInput(job_id="job-t-1", attempt=1, rank=0, grace_s=2)
+    )

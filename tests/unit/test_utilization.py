@@ -334,3 +334,63 @@ def test_quiet_until_only_while_every_gpu_reads_busy() -> None:
     )
     assert quiet_until(state, POLICY) is None  # GPU 1 reads idle: check at the normal pace
     assert quiet_until(state, None) is None
+
+
+def _ticks(state: UtilizationState, readings: list[tuple[float, float]], **kw: float) -> None:
+    """One sample a tick apart (a probe's answer each), as (offset from T0, utilization)."""
+    for at, util in readings:
+        batch = [
+            GpuSample(gpu=0, ts=T0 + at, utilization=util, memory_used_mib=1, memory_total_mib=2)
+        ]
+        update(state, 0, batch, policy=ONE_MINUTE, max_gap_s=150, **kw)
+
+
+ONE_MINUTE = UtilizationPolicy(min_gpu_utilization=30, time_window="1m")
+
+
+def test_an_idle_reading_a_tick_after_a_busy_one_is_idle_since_just_before_it() -> None:
+    """The monitor read a GPU busy, then (a quiet tick of a minute later) idle: it fell idle
+    somewhere in between. Counted idle since the busy reading, a job idle for a few seconds
+    was terminated as idle for the whole 1m window (QA: busy until 09:51:47, read busy at
+    09:51:02 and idle at 09:52:02, terminated at once); now late, never early."""
+    before = UtilizationState()
+    _ticks(before, [(0, 96), (60, 0), (70, 0)])
+    assert verdict(before, ONE_MINUTE) is not None  # what it did: idle 0..70 s, it says
+    state = UtilizationState()
+    _ticks(state, [(0, 96), (60, 0), (70, 0), (100, 0)], unseen_busy_s=15)
+    assert verdict(state, ONE_MINUTE) is None  # idle since 45 s at the earliest
+    _ticks(state, [(106, 0)], unseen_busy_s=15)
+    violation = verdict(state, ONE_MINUTE)
+    assert violation is not None and violation.idle_since == T0 + 45
+    # readings close together say when: nothing is assumed between them
+    close = UtilizationState()
+    _ticks(close, [(0, 96), (10, 0), (70, 0)], unseen_busy_s=15)
+    violation = verdict(close, ONE_MINUTE)
+    assert violation is not None and violation.idle_since == T0
+
+
+def test_a_probe_keeps_the_first_last_and_each_turn_of_its_readings() -> None:
+    from gpuflow.utilization import readings_kept
+
+    def reading(gpu: int, at: float, util: float) -> GpuSample:
+        return GpuSample(
+            gpu=gpu, ts=T0 + at, utilization=util, memory_used_mib=1, memory_total_mib=2
+        )
+
+    busy_then_idle = [reading(0, t, 90 if t <= 45 else 0) for t in range(0, 181, 15)]
+    steady = [reading(1, t, 80) for t in range(0, 181, 15)]
+    kept = readings_kept(busy_then_idle + steady, 30)
+    assert [(r.gpu, r.ts - T0) for r in kept] == [
+        (0, 0),
+        (0, 45),
+        (0, 60),
+        (0, 180),
+        (1, 0),
+        (1, 180),
+    ]
+    # folded in, the GPU reads busy until 45 s: idle for 135 s by 180 s, not 180
+    state = UtilizationState()
+    update(state, 0, kept, policy=ONE_MINUTE, max_gap_s=150, unseen_busy_s=15)
+    assert state.gpus["0/0"].last_busy_at == T0 + 45
+    violation = verdict(state, ONE_MINUTE)
+    assert violation is not None and violation.idle_since == T0 + 45

@@ -6,6 +6,7 @@ import asyncio
 from datetime import timedelta
 
 import pytest
+from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.testing import WorkflowEnvironment
 
@@ -13,6 +14,7 @@ from gpuflow.services.capacity import allocations_of
 from gpuflow.services.jobs import find_job, job_events
 from gpuflow.status import JobStatus, TerminationReason
 from gpuflow.store.db import Store
+from gpuflow.utilization import GpuSample
 from gpuflow.workflows.models import JobProgress, ProbeInput, ProbeResult
 from gpuflow.workflows.outcome import job_result
 from tests.workflow.harness import ScriptedHosts, idle_samples, job, sim_fleet, start_job, workers
@@ -210,6 +212,39 @@ async def test_idle_gpu_is_terminated_and_never_retried(
     assert result.attempts == 1
     assert [s.job_id for s in hosts.stopped] == [result.job_id]
     assert allocations_of(sqlite_store, result.job_id) == []
+
+
+async def test_a_gpu_read_idle_a_quiet_tick_after_busy_gets_its_whole_window(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    """While its GPU reads busy the monitor looks once a window; the first idle reading after
+    such a tick says nothing of when the GPU fell idle. The job was terminated 10 s after
+    that reading (idle since the busy one, it said); now its window counts from one reading
+    interval before it."""
+    fleet = sim_fleet(sqlite_store)
+    readings: list[tuple[int, float, float]] = []
+
+    def probe(inp: ProbeInput, n: int) -> ProbeResult:
+        # As an agent answers a long poll: at the end of its wait, with a reading taken then.
+        at = activity.info().current_attempt_scheduled_time.timestamp() + inp.wait_s
+        util = 96.0 if n <= 2 else 0.0
+        readings.append((n, at, util))
+        sample = GpuSample(gpu=0, ts=at, utilization=util, memory_used_mib=1, memory_total_mib=2)
+        return ProbeResult(state="running", samples=[sample])
+
+    hosts = ScriptedHosts(probe=probe, long_poll=True)
+    policy = {"min_gpu_utilization": 30, "time_window": "1m"}
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        handle = await start_job(time_env.client, task_queue, job(utilization_policy=policy))
+        result = await job_result(handle)
+    assert result.reason == TerminationReason.GPU_UNDERUTILIZED
+    ended = find_job(sqlite_store, result.job_id).finished_at
+    assert ended is not None
+    (before,) = [at for n, at, _ in readings if n == 2]
+    first_idle = min(at for _, at, util in readings if util == 0)
+    assert first_idle - before >= 50  # a quiet tick: the GPU read busy at its start
+    idle_for = ended.timestamp() - first_idle
+    assert 45 <= idle_for <= 75, readings
 
 
 async def test_busy_gpu_keeps_running_past_the_window(
