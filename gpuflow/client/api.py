@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import time
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
@@ -29,6 +30,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from gpuflow import errors
 from gpuflow.naming import CONTROL_TASK_QUEUE
 from gpuflow.workflows.api import API_WORKFLOW_ID
+from gpuflow.workflows.api_expiry import EXPIRY_MARGIN_S, call_id
 
 R = TypeVar("R")
 
@@ -127,6 +129,9 @@ class TemporalApi:
         same time budget."""
         _check_size(update, arg)
         deadline = asyncio.get_running_loop().time() + timeout_s
+        # No control worker takes the request up once this client stops counting on it
+        # (workflows/api_expiry.py): a call reported as failed has had no effect.
+        expires = time.time() + max(timeout_s - EXPIRY_MARGIN_S, timeout_s / 2)
         pause = 0.05
         lane = min(self._lanes, key=lambda lane: lane.asked)  # the first of equals
         lane.asked += 1
@@ -135,7 +140,12 @@ class TemporalApi:
                 while True:
                     try:
                         return await self._call(
-                            lane.workflow_id, update, arg, result_type, timeout_s=timeout_s
+                            lane.workflow_id,
+                            update,
+                            arg,
+                            result_type,
+                            timeout_s=timeout_s,
+                            update_id=call_id(expires),
                         )
                     except RPCError as exc:
                         left = deadline - asyncio.get_running_loop().time()
@@ -154,6 +164,7 @@ class TemporalApi:
         result_type: type[R],
         *,
         timeout_s: float,
+        update_id: str | None = None,
     ) -> R:
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             "ControlApiWorkflow",
@@ -167,6 +178,7 @@ class TemporalApi:
                 update,
                 arg,
                 start_workflow_operation=start,
+                id=update_id,
                 result_type=result_type,
                 rpc_timeout=timedelta(seconds=timeout_s),
             )
@@ -193,8 +205,9 @@ class TemporalApi:
             with contextlib.suppress(Exception):  # never set when the call was cut off
                 await asyncio.wait_for(start.workflow_handle(), 1)
             raise errors.ConnectionFailed(
-                f"the control plane did not answer within {timeout_s:.0f}s; is a control worker "
-                "running? (`gpuflow up`, or `python -m gpuflow.worker.control_main`)"
+                f"the control plane did not answer within {timeout_s:.0f}s, and will not carry "
+                "the request out later; is a control worker running? (`gpuflow up`, or "
+                "`python -m gpuflow.control.main`)"
             ) from None
         return result  # type: ignore[no-any-return]
 

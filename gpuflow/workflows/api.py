@@ -13,17 +13,17 @@ before anything is written to history, and the first client starts the workflow 
 update-with-start (USE_EXISTING), so nothing has to be deployed beside the control worker. The
 workflow continues as new when Temporal suggests it, once every running handler has finished.
 
-The payload models here are the API's contract between client and control worker; the client
-turns them into its own public models (gpuflow/client/models.py) and never returns them.
+The payload models (api_models.py, re-exported here) are the API's contract between client and
+control worker; the client turns them into its own public models (gpuflow/client/models.py) and
+never returns them. Every update has a validator, which refuses a request its client gave up on
+(api_expiry.py): a call reported as failed is never carried out later.
 """
 
 from __future__ import annotations
 
-import re
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from pydantic import BaseModel, Field
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         PlanRequest,
     )
     from gpuflow.workflows.api_events import JobEvents, JobEventsRequest
+    from gpuflow.workflows.api_expiry import refuse_if_given_up
     from gpuflow.workflows.api_fleets import FleetRecord, FleetRef, FleetsPage
     from gpuflow.workflows.api_queues import (
         PriorityRequest,
@@ -76,105 +77,53 @@ activity task on the server (half the events and round trips of a submit). Histo
 before replay their activity tasks."""
 
 
-# ---- payloads ---------------------------------------------------------------------------------
-
-
-class JobRecord(BaseModel):
-    """A job as the control plane knows it (its row, or its open workflow not yet recorded)."""
-
-    id: str
-    name: str
-    status: str
-    reason: str | None = None
-    message: str | None = None
-    fleet: str | None = None
-    hosts: list[str] = Field(default_factory=list)
-    gpus: str | None = None
-    attempt: int = 1
-    priority: int = 0
-    preemptible: bool = False
-    submitted_at: datetime
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    queue: str | None = None
-    """The queue the job waits or runs in (None: not known, from a control plane before queues)."""
-    queue_position: int | None = None
-    """A waiting job's place in the last admission pass's order, 1 first."""
-    queue_reason: str | None = None
-    """Why a waiting job was not admitted by the last pass: no_capacity, quota,
-    reserved_for:<job id>, quota_held_for:<job id> or preempting:<job ids>."""
-    reserved_hosts: list[str] = Field(default_factory=list)
-    """A waiting job that holds the backfill reservation: the hosts reserved for it."""
-    reserved_start: datetime | None = None
-    """When it can start at the latest (None: not known), if it holds the reservation."""
-
-
-class SubmitRequest(BaseModel):
-    job_id: str
-    spec: JobSpec
-    search_attributes: bool = True
-
-
-class JobRef(BaseModel):
-    ref: str
-    """A job id, or a job name (the newest job of that name)."""
-
-
-JOBS_PER_PAGE = 500
-"""Jobs one answer of the jobs' listing holds at most: the client reads a long listing a page
-at a time, each older than the last. A record is under 1 KB but for its message, which a
-listing cuts at LISTED_MESSAGE_CHARS (a waiting job's reasons can be a line per host)."""
-LISTED_MESSAGE_CHARS = 1_000
-"""A listed job's message is cut here (the Python client's `get` has it whole)."""
-
-
-class JobsRequest(BaseModel):
-    include_finished: bool = False
-    most: int = Field(default=200, ge=1)
-    """Jobs to answer at most (JOBS_PER_PAGE whatever is asked; older clients ask nothing and
-    get the newest 200, as before pages)."""
-    before: tuple[datetime, str] | None = None
-    """The submission time and id of the last job of the page before: this page's are older.
-    An open workflow not recorded yet is on the page whose span holds its start."""
-    queue: str | None = None
-    """Only the jobs of this queue (the one each names; None: every queue). A control worker
-    older than this field answers every queue's: the client filters again."""
-
-
-class HostQueueRequest(BaseModel):
-    job_id: str
-    rank: int
-    attempt: int | None = None
-    """An earlier attempt's host; None: the current attempt's."""
-
-
-class HostQueueResult(BaseModel):
-    task_queue: str | None = None
-
-
-class Empty(BaseModel):
-    pass
-
-
-class SecretKey(BaseModel):
-    public_key: str
-    """The control plane's X25519 public key, base64 (gpuflow/sealed.py)."""
-
-
-class SecretRef(BaseModel):
-    name: str
-
-
-class SecretNames(BaseModel):
-    names: list[str]
-
-
-class SecretDeleted(BaseModel):
-    deleted: bool
-
-
-SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$")
-MAX_SEALED_CHARS = 64 * 1024
+# The payloads (re-exported: clients and tests import them from here).
+with workflow.unsafe.imports_passed_through():
+    from gpuflow.workflows.api_models import (
+        JOBS_PER_PAGE as JOBS_PER_PAGE,
+    )
+    from gpuflow.workflows.api_models import (
+        LISTED_MESSAGE_CHARS as LISTED_MESSAGE_CHARS,
+    )
+    from gpuflow.workflows.api_models import (
+        MAX_SEALED_CHARS as MAX_SEALED_CHARS,
+    )
+    from gpuflow.workflows.api_models import (
+        SECRET_NAME as SECRET_NAME,
+    )
+    from gpuflow.workflows.api_models import (
+        Empty as Empty,
+    )
+    from gpuflow.workflows.api_models import (
+        HostQueueRequest as HostQueueRequest,
+    )
+    from gpuflow.workflows.api_models import (
+        HostQueueResult as HostQueueResult,
+    )
+    from gpuflow.workflows.api_models import (
+        JobRecord as JobRecord,
+    )
+    from gpuflow.workflows.api_models import (
+        JobRef as JobRef,
+    )
+    from gpuflow.workflows.api_models import (
+        JobsRequest as JobsRequest,
+    )
+    from gpuflow.workflows.api_models import (
+        SecretDeleted as SecretDeleted,
+    )
+    from gpuflow.workflows.api_models import (
+        SecretKey as SecretKey,
+    )
+    from gpuflow.workflows.api_models import (
+        SecretNames as SecretNames,
+    )
+    from gpuflow.workflows.api_models import (
+        SecretRef as SecretRef,
+    )
+    from gpuflow.workflows.api_models import (
+        SubmitRequest as SubmitRequest,
+    )
 
 
 # ---- the workflow -----------------------------------------------------------------------------
@@ -255,6 +204,7 @@ class ControlApiWorkflow:
 
     @submit.validator
     def _check_submit(self, req: SubmitRequest) -> None:
+        refuse_if_given_up()
         _name(req.job_id, "job id")
         if not req.job_id.startswith("job-"):
             _refuse(f"job id {req.job_id!r} does not start with 'job-'")
@@ -266,6 +216,7 @@ class ControlApiWorkflow:
 
     @job.validator
     def _check_job(self, ref: JobRef) -> None:
+        refuse_if_given_up()
         _name(ref.ref, "job")
 
     @workflow.update
@@ -275,6 +226,7 @@ class ControlApiWorkflow:
 
     @job_events.validator
     def _check_job_events(self, req: JobEventsRequest) -> None:
+        refuse_if_given_up()
         _name(req.ref, "job")
 
     @workflow.update
@@ -282,10 +234,18 @@ class ControlApiWorkflow:
         records: list[JobRecord] = await self._call("api_jobs", req, list[JobRecord])
         return records
 
+    @jobs.validator
+    def _check_jobs(self, req: JobsRequest) -> None:
+        refuse_if_given_up()
+
     @workflow.update
     async def fleets(self, page: FleetsPage) -> list[FleetRecord]:
         records: list[FleetRecord] = await self._call("api_fleets", page, list[FleetRecord])
         return records
+
+    @fleets.validator
+    def _check_fleets(self, page: FleetsPage) -> None:
+        refuse_if_given_up()
 
     @workflow.update
     async def apply_fleet(self, spec: FleetSpec) -> FleetRecord:
@@ -294,12 +254,17 @@ class ControlApiWorkflow:
         )
         return record
 
+    @apply_fleet.validator
+    def _check_apply_fleet(self, spec: FleetSpec) -> None:
+        refuse_if_given_up()
+
     @workflow.update
     async def delete_fleet(self, ref: FleetRef) -> None:
         await self._call("api_delete_fleet", ref, type(None))
 
     @delete_fleet.validator
     def _check_delete_fleet(self, ref: FleetRef) -> None:
+        refuse_if_given_up()
         _name(ref.name, "fleet name")
 
     @workflow.update
@@ -307,10 +272,18 @@ class ControlApiWorkflow:
         records: list[QueueRecord] = await self._call("api_queues", Empty(), list[QueueRecord])
         return records
 
+    @queues.validator
+    def _check_queues(self, _: Empty) -> None:
+        refuse_if_given_up()
+
     @workflow.update
     async def apply_queue(self, spec: QueueSpec) -> QueueApplied:
         applied: QueueApplied = await self._call("api_apply_queue", spec, QueueApplied)
         return applied
+
+    @apply_queue.validator
+    def _check_apply_queue(self, spec: QueueSpec) -> None:
+        refuse_if_given_up()
 
     @workflow.update
     async def delete_queue(self, ref: QueueRef) -> None:
@@ -318,6 +291,7 @@ class ControlApiWorkflow:
 
     @delete_queue.validator
     def _check_delete_queue(self, ref: QueueRef) -> None:
+        refuse_if_given_up()
         _name(ref.name, "queue name")
 
     @workflow.update
@@ -327,6 +301,7 @@ class ControlApiWorkflow:
 
     @set_priority.validator
     def _check_set_priority(self, req: PriorityRequest) -> None:
+        refuse_if_given_up()
         _name(req.ref, "job")
 
     @workflow.update
@@ -336,6 +311,10 @@ class ControlApiWorkflow:
         )
         return records
 
+    @offers.validator
+    def _check_offers(self, req: OffersRequest) -> None:
+        refuse_if_given_up()
+
     @workflow.update
     async def plan(self, req: PlanRequest) -> list[PlanRecord]:
         records: list[PlanRecord] = await self._call("api_plan", req, list[PlanRecord])
@@ -343,6 +322,7 @@ class ControlApiWorkflow:
 
     @plan.validator
     def _check_plan(self, req: PlanRequest) -> None:
+        refuse_if_given_up()
         if not req.specs:
             _refuse("nothing to plan: no job given")
 
@@ -353,6 +333,7 @@ class ControlApiWorkflow:
 
     @host_queue.validator
     def _check_host_queue(self, req: HostQueueRequest) -> None:
+        refuse_if_given_up()
         _name(req.job_id, "job id")
         if req.rank < 0:
             _refuse(f"node {req.rank} does not exist: nodes count from 0")
@@ -366,12 +347,17 @@ class ControlApiWorkflow:
         key: SecretKey = await self._call("api_secret_key", Empty(), SecretKey)
         return key
 
+    @secret_key.validator
+    def _check_secret_key(self, _: Empty) -> None:
+        refuse_if_given_up()
+
     @workflow.update
     async def set_secret(self, sealed: SealedSecret) -> None:
         await self._call("api_set_secret", sealed, type(None))
 
     @set_secret.validator
     def _check_set_secret(self, sealed: SealedSecret) -> None:
+        refuse_if_given_up()
         _secret_name(sealed.name)
         if len(sealed.ciphertext) > MAX_SEALED_CHARS:
             _refuse(f"secret {sealed.name}: the value is over {MAX_SEALED_CHARS // 1024} KiB")
@@ -381,6 +367,10 @@ class ControlApiWorkflow:
         names: SecretNames = await self._call("api_secrets", Empty(), SecretNames)
         return names
 
+    @secret_names.validator
+    def _check_secret_names(self, _: Empty) -> None:
+        refuse_if_given_up()
+
     @workflow.update
     async def delete_secret(self, ref: SecretRef) -> SecretDeleted:
         deleted: SecretDeleted = await self._call("api_delete_secret", ref, SecretDeleted)
@@ -388,6 +378,7 @@ class ControlApiWorkflow:
 
     @delete_secret.validator
     def _check_delete_secret(self, ref: SecretRef) -> None:
+        refuse_if_given_up()
         _secret_name(ref.name)
 
 

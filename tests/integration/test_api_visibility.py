@@ -107,7 +107,45 @@ async def test_no_control_worker_is_one_line_not_a_hang(dev_env: WorkflowEnviron
         with pytest.raises(ConnectionFailed) as failed:
             await nobody.call("fleets", Empty(), list[FleetRecord], timeout_s=2)
         assert str(failed.value).startswith(
-            "the control plane did not answer within 2s; is a control worker running?"
+            "the control plane did not answer within 2s, and will not carry the request out "
+            "later; is a control worker running?"
         )
     finally:
         await dev_env.client.get_workflow_handle(nobody.workflow_id).terminate("test over")
+
+
+async def test_a_request_its_client_gave_up_on_is_not_carried_out_later(
+    dev_env: WorkflowEnvironment, sqlite_store: Store, tmp_path: Path
+) -> None:
+    """With no control worker, a submit fails after its timeout; Temporal keeps the request,
+    and the worker that starts later used to carry it out: a retried submit made two jobs."""
+    from temporalio.service import RPCError
+
+    from gpuflow.control.worker import ControlWorker
+    from gpuflow.errors import ConnectionFailed, NotFoundError
+    from gpuflow.workflows.api import JobRecord, SubmitRequest
+
+    api = TemporalApi(dev_env.client, workflow_id=f"gpuflow-api-{uuid.uuid4().hex[:6]}")
+    job_id = f"job-ghost-{uuid.uuid4().hex[:6]}"
+    spec = JobSpec.model_validate({"name": "ghost", "commands": ["true"]})
+    with pytest.raises(ConnectionFailed, match="will not carry the request out later"):
+        await api.call("submit", SubmitRequest(job_id=job_id, spec=spec), JobRecord, timeout_s=2)
+    try:
+        async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
+            client = Client(temporal=dev_env.client, api=api)
+            await client.jobs(include_finished=True)  # the worker has served the lane
+            with pytest.raises(NotFoundError):
+                await client.get(job_id)
+            history = await dev_env.client.get_workflow_handle(api.workflow_id).fetch_history()
+        # refused by its validator: nothing of it in the API workflow's history
+        accepted = "workflow_execution_update_accepted_event_attributes"
+        names = [
+            getattr(e, accepted).accepted_request.input.name
+            for e in history.events
+            if e.HasField(accepted)
+        ]
+        assert "jobs" in names and "submit" not in names
+        with pytest.raises(RPCError):  # no workflow of the job was ever started
+            await dev_env.client.get_workflow_handle(job_id).describe()
+    finally:
+        await dev_env.client.get_workflow_handle(api.workflow_id).terminate("test over")
