@@ -3,7 +3,7 @@
 They run on the host's own task queue. Processes are started in their own session with an exit
 code file written by a wrapper (launch.py), and their pid and start time are kept on disk, so an
 agent that restarts still knows which processes are its own (processes.py) and how they ended
-(exits.py). Logs leave the host masked (logs.py).
+(exits.py). Logs leave the host masked with the secret values recorded at start (logs.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from gpuflow.agent import processes
 from gpuflow.agent.exits import recorded_exit, wait_for_exit
 from gpuflow.agent.job_env import job_environment
 from gpuflow.agent.launch import RunLocks, claimed_pid, drop_dead_claim, spawn_wrapper
-from gpuflow.agent.logs import latest_attempt, read_masked, secret_values
+from gpuflow.agent.logs import latest_attempt, read_masked, record_masks, secret_values
 from gpuflow.agent.processes import RunPaths
 from gpuflow.config import private_dir
 from gpuflow.metrics import SampledRun, Sampler
@@ -80,9 +80,6 @@ class HostAgent:
         metrics, which would otherwise move only when a probe answers, once a tick); None reads
         them only when the probe answers."""
         self._children: dict[str, subprocess.Popen[bytes]] = {}
-        self._injected: dict[str, dict[str, str]] = {}
-        """Secret values given to each job this agent started, by job directory: a log is
-        masked with them even after the secrets file changed."""
         self._starting = RunLocks()
 
     def _paths(self, job_id: str, attempt: int, rank: int) -> RunPaths:
@@ -129,16 +126,17 @@ class HostAgent:
             if inp.working_dir:
                 usable_working_dir(inp.working_dir, self.host_id)
             referenced = secrets.referenced(inp.env)
-            given = {name: job_env[key] for key, name in referenced.items()}
-            self._injected[str(paths.root)] = given
+            for directory in (self.state_dir, paths.root.parent.parent, paths.root.parent):
+                private_dir(directory)
+            private_dir(paths.root)
+            # Before the process can print them: its log stays masked with these whatever
+            # becomes of the secrets, whichever agent reads it.
+            record_masks(paths, (job_env[key] for key in referenced))
             # A start cut off before it recorded the process: adopt what it launched.
             pid = await claimed_pid(claim=paths.claim, pid=paths.pid)
             adopted = pid is not None
             if pid is None:
                 drop_dead_claim(paths.claim)
-                for directory in (self.state_dir, paths.root.parent.parent, paths.root.parent):
-                    private_dir(directory)
-                private_dir(paths.root)
                 self._children[str(paths.root)] = spawn_wrapper(
                     paths,
                     commands=inp.commands,
@@ -159,7 +157,8 @@ class HostAgent:
                 "gpus": node.gpu_indices,
                 # A share of a GPU: its readings are the job's own processes' (samplers.py).
                 "shared_gpus": node.gpu_indices if node.gpu_fraction is not None else [],
-                # Names only: the values are looked up again to mask the log.
+                # Names only (the values are in the run's masks): a log read masks the values
+                # they have then too.
                 "secrets": sorted(set(referenced.values())),
             }
             tmp = paths.state.with_suffix(".tmp")
@@ -286,8 +285,7 @@ class HostAgent:
             if attempt is None:
                 return LogChunk(data="", next_offset=0, eof=True)
         paths = self._paths(inp.job_id, attempt, inp.rank)
-        given = self._injected.get(str(paths.root), {})
-        values = secret_values(paths, given=given, secrets_path=self.secrets_path)
+        values = secret_values(paths, secrets_path=self.secrets_path)
         return await read_masked(
             paths, inp, attempt=attempt, values=values, alive=self._alive(paths)
         )

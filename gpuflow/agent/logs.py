@@ -1,13 +1,14 @@
 """A run's log as a host agent serves it: bytes from an offset, with every secret value the job
 was given masked (an unmasked log never leaves the host), waiting a little for new bytes when
-asked to follow."""
+asked to follow. The values are recorded next to the run's files when it starts, so they are
+masked whatever becomes of the secrets later and whichever agent reads the log."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from temporalio import activity
@@ -15,7 +16,7 @@ from temporalio.exceptions import ApplicationError
 
 from gpuflow import secrets
 from gpuflow.agent.masking import mask, maskable
-from gpuflow.agent.processes import RunPaths
+from gpuflow.agent.processes import RunPaths, write_private
 from gpuflow.workflows.models import LogChunk, LogsInput
 
 LOG_WAIT_MAX_S = 10.0
@@ -32,12 +33,48 @@ def latest_attempt(job_dir: Path, rank: int) -> int | None:
     return attempts[-1] if attempts else None
 
 
-def secret_values(
-    paths: RunPaths, *, given: Mapping[str, str], secrets_path: Path | None
-) -> list[str]:
-    """The secret values to mask in a run's log: those `given` at start (known while the agent
-    that started it runs) and those its secret names have now. Refuses when the secrets file is
-    broken and the values are not known otherwise: an unmasked log must not leave the host."""
+def record_masks(paths: RunPaths, values: Iterable[str]) -> None:
+    """Records, before the run's process starts, the secret values it is given: its log is
+    masked with them whatever becomes of its secrets later, across agent restarts. A retried
+    start adds to what an earlier one recorded (the process it adopts got those). The record
+    is private, as output.log, which holds the values in clear, already is."""
+    known = recorded_masks(paths) or []
+    tmp = paths.masks.with_suffix(".tmp")
+    write_private(tmp, json.dumps({"values": sorted({*known, *values})}))
+    tmp.replace(paths.masks)  # whole or absent: a cut-off write leaves the previous record
+
+
+def recorded_masks(paths: RunPaths) -> list[str] | None:
+    """The secret values recorded at the run's start; None when it has no record (an agent
+    from before records were kept started it). A record that cannot be read is refused: an
+    unmasked log must not leave the host."""
+    try:
+        text = paths.masks.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        problem = exc.strerror or type(exc).__name__
+    except UnicodeDecodeError:  # its message would quote a byte of the file
+        problem = "not UTF-8 text"
+    else:
+        try:
+            values = json.loads(text).get("values")
+        except (ValueError, AttributeError):
+            values = None
+        if isinstance(values, list) and all(isinstance(v, str) for v in values):
+            return values
+        problem = 'not a JSON object with a "values" list of strings'
+    raise ApplicationError(
+        f"cannot mask the job's secrets in its log: {paths.masks} cannot be read: {problem}",
+        non_retryable=True,
+    )
+
+
+def secret_values(paths: RunPaths, *, secrets_path: Path | None) -> list[str]:
+    """The secret values to mask in a run's log: those recorded at its start and those its
+    secret names have now. Refuses when it cannot know them: its record cannot be read, or it
+    has none and the secrets file is broken."""
+    recorded = recorded_masks(paths)
     try:
         names: list[str] = json.loads(paths.state.read_text()).get("secrets", [])
     except (OSError, ValueError):
@@ -45,12 +82,12 @@ def secret_values(
     try:
         stored = secrets.load(secrets_path) if names else {}
     except secrets.SecretsFileError as exc:
-        if set(names) <= given.keys():
-            return list(given.values())
+        if recorded is not None:
+            return recorded  # every value the process was given
         raise ApplicationError(
             f"cannot mask the job's secrets in its log: {exc}", non_retryable=True
         ) from None
-    return [*given.values(), *(stored[name] for name in names if name in stored)]
+    return [*(recorded or []), *(stored[name] for name in names if name in stored)]
 
 
 async def read_masked(

@@ -65,7 +65,7 @@ def _members(pgid: int) -> Iterator[int]:
 
 @dataclass
 class RunPaths:
-    """Where one run (job, attempt, rank) keeps its script, log, state and exit code."""
+    """Where one run (job, attempt, rank) keeps its script, log, state, masks and exit code."""
 
     root: Path
 
@@ -80,6 +80,11 @@ class RunPaths:
     @property
     def state(self) -> Path:
         return self.root / "process.json"
+
+    @property
+    def masks(self) -> Path:
+        """The secret values the run was given, recorded at its start to mask its log with."""
+        return self.root / "masks.json"
 
     @property
     def exit_code(self) -> Path:

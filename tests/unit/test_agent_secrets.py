@@ -1,7 +1,8 @@
 """Secrets on the host agent, with real processes: values injected into a job are masked in every
-log chunk the agent hands over (also when a read cuts them, after an agent restart and after the
-secret changed), never written to the agent's files, which only their owner can read; a broken
-secrets file refuses the start (a job failure, not a lost host)."""
+log chunk the agent hands over (also when a read cuts them, and whatever becomes of the secret
+after the start, across agent restarts: the values are recorded with the run), never written to
+the agent's other files, which only their owner can read; a broken secrets file refuses the
+start (a job failure, not a lost host)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from temporalio.testing import ActivityEnvironment
 
 from gpuflow import secrets
 from gpuflow.agent.activities import HostAgent
+from gpuflow.agent.logs import record_masks, recorded_masks
+from gpuflow.agent.processes import RunPaths
 from gpuflow.scheduler.model import NodePlacement
 from gpuflow.workflows.models import LogsInput, ProbeInput, StartProcessInput, StopProcessInput
 from tests.fake_sampler import FixedSampler
@@ -142,7 +145,11 @@ async def test_a_value_written_in_pieces_and_read_in_small_chunks_never_shows(
         assert log == "a1-*** b\na2-*** b\na3-*** b\n", limit
 
 
-async def test_a_restarted_agent_masks_with_the_values_it_looks_up_again(
+def _run_dir(tmp_path: Path, job_id: str = "job-s-1") -> Path:
+    return tmp_path / "agent" / "jobs" / job_id / "1-0"
+
+
+async def test_a_run_of_an_older_agent_is_masked_with_the_values_looked_up_again(
     tmp_path: Path, secrets_path: Path
 ) -> None:
     first = _agent(tmp_path, secrets_path)
@@ -150,8 +157,76 @@ async def test_a_restarted_agent_masks_with_the_values_it_looks_up_again(
         first.start_process, _start(['echo "$TOKEN"'], TOKEN="${{ secrets.token }}")
     )
     await _wait_exit(first, "job-s-1")
+    (_run_dir(tmp_path) / "masks.json").unlink()  # as an agent that kept no record left it
     restarted = _agent(tmp_path, secrets_path)
     assert await _read_all(restarted, "job-s-1", limit=1024) == "***\n"
+
+
+@pytest.mark.parametrize("change", ["deleted", "rotated", "broken"])
+async def test_a_restarted_agent_masks_the_value_given_whatever_became_of_the_secret(
+    tmp_path: Path, secrets_path: Path, change: str
+) -> None:
+    first = _agent(tmp_path, secrets_path)
+    await ActivityEnvironment().run(
+        first.start_process, _start(['echo "t=$TOKEN"'], TOKEN="${{ secrets.token }}")
+    )
+    await _wait_exit(first, "job-s-1")
+    if change == "deleted":
+        secrets.delete_secret("token", secrets_path)
+    elif change == "rotated":
+        secrets.set_secret("token", "rotated-value-123", secrets_path)
+    else:
+        secrets_path.write_text("{not json")
+    restarted = _agent(tmp_path, secrets_path)
+    assert await _read_all(restarted, "job-s-1", limit=1024) == "t=***\n"
+
+
+async def test_a_job_running_across_a_restart_and_a_rotation_stays_masked(
+    tmp_path: Path, secrets_path: Path
+) -> None:
+    """The process keeps the value it was given and prints it after the restart."""
+    go = tmp_path / "go"
+    first = _agent(tmp_path, secrets_path)
+    await ActivityEnvironment().run(
+        first.start_process,
+        _start(
+            [f'echo "a=$TOKEN"; while [ ! -e {go} ]; do sleep 0.02; done; echo "b=$TOKEN"'],
+            TOKEN="${{ secrets.token }}",
+        ),
+    )
+    restarted = _agent(tmp_path, secrets_path)
+    secrets.set_secret("token", "rotated-value-123", secrets_path)
+    go.touch()
+    assert await _read_all(restarted, "job-s-1", limit=7) == "a=***\nb=***\n"
+
+
+@pytest.mark.parametrize("content", [b"{not json", b'{"values": [5]}', b"[]", b"\xff"])
+async def test_a_run_whose_record_cannot_be_read_refuses_the_log_rather_than_leak(
+    tmp_path: Path, secrets_path: Path, content: bytes
+) -> None:
+    agent = _agent(tmp_path, secrets_path)
+    await ActivityEnvironment().run(
+        agent.start_process, _start(['echo "$TOKEN"'], TOKEN="${{ secrets.token }}")
+    )
+    await _wait_exit(agent, "job-s-1")
+    secrets.delete_secret("token", secrets_path)
+    (_run_dir(tmp_path) / "masks.json").write_bytes(content)
+    with pytest.raises(ApplicationError) as refused:
+        await ActivityEnvironment().run(agent.read_logs, LogsInput(job_id="job-s-1"))
+    assert refused.value.non_retryable
+    message = str(refused.value)
+    assert message.startswith(f"cannot mask the job's secrets in its log: {_run_dir(tmp_path)}")
+    assert TOKEN not in message and "\n" not in message
+
+
+async def test_a_retried_start_adds_to_the_record_of_an_earlier_one(tmp_path: Path) -> None:
+    """The process a retried start adopts was given what the earlier start resolved."""
+    paths = RunPaths(tmp_path)
+    assert recorded_masks(paths) is None
+    record_masks(paths, ["first-value"])
+    record_masks(paths, ["second-value", "first-value"])
+    assert recorded_masks(paths) == ["first-value", "second-value"]
+    assert stat.S_IMODE(paths.masks.stat().st_mode) == 0o600
 
 
 async def test_a_changed_secret_is_still_masked_by_the_agent_that_injected_it(
@@ -168,7 +243,7 @@ async def test_a_changed_secret_is_still_masked_by_the_agent_that_injected_it(
     assert await _read_all(agent, "job-s-1", limit=1024) == "***\n"  # it knows the value
 
 
-async def test_an_unreadable_secrets_file_refuses_the_log_rather_than_leak(
+async def test_an_unreadable_secrets_file_refuses_the_log_of_an_older_agents_run(
     tmp_path: Path, secrets_path: Path
 ) -> None:
     first = _agent(tmp_path, secrets_path)
@@ -176,6 +251,7 @@ async def test_an_unreadable_secrets_file_refuses_the_log_rather_than_leak(
         first.start_process, _start(['echo "$TOKEN"'], TOKEN="${{ secrets.token }}")
     )
     await _wait_exit(first, "job-s-1")
+    (_run_dir(tmp_path) / "masks.json").unlink()  # no record: the values cannot be known
     secrets_path.write_text("{not json")
     with pytest.raises(ApplicationError) as refused:
         await ActivityEnvironment().run(
@@ -198,10 +274,12 @@ async def test_values_never_reach_the_agents_files_which_only_the_owner_reads(
         assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
     assert stat.S_IMODE((job_dir / "claimed").stat().st_mode) == 0o700  # the run's claim
     files = sorted(p.name for p in job_dir.iterdir() if p.is_file())
-    assert files == ["exit_code", "job.sh", "output.log", "pid", "process.json"]
+    assert files == ["exit_code", "job.sh", "masks.json", "output.log", "pid", "process.json"]
     for name in files:
         assert stat.S_IMODE((job_dir / name).stat().st_mode) == 0o600, name
-        if name != "output.log":  # the job's own output, on the host, is what it printed
+        # The job's own output, on the host, is what it printed; the masks are the values
+        # to hide in it, as private as it is.
+        if name not in ("output.log", "masks.json"):
             assert TOKEN not in (job_dir / name).read_text(), name
 
 
