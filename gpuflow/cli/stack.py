@@ -163,6 +163,25 @@ def running_pid() -> int | None:
     return pid
 
 
+def _stop_orphan(console: Console) -> bool:
+    """Stop the Temporal dev server a killed `gpuflow up` left running (it holds the port, so
+    no `up` could start); whether there was one."""
+    from gpuflow.control.embedded import orphaned_server, stop_orphaned_server
+
+    home = gpuflow_home() / "temporal"
+    orphan = orphaned_server(home)
+    if orphan is None:
+        return False
+    with console.status(f"stopping the Temporal dev server (pid {orphan})…"):
+        stop_orphaned_server(home, orphan)
+    console.print(
+        f"gpuflow was not up, but its Temporal dev server (pid {orphan}) was: a `gpuflow up` "
+        "that was killed left it running. Stopped it; jobs that ran go on without gpuflow "
+        "until `gpuflow up` picks them up again."
+    )
+    return True
+
+
 def stop_stack(console: Console, pid: int, *, timeout_s: float = 60) -> None:
     """Stop the stack's process (SIGTERM, then SIGKILL after `timeout_s`). Job processes are
     not its children: whoever calls this has dealt with running jobs first."""
@@ -187,7 +206,8 @@ async def down(
     with `force` and named; then the stack's process is stopped."""
     pid = running_pid()
     if pid is None:
-        console.print("gpuflow is not up")
+        if not _stop_orphan(console):
+            console.print("gpuflow is not up")
         return
     left: list[Any] = []
     try:

@@ -72,6 +72,7 @@ class DevServer:
     process: subprocess.Popen[bytes]
     port: int
     ui_port: int
+    home: Path
 
     @property
     def ui_url(self) -> str:
@@ -85,6 +86,48 @@ class DevServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        with contextlib.suppress(OSError):
+            if server_pid_file(self.home).read_text() == str(self.process.pid):
+                server_pid_file(self.home).unlink()
+
+
+def server_pid_file(home: Path) -> Path:
+    """Where the dev server persisting under `home` has its pid, for finding it again when the
+    `gpuflow up` that started it was killed (SIGKILL, the OOM killer) and left it running."""
+    return home / "server.pid"
+
+
+def orphaned_server(home: Path) -> int | None:
+    """The pid of a dev server that persists under `home` and outlived the `gpuflow up` that
+    started it (its pid file names a live `temporal` process of that database whose parent is
+    no longer a gpuflow process), else None."""
+    try:
+        pid = int(server_pid_file(home).read_text())
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        parent = int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    database = str(home / "temporal.db").encode()
+    if b"start-dev" not in command or database not in command:
+        return None
+    try:
+        if b"gpuflow" in Path(f"/proc/{parent}/cmdline").read_bytes():
+            return None  # the `gpuflow up` that started it still runs
+    except OSError:
+        pass
+    return pid
+
+
+def stop_orphaned_server(home: Path, pid: int, *, timeout_s: float = 15) -> None:
+    """Stop a dev server `orphaned_server` found: SIGTERM, then SIGKILL after `timeout_s`."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            time.sleep(0.1)
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
+    server_pid_file(home).unlink(missing_ok=True)
 
 
 DEV_SERVER_READY_S = 60.0
@@ -93,7 +136,12 @@ seconds on a busy machine; one start here failed on 'Frontend is not healthy yet
 
 
 def start_dev_server(home: Path, *, port: int, ui_port: int, timeout_s: float = 60) -> DevServer:
-    """Start `temporal server start-dev`, persisting under `home`, with the search attributes."""
+    """Start `temporal server start-dev`, persisting under `home`, with the search attributes.
+    A dev server of `home` that a killed `gpuflow up` left running is stopped first."""
+    orphan = orphaned_server(home)
+    if orphan is not None:
+        log.warning("stopping the Temporal dev server (pid %s) a killed gpuflow up left", orphan)
+        stop_orphaned_server(home, orphan)
     if _port_open(port):
         raise GpuflowError(
             f"port {port} is already in use: is gpuflow already up? (`gpuflow down` stops it; "
@@ -129,13 +177,14 @@ def start_dev_server(home: Path, *, port: int, ui_port: int, timeout_s: float = 
     process = subprocess.Popen(
         command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
     )
+    server_pid_file(home).write_text(str(process.pid))
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
             tail = (home / "temporal.log").read_text(errors="replace")[-500:]
             raise GpuflowError(f"the Temporal dev server exited at start: {tail.strip()}")
         if _port_open(port):
-            return DevServer(process=process, port=port, ui_port=ui_port)
+            return DevServer(process=process, port=port, ui_port=ui_port, home=home)
         time.sleep(0.2)
     process.kill()
     raise GpuflowError(f"the Temporal dev server did not open port {port} in {timeout_s:.0f}s")
