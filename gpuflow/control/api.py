@@ -225,10 +225,13 @@ class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
     @one_line
     async def apply_fleet(self, spec: FleetSpec) -> FleetRecord:
         """Gather the hosts' facts here (the SSH keys are here), write the fleet, start its health
-        checks and wake the jobs that wait for capacity."""
+        checks and wake the jobs that wait for capacity: the admission loop's (queued jobs
+        waited up to its rare pass, a minute, with reasons that no longer held), and those of
+        histories from before queues."""
         facts = await host_facts(spec)
         warnings = await asyncio.to_thread(apply_fleet, self.store, spec, facts)
         await watch_fleet(self.temporal, spec.name)
+        await wake_admission(self.temporal)
         waiting = await asyncio.to_thread(jobs_waiting_for_capacity, self.store)
         await asyncio.gather(
             *(

@@ -52,6 +52,7 @@ class Api:
     workflow_id: str
     home: Path
     watched: list[str]
+    woken: list[str]
 
     async def accepted_updates(self) -> int:
         handle = self.env.client.get_workflow_handle(self.workflow_id)
@@ -85,13 +86,19 @@ async def api(
 ) -> AsyncIterator[Api]:
     home = tmp_path / "control"
     watched: list[str] = []
+    woken: list[str] = []
 
     async def watch_fleet(_: object, fleet: str) -> None:
         # Health checks (FleetWorkflow) are not run here: a workflow left scheduled on a queue
         # nobody polls holds the test server's clock still for every later test.
         watched.append(fleet)
 
+    async def wake_admission(_: object) -> bool:
+        woken.append("admission")  # nor is the admission loop
+        return True
+
     monkeypatch.setattr(api_module, "watch_fleet", watch_fleet)
+    monkeypatch.setattr(api_module, "wake_admission", wake_admission)
     activities = ApiActivities(sqlite_store, api_env.client, home=home)
     workflow_id = f"gpuflow-api-{uuid.uuid4().hex[:6]}"
     async with Worker(
@@ -103,7 +110,14 @@ async def api(
     ):
         transport = TemporalApi(api_env.client, task_queue=task_queue, workflow_id=workflow_id)
         client = Client(temporal=api_env.client, api=transport)
-        yield Api(client=client, env=api_env, workflow_id=workflow_id, home=home, watched=watched)
+        yield Api(
+            client=client,
+            env=api_env,
+            workflow_id=workflow_id,
+            home=home,
+            watched=watched,
+            woken=woken,
+        )
         with contextlib.suppress(RPCError):
             await api_env.client.get_workflow_handle(workflow_id).terminate("test over")
 
@@ -112,6 +126,7 @@ async def test_fleets_offers_and_plans_are_answered_by_the_control_plane(api: Ap
     applied = await api.client.apply_fleet(FleetSpec.model_validate(FLEET))
     assert applied.name == "sim" and [h["name"] for h in applied.hosts] == ["a", "b"]
     assert api.watched == ["sim"]  # its health checks were started
+    assert api.woken == ["admission"]  # a waiting job may fit now: a pass, not the next rare one
     assert [f.name for f in await api.client.fleets()] == ["sim"]
 
     two = JobSpec(name="two", commands=["x"], resources={"gpu": "A100:2"})
