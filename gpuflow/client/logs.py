@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from temporalio.client import Client as TemporalClient
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
@@ -30,6 +30,16 @@ async def _read_log(reader: LogReader, name: str, queue: str, request: LogsInput
         return await reader.read(queue, request)
     except (WorkflowUpdateFailedError, RPCError) as exc:
         raise _log_error(name, request.rank, exc) from None
+    except WorkflowUpdateRPCTimeoutOrCancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            # The caller was cancelled (Ctrl-C, SIGTERM) while the read waited on the host:
+            # the SDK says so with its own error, which must not read as a failure.
+            raise asyncio.CancelledError from None
+        raise GpuflowError(
+            f"job {name}: the log of node {request.rank} did not come back in time; is the "
+            "host's agent running?"
+        ) from None
 
 
 def _log_error(job: str, rank: int, exc: Exception) -> GpuflowError:
