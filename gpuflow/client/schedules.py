@@ -17,6 +17,7 @@ from temporalio.client import (
     ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
     ScheduleIntervalSpec,
+    ScheduleListActionStartWorkflow,
     ScheduleOverlapPolicy,
     SchedulePolicy,
     ScheduleSpec,
@@ -74,8 +75,13 @@ class ScheduleCalls:
         spec = model_of(JobSpec, spec, "job")
         if (cron is None) == (every_s is None):
             raise SpecError("give exactly one of cron or every (--cron or --every)")
-        if every_s is not None and every_s < 60:
-            raise SpecError(f"every is {every_s}s; a schedule runs at most once a minute")
+        if cron is not None:
+            _check_cron(cron)
+        if every_s is not None:
+            if isinstance(every_s, bool) or not isinstance(every_s, int | float):
+                raise SpecError(f"every is a number of seconds, not {every_s!r}")
+            if every_s < 60:
+                raise SpecError(f"every is {every_s}s; a schedule runs at most once a minute")
         schedule_id = schedule_id or f"schedule-{spec.name}"
         if not _SCHEDULE_ID.fullmatch(schedule_id):
             raise SpecError(
@@ -122,8 +128,15 @@ class ScheduleCalls:
         return schedule_id
 
     async def schedules(self) -> ScheduleList:
+        """gpuflow's schedules (those whose runs are jobs); other schedules of the namespace
+        are not listed."""
         out = []
         async for item in await self.temporal.list_schedules():
+            action = item.schedule.action if item.schedule else None
+            if not isinstance(action, ScheduleListActionStartWorkflow) or action.workflow != (
+                "JobWorkflow"
+            ):
+                continue
             info = item.info
             out.append(
                 {
@@ -142,12 +155,32 @@ class ScheduleCalls:
         return out
 
     async def delete_schedule(self, schedule_id: str) -> None:
+        """Delete one of gpuflow's schedules; a schedule of the namespace whose runs are not
+        gpuflow jobs is refused (another team's, on a shared cluster)."""
+        handle = self.temporal.get_schedule_handle(schedule_id)
         try:
-            await self.temporal.get_schedule_handle(schedule_id).delete()
+            action = (await handle.describe()).schedule.action
+            if not isinstance(action, ScheduleActionStartWorkflow) or action.workflow != (
+                "JobWorkflow"
+            ):
+                raise SpecError(
+                    f"schedule {schedule_id} does not run gpuflow jobs; not deleted (Temporal's "
+                    "own tools delete it)"
+                )
+            await handle.delete()
         except RPCError as exc:
             if exc.status == RPCStatusCode.NOT_FOUND:
                 raise NotFoundError(f"no schedule named {schedule_id!r}") from None
             raise NotFoundError(f"schedule {schedule_id}: {exc.message}") from None
+
+
+def _check_cron(cron: str) -> None:
+    """Refuse a cron text that is empty, or that is Temporal's `@every` interval, which would
+    run a schedule more often than once a minute (`--every` is the way to an interval)."""
+    if not isinstance(cron, str) or not cron.strip():
+        raise SpecError("cron is empty: give five fields, e.g. '0 3 * * *'")
+    if cron.strip().lower().startswith("@every"):
+        raise SpecError(f"cron {cron!r}: an interval is given with every (--every), not in cron")
 
 
 def _when(cron: str | None, every_s: float | None) -> str:

@@ -10,9 +10,16 @@ import signal
 import subprocess
 import sys
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from temporalio.client import (
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleIntervalSpec,
+    ScheduleSpec,
+)
 from temporalio.testing import WorkflowEnvironment
 
 from gpuflow.client import Client
@@ -209,14 +216,36 @@ async def test_schedule_runs_become_jobs(
                 job_id = runs[0].id
                 break
             await asyncio.sleep(0.2)
+        # Another team's schedule in the same namespace: neither listed nor deleted by gpuflow.
+        theirs = f"backup-{uuid.uuid4().hex[:6]}"
+        await dev_env.client.create_schedule(
+            theirs,
+            Schedule(
+                action=ScheduleActionStartWorkflow(
+                    "BackupWorkflow", id="backup", task_queue="other-team"
+                ),
+                spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=24))]),
+            ),
+        )
         listed = await client.schedules()
+        with pytest.raises(SpecError, match=f"^schedule {theirs} does not run gpuflow jobs"):
+            await client.delete_schedule(theirs)
+        await dev_env.client.get_schedule_handle(theirs).describe()  # still there
+        await dev_env.client.get_schedule_handle(theirs).delete()
         await client.delete_schedule(schedule_id)
         with pytest.raises(NotFoundError, match=f"^no schedule named '{schedule_id}'$"):
             await client.delete_schedule(schedule_id)
         assert job_id is not None and job_id.startswith("job-nightly-")
         assert (await client.get(job_id)).status == JobStatus.DONE
+        nightly = _job("nightly", ["true"], fleets=[fleet])
+        for cron, refusal in (("@every 5s", "an interval is given with every"), (" ", "empty")):
+            with pytest.raises(SpecError, match=refusal):  # as often as every 5 s, else
+                await client.schedule(nightly, cron=cron, schedule_id="too-often")
+        with pytest.raises(SpecError, match=r"^every is a number of seconds, not '1h'$"):
+            await client.schedule(nightly, every_s="1h", schedule_id="too-often")  # type: ignore[arg-type]
     (item,) = [item for item in listed if item["id"] == schedule_id]
     assert (item["job"], item["when"]) == ("nightly", "cron 0 3 * * *")
+    assert theirs not in [item["id"] for item in listed]
 
 
 async def test_fleet_health_marks_a_silent_agent_not_ready_and_back(
