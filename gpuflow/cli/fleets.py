@@ -30,6 +30,12 @@ async def fleet_apply(
             hosts = len(spec.hosts) or 1
             with common.console.status(f"applying fleet {spec.name} ({hosts} host(s))…"):
                 applied.append(await client.apply_fleet(spec))
+    except BaseException:
+        # A later file failed (an unreachable host): say which fleets changed before it.
+        done = ", ".join(info.name for info in applied)
+        if done:
+            common.err.print(f"applied before the error: fleet {done}", highlight=False)
+        raise
     finally:
         await client.close()
     if as_json:

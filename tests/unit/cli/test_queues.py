@@ -11,7 +11,7 @@ import pytest
 
 from gpuflow.cli import common
 from gpuflow.client import AppliedQueue, QueueInfo
-from gpuflow.errors import SpecError
+from gpuflow.errors import GpuflowError, SpecError
 from gpuflow.scheduler.model import NodePlacement
 from gpuflow.specs import FleetSpec, JobSpec, QueueSpec
 from gpuflow.status import JobStatus
@@ -446,6 +446,8 @@ def test_fleet_apply_takes_several_files(cli: Cli, monkeypatch: pytest.MonkeyPat
     from gpuflow.services.fleets import apply_fleet
 
     async def apply(self: ControlPlane, spec: FleetSpec) -> object:
+        if spec.name == "down":
+            raise GpuflowError("host down/box (127.0.0.2:22): unreachable: connection refused")
         apply_fleet(cli.store, spec, {})
         return next(fleet for fleet in await self.fleets() if fleet.name == spec.name)
 
@@ -460,6 +462,14 @@ def test_fleet_apply_takes_several_files(cli: Cli, monkeypatch: pytest.MonkeyPat
     assert [f["name"] for f in applied] == ["lab", "lab2"]
     line = _error(cli("fleet", "apply", "-f", first, "-f", first, code=1))
     assert line == f"{first}: fleet lab is also in {first}"
+    # A later file failing where the control plane checks it: what changed before it is said.
+    down = cli.write("down.yaml", BOX.replace("name: lab", "name: down"))
+    from gpuflow.cli import main
+
+    result = cli.runner.invoke(main.app, ["fleet", "apply", "-f", second, "-f", down])
+    assert result.exit_code == 1
+    said = " ".join(result.stderr.split())
+    assert "applied before the error: fleet lab2" in said and "unreachable" in said
 
 
 def test_apply_plan_says_which_running_jobs_admission_would_preempt(cli: Cli) -> None:
