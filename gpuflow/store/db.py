@@ -11,7 +11,13 @@ from typing import Any
 
 from sqlalchemy import Table, event, inspect, text
 from sqlalchemy.engine import Connection, Engine, Inspector
-from sqlalchemy.exc import DBAPIError, OperationalError, ProgrammingError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    NoSuchModuleError,
+    OperationalError,
+    ProgrammingError,
+)
 from sqlmodel import Session, SQLModel, create_engine
 
 from gpuflow.config import ensure_home, private_dir
@@ -92,7 +98,15 @@ class Store:
         else:
             kwargs["pool_pre_ping"] = True
             kwargs["connect_args"] = {"connect_timeout": 5}
-        self.engine: Engine = create_engine(self.url, **kwargs)
+        try:
+            self.engine: Engine = create_engine(self.url, **kwargs)
+        except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+            # An unparsable URL, or a database gpuflow has no driver for (mysql://...).
+            raise GpuflowError(
+                f"GPUFLOW_DATABASE_URL {redact(self.url)} is not a database gpuflow can use "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0]}); give "
+                "sqlite:////absolute/path or postgresql://user@host:5432/database"
+            ) from None
         self.read_engine: Engine = self.engine
         if self.is_sqlite:
             # Reads get their own engine whose transactions take no lock, so `gpuflow ps` and

@@ -131,6 +131,19 @@ def test_the_cli_never_reads_the_database(monkeypatch: pytest.MonkeyPatch) -> No
     assert "s3cret" not in result.output
 
 
+def test_a_database_url_gpuflow_cannot_use_is_one_line() -> None:
+    """An unparsable URL, or one of a database without a driver here: a 43-line traceback."""
+    from gpuflow.errors import GpuflowError
+    from gpuflow.store.db import Store
+
+    for url, why in (("foo", "ArgumentError"), ("mysql://u:s3cret@127.0.0.1/db", "MySQLdb")):
+        with pytest.raises(GpuflowError) as raised:
+            Store(url)
+        message = str(raised.value)
+        assert message.startswith("GPUFLOW_DATABASE_URL ") and why in message
+        assert "\n" not in message and "s3cret" not in message
+
+
 def test_unreachable_database_is_one_line() -> None:
     """Where the database is read (the control worker), an unreachable one is one line with
     its password hidden."""
