@@ -6,7 +6,14 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_serializer, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from gpuflow.specs.job import (
     MAX_ITEMS,
@@ -26,7 +33,7 @@ from gpuflow.specs.resources import (
     one_of,
 )
 from gpuflow.specs.scoring import DEFAULT_SCORER, DEFAULT_WEIGHTS, SCORERS
-from gpuflow.specs.units import check_text, parse_size_mib, shown
+from gpuflow.specs.units import check_text, parse_size_mib, recorded, shown
 
 MAX_HOSTS = 4096
 """Most hosts in one fleet file."""
@@ -278,6 +285,19 @@ class HostDecl(BaseModel):
         return self
 
 
+_SIM_ONLY = frozenset(
+    {"os", "arch", "gpus", "backend", "driver_version", "cpus", "memory", "disk", "state"}
+)
+"""Host fields only a sim host reads (an ssh host reports its own facts and state)."""
+_SSH_ONLY = frozenset(
+    {"hostname", "port", "user", "identity_file", "python", "known_hosts", "agent_dir"}
+)
+_SSH_HINT = (
+    " (an ssh host reports its own facts; to take it out of use, remove it from the file: "
+    "its running jobs finish first)"
+)
+
+
 class FleetSpec(BaseModel):
     model_config = SPEC_CONFIG
 
@@ -362,7 +382,9 @@ class FleetSpec(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _hosts(self) -> FleetSpec:
+    def _hosts(self, info: ValidationInfo) -> FleetSpec:
+        if not recorded(info):
+            self._only_what_the_kind_reads()
         if self.kind == "local" and self.hosts:
             raise ValueError("a local fleet describes this machine itself; remove `hosts`")
         if self.kind in ("sim", "ssh") and not self.hosts:
@@ -376,3 +398,26 @@ class FleetSpec(BaseModel):
                 if not host.hostname:
                     raise ValueError(f"ssh host {host.name} needs `hostname`")
         return self
+
+    def _only_what_the_kind_reads(self) -> None:
+        """Refuse a field this kind of fleet does not read, given a value other than its
+        default (a spec's JSON, read back, holds every field): it was accepted and ignored, so
+        an ssh host set to `state: maintenance` to drain it kept taking jobs."""
+        ignored = {"sim": _SSH_ONLY, "ssh": _SIM_ONLY, "local": frozenset()}[self.kind]
+        for index, host in enumerate(self.hosts):
+            given = sorted(
+                name
+                for name in ignored & host.model_fields_set
+                if getattr(host, name)
+                != HostDecl.model_fields[name].get_default(call_default_factory=True)
+            )
+            if given:
+                raise ValueError(
+                    f"hosts.{index} ({host.name}): {', '.join(given)} "
+                    f"{'is' if len(given) == 1 else 'are'} not read for {self.kind} hosts"
+                    + (_SSH_HINT if self.kind == "ssh" else "")
+                )
+        if self.kind != "local" and self.blocks is not None:
+            raise ValueError("blocks at the fleet's level is for a local fleet; use hosts[].blocks")
+        if self.kind != "sim" and self.utilization != SimulatedUtilization():
+            raise ValueError("utilization is for sim fleets (a real GPU reports its own)")

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from gpuflow.errors import MAX_MESSAGE, SpecError
+from gpuflow.naming import RECORDED
 from gpuflow.specs import (
     FleetSpec,
     GPUSpec,
@@ -409,3 +410,34 @@ def test_priority_nodes_and_preemptible_take_their_own_type_only(
 
     with pytest.raises(SpecError, match=re.escape(says)):
         model_of(JobSpec, {"name": "x", "commands": ["x"], **fields}, "job")
+
+
+def test_a_field_a_kind_of_fleet_does_not_read_is_refused() -> None:
+    """It was accepted and ignored: an ssh host set to `state: maintenance` to drain it kept
+    taking jobs, and a sim host's `hostname` or an ssh host's `gpus` did nothing."""
+
+    def fleet(kind: str, host: dict[str, object], **more: object) -> dict[str, object]:
+        return {"type": "fleet", "name": "f", "kind": kind, "hosts": [host], **more}
+
+    ssh = {"name": "g1", "hostname": "127.0.0.1"}
+    cases = {
+        "state": fleet("ssh", {**ssh, "state": "maintenance"}),
+        "cpus, gpus": fleet(
+            "ssh", {**ssh, "cpus": 128, "gpus": [{"name": "A100", "memory": "80GB"}]}
+        ),
+        "hostname, port": fleet("sim", {"name": "h1", "hostname": "box", "port": 2222}),
+        "blocks at the fleet's level": fleet("sim", {"name": "h1"}, blocks=2),
+        "utilization is for sim fleets": fleet(
+            "ssh", ssh, utilization={"source": "constant", "value": 90}
+        ),
+    }
+    for said, document in cases.items():
+        with pytest.raises(ValidationError, match=said):
+            FleetSpec.model_validate(document)
+    state = cases["state"]
+    with pytest.raises(ValidationError, match="remove it from the file"):
+        FleetSpec.model_validate(state)
+    # a default value is what the kind reads anyway; a recorded spec is read as it was written
+    FleetSpec.model_validate(fleet("ssh", {**ssh, "state": "ready", "os": "linux"}))
+    FleetSpec.model_validate(fleet("sim", {"name": "h1", "port": 22}))
+    assert FleetSpec.model_validate(state, context=RECORDED).hosts[0].state == "maintenance"
