@@ -3,6 +3,7 @@ start. Workflow code; JobWorkflow runs them."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from datetime import timedelta
 from types import MappingProxyType
@@ -48,6 +49,10 @@ START_WAIT_S = 0.25
 is done at once, is seen without a probe."""
 START_HEARTBEAT = timedelta(seconds=15)
 """A start heartbeats on arrival and every poll of its short wait; one silent this long died."""
+PATCH_STOP_PROVISIONING = "stop-while-provisioning"
+"""A stop that arrives while the job's hosts are provisioned ends it `stopped` at once (the
+provisioning is cancelled); it waited for the provisioning, and a failed one ended the job
+`failed (provisioning_failed)`. Histories from before replay as they ran."""
 PATCH_QUEUE = "queue-admission"
 """The job waits in its queue for the admission loop; before it, each job placed itself and
 retried on a backoff and on broadcasts (histories from then replay that way)."""
@@ -214,19 +219,29 @@ class JobPhases(JobState):
         if not real:
             return
         self._upsert(status=JobStatus.PROVISIONING, placement=placement)
-        results = await steps.on_nodes(
-            contract.provision_host,
-            (
+        provisioning = asyncio.ensure_future(
+            steps.on_nodes(
+                contract.provision_host,
                 (
-                    ProvisionInput(job_id=self._job_id, host_id=node.host_id),
-                    f"provision {node.host_name}",
-                    None,  # the control queue: provisioning runs on a control worker
-                )
-                for node in real.values()
-            ),
-            start_to_close_timeout=timedelta(minutes=5),
-            retry_policy=RetryPolicy(maximum_attempts=3),
+                    (
+                        ProvisionInput(job_id=self._job_id, host_id=node.host_id),
+                        f"provision {node.host_name}",
+                        None,  # the control queue: provisioning runs on a control worker
+                    )
+                    for node in real.values()
+                ),
+                start_to_close_timeout=timedelta(minutes=5),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )
         )
+        if workflow.patched(PATCH_STOP_PROVISIONING):
+            await workflow.wait_condition(lambda: provisioning.done() or self._stop_requested)
+            if self._stop_requested:
+                provisioning.cancel()
+                raise Ending(
+                    TerminationReason.STOPPED_BY_USER, "stopped while its hosts were provisioned"
+                )
+        results = await provisioning
         for result in results:
             if isinstance(result, BaseException):
                 raise Ending(TerminationReason.PROVISIONING_FAILED, steps.failure_text(result))

@@ -343,6 +343,54 @@ async def test_failed_provisioning_releases_without_waiting_for_an_agent(
     assert allocations_of(sqlite_store, result.job_id) == []
 
 
+async def test_a_stop_while_hosts_are_provisioned_ends_the_job_stopped_at_once(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    """`stop` waited for the provisioning (an SSH login of up to 10 s, 3 attempts), and a
+    failed one ended the job `failed (provisioning_failed)`, as if nobody had stopped it."""
+    from gpuflow.control.activities import ControlActivities
+    from gpuflow.store.tables import HostRow
+
+    fleet = sim_fleet(sqlite_store)
+    with sqlite_store.session() as session:
+        row = session.get(HostRow, f"{fleet.name}/h1")
+        assert row is not None
+        row.simulated = False
+        session.add(row)
+        session.commit()
+    hosts = ScriptedHosts()
+    login = asyncio.Event()
+
+    async def slow_login(host: object) -> str:
+        await login.wait()  # an SSH login that hangs
+        return "host h1 (root@10.0.0.1:22): no SSH login within 10 s"
+
+    try:
+        async with workers(
+            time_env.client,
+            sqlite_store,
+            task_queue,
+            hosts,
+            [fleet],
+            control=ControlActivities(
+                sqlite_store,
+                ensure_agent=slow_login,
+                temporal=time_env.client,
+                task_queue=task_queue,
+            ),
+        ):
+            handle = await start_job(time_env.client, task_queue, job())
+            await _wait_status(handle, JobStatus.PROVISIONING)
+            await handle.signal("stop")
+            result = await asyncio.wait_for(job_result(handle), 20)  # not the login's end
+            login.set()
+    finally:
+        login.set()
+    assert (result.status, result.reason) == (JobStatus.STOPPED, TerminationReason.STOPPED_BY_USER)
+    assert result.message == "stopped while its hosts were provisioned"
+    assert hosts.started == [] and allocations_of(sqlite_store, result.job_id) == []
+
+
 async def test_resource_alternatives_are_tried_on_every_fleet_before_the_next(
     time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
 ) -> None:
