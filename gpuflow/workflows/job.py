@@ -47,9 +47,6 @@ PATCH_LONG_POLL = "probe-long-poll"
 PATCH_FAIL_UNLESS_DONE = "fail-unless-done"
 """A job that did not end `done` fails its workflow (the UI lists it as failed)."""
 PATCH_QUEUE_ATTRIBUTE = "queue-search-attribute"
-PATCH_UNSEEN_BUSY = "idle-after-unseen-busy"
-"""A GPU read idle a tick after it read busy counts as idle only since one reading interval
-before (utilization.update `unseen_busy_s`); it counted as idle since the busy reading."""
 """A job started without `GpuflowQueue` (the run of a Temporal Schedule created outside
 gpuflow's client, or before queues) sets it at its first step."""
 
@@ -269,13 +266,7 @@ class JobWorkflow(JobPhases):
         placement = resume.placement
         policy = spec.utilization_policy
         long_poll = self._patched(PATCH_LONG_POLL)
-        # An idle reading a tick after a busy one: idle since one reading before it, not since
-        # the busy one (histories from before replay as they ran).
-        unseen_busy_s = (
-            utilization.READING_INTERVAL_S
-            if policy is not None and workflow.patched(PATCH_UNSEEN_BUSY)
-            else None
-        )
+        unseen_busy_s = monitor.unseen_busy_s(policy)
         check = monitor.check_interval(policy, long_poll=long_poll)
         watch = monitor.Watch(failures=dict(resume.probe_failures), gone=self._gone)
         ticks = resume.ticks
@@ -341,7 +332,7 @@ class JobWorkflow(JobPhases):
             if any(isinstance(p, ProbeResult) and p.samples for p in probes):
                 workflow.set_current_details(self._details())
             rest = tick - (workflow.now() - asked)
-            if long_poll and rest > EARLY_ANSWER:
+            if long_poll and rest > EARLY_ANSWER and not monitor.probe_again_now(probes):
                 await steps.wait_until(self._interrupted, rest, "monitor tick")
                 if self._interrupted():
                     return self._interruption()

@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from temporalio import workflow
+
 from gpuflow import utilization
 from gpuflow.scheduler.model import NodePlacement
 from gpuflow.specs.job import UtilizationPolicy
@@ -23,6 +25,12 @@ late a lost host is noticed, and keeps a busy job's history small."""
 POLL_TICK = timedelta(minutes=2)
 """Tick of a job without a utilization policy when probes are long polls: its exit is answered
 at once, so the tick only paces fresh samples and the check that its hosts answer."""
+PATCH_QUICK_LOSS = "probe-untaken-quick-loss"
+"""A probe its host's agent does not take up within steps.PROBE_UNTAKEN fails, and the next
+is sent at once: a lost host is noticed in minutes, not after three whole ticks (10 min)."""
+PATCH_UNSEEN_BUSY = "idle-after-unseen-busy"
+"""A GPU read idle a tick after it read busy counts as idle only since one reading interval
+before (utilization.update `unseen_busy_s`); it counted as idle since the busy reading."""
 PROBE_FAILURES_BEFORE_LOST = 3
 MAX_SPAN = timedelta(days=365 * 100)
 """Longest duration a user's spec can make a deadline or timer of (beyond it, datetime
@@ -53,6 +61,22 @@ def check_interval(policy: UtilizationPolicy | None, *, long_poll: bool) -> time
     if policy is not None:
         return timedelta(seconds=utilization.check_interval_s(policy))
     return POLL_TICK if long_poll else IDLE_TICK_MAX
+
+
+def unseen_busy_s(policy: UtilizationPolicy | None) -> float | None:
+    """`utilization.update`'s `unseen_busy_s` for this run: an idle reading a tick after a busy
+    one is idle since one reading before it, not since the busy one (PATCH_UNSEEN_BUSY, asked
+    only of a job with a policy; histories from before replay as they ran)."""
+    if policy is None or not workflow.patched(PATCH_UNSEEN_BUSY):
+        return None
+    return utilization.READING_INTERVAL_S
+
+
+def probe_again_now(probes: Sequence[ProbeResult | BaseException | None]) -> bool:
+    """Whether the next look goes at once, not at the next tick: a probe failed
+    (PATCH_QUICK_LOSS, asked only then, so a job whose probes answer records no marker)."""
+    failed = any(isinstance(probe, BaseException) for probe in probes)
+    return failed and workflow.patched(PATCH_QUICK_LOSS)
 
 
 def next_tick(

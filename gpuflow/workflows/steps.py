@@ -11,7 +11,8 @@ from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
     from gpuflow.scheduler.model import NodePlacement
@@ -26,6 +27,10 @@ CONTROL_TIMEOUT = timedelta(seconds=20)
 """Control steps are short database transactions; one stuck this long is retried."""
 CONTROL_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=30))
 STOP_GRACE_S = 10.0
+PROBE_UNTAKEN = timedelta(seconds=60)
+"""How long a probe may wait for its host's agent to take it up (a live agent does within
+moments): then it fails, and the next one is sent at once, so a host whose agent is gone is
+lost after PROBE_FAILURES_BEFORE_LOST of these (3 minutes), not of whole ticks (10)."""
 PROBE_SLACK = timedelta(seconds=20)
 """What a long-poll probe may take beyond its tick (scheduling, sampling, the answer)."""
 PROBE_HEARTBEAT = timedelta(seconds=30)
@@ -133,6 +138,7 @@ async def long_poll(
             summary=f"watch {node.host_name}",
             start_to_close_timeout=tick + PROBE_SLACK,
             schedule_to_close_timeout=tick + 2 * PROBE_SLACK,
+            schedule_to_start_timeout=PROBE_UNTAKEN,
             heartbeat_timeout=PROBE_HEARTBEAT,
             retry_policy=RetryPolicy(maximum_attempts=2),
         )
@@ -229,4 +235,6 @@ def refused(error: BaseException) -> bool:
 
 def failure_text(error: BaseException) -> str:
     cause = root_cause(error)
+    if isinstance(cause, ActivityTimeout) and cause.type == TimeoutType.SCHEDULE_TO_START:
+        return "its agent did not take the step up in time (is the host up, its agent running?)"
     return str(cause) or type(cause).__name__

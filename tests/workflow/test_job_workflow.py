@@ -267,6 +267,32 @@ async def test_busy_gpu_keeps_running_past_the_window(
     assert result.status == JobStatus.DONE
 
 
+async def test_a_host_whose_probes_fail_is_lost_within_a_tick_not_three(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    """A probe that failed (its agent gone: not taken up within PROBE_UNTAKEN) is followed by
+    the next at once, not at the next tick: the job was shown running for 10 minutes."""
+    from temporalio.exceptions import ApplicationError
+
+    fleet = sim_fleet(sqlite_store)
+    failed_at: list[float] = []
+
+    def probe(inp: ProbeInput, n: int) -> ProbeResult:
+        if n <= 1:
+            return ProbeResult(state="running")
+        failed_at.append(activity.info().current_attempt_scheduled_time.timestamp())
+        raise ApplicationError("the agent is gone")
+
+    hosts = ScriptedHosts(probe=probe, long_poll=True)
+    async with workers(time_env.client, sqlite_store, task_queue, hosts, [fleet]):
+        handle = await start_job(time_env.client, task_queue, job())
+        result = await job_result(handle)
+    assert result.reason == TerminationReason.HOST_LOST
+    ended = find_job(sqlite_store, result.job_id).finished_at
+    assert ended is not None
+    assert ended.timestamp() - failed_at[0] < 60, failed_at  # three ticks were 6 minutes
+
+
 async def test_max_duration_terminates_with_compensation(
     time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
 ) -> None:
