@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow.errors import GpuflowError
@@ -28,14 +28,21 @@ R = TypeVar("R")
 
 def one_line(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     """A user error (unknown fleet, no such job) fails the update at once with its one line and
-    its type, for the client to raise again; anything else is retried."""
+    its type, for the client to raise again; anything else is retried. A user error is benign:
+    the worker logs it at debug level, not as a failure with its traceback (the embedded
+    stack's up.log held 15 lines for every refused request)."""
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return await fn(*args, **kwargs)
         except GpuflowError as exc:
-            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from None
+            raise ApplicationError(
+                str(exc),
+                type=type(exc).__name__,
+                non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,
+            ) from None
 
     return wrapper
 
