@@ -148,4 +148,22 @@ def capacity_reasons(message: str) -> list[str]:
     prefix = capacity_prefix(message)
     if prefix is None:
         return []
-    return [r for r in message.removeprefix(prefix).split("; ") if r]
+    return split_reasons(message.removeprefix(prefix))
+
+
+def split_reasons(text: str) -> list[str]:
+    """`a: x; b: y (p; q)` -> [`a: x`, `b: y (p; q)`]: reasons are joined with `; `, which a
+    host's state detail in parentheses may hold too (`not ready (agent not answering; last
+    heartbeat 6s ago)`): that one is not split."""
+    parts: list[str] = []
+    depth, start = 0, 0
+    for i, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth = max(0, depth - 1)
+        elif char == ";" and depth == 0 and text.startswith("; ", i):
+            parts.append(text[start:i])
+            start = i + 2
+    parts.append(text[start:])
+    return [part.strip() for part in parts if part.strip()]

@@ -18,6 +18,7 @@ from gpuflow.status import (
     NO_CAPACITY_PREFIX,
     WAITING_PREFIX,
     JobStatus,
+    split_reasons,
     waits_to_retry,
 )
 
@@ -103,7 +104,7 @@ def queue_place(job: Any) -> str | None:
 
 def short_reasons(reasons: str, *, most: int = 1) -> str:
     """`a: x; b: y; c: z` -> `a: x (+2 more)`: the first reasons, and how many are left out."""
-    parts = [part.strip() for part in reasons.split("; ") if part.strip()]
+    parts = split_reasons(reasons)
     if not parts:
         return ""
     shown = "; ".join(parts[:most])

@@ -25,3 +25,22 @@ def test_ps_says_why_from_the_waiting_message() -> None:
     )
     why = why_waiting(job)
     assert why.startswith(NO_CAPACITY_PREFIX) and "h1" in why
+
+
+def test_a_reason_whose_state_detail_holds_semicolons_is_not_cut_inside_it() -> None:
+    """`ps` read `no capacity: fbox: not ready (agent not answering (+1 more)`: the reasons
+    were split inside a host's state detail."""
+    from gpuflow.cli.waiting import short_reasons
+    from gpuflow.status import capacity_reasons
+
+    message = (
+        "waiting for capacity: fbox: not ready (agent not answering; last heartbeat 46s ago); "
+        "sim-a100: in maintenance (removed from the fleet spec; draining 1 job)"
+    )
+    assert capacity_reasons(message) == [
+        "fbox: not ready (agent not answering; last heartbeat 46s ago)",
+        "sim-a100: in maintenance (removed from the fleet spec; draining 1 job)",
+    ]
+    assert short_reasons(message.removeprefix("waiting for capacity: ")) == (
+        "fbox: not ready (agent not answering; last heartbeat 46s ago) (+1 more)"
+    )
