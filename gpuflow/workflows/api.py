@@ -130,8 +130,8 @@ with workflow.unsafe.imports_passed_through():
 
 
 def _refuse(message: str) -> None:
-    """A validator's refusal: one line, nothing written to history."""
-    raise ApplicationError(message, type="GpuflowError", non_retryable=True)
+    """A validator's refusal of the input: a SpecError, one line, nothing written to history."""
+    raise ApplicationError(message, type="SpecError", non_retryable=True)
 
 
 def _name(value: str, what: str) -> None:
