@@ -255,6 +255,8 @@ async def metrics(
         state = await client.metrics(job)
         progress = await client.progress(job)
         if as_json:
+            if watch:  # one document: there is nothing to refresh in place
+                common.err.print("--watch does not apply to --json: printed once")
             common.print_json(state.model_dump(mode="json"))
             return
         info = await client.get(job)
@@ -278,6 +280,9 @@ async def metrics(
                 state = await client.metrics(job)
                 progress = await client.progress(job)  # a job that waited has hosts now
                 live.update(view())
+        # The table stays on screen: say why it stopped moving.
+        ended = info.status.value + (f" ({info.reason})" if info.reason else "")
+        common.console.print(f"{info.name} ended {ended}", highlight=False)
     finally:
         await client.close()
 

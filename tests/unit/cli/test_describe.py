@@ -173,7 +173,7 @@ def test_metrics_of_a_job_that_ended_before_its_first_sample_says_so(
     out = " ".join(cli("metrics", "quick").split())
     assert "no GPU samples: the job ended before its first sample (samples come every 2m" in out
     raw = cli("metrics", "-w", "quick")
-    assert raw.endswith(")\n")  # its line ended: the shell's prompt went on it
+    assert raw.endswith("quick ended done\n")  # why it stopped moving, on a line of its own
     watched = " ".join(raw.split())  # it showed a bare header
     assert "no GPU samples: the job ended before its first sample" in watched
     assert "UTIL" not in watched
