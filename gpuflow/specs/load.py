@@ -300,14 +300,21 @@ def load_job(
     )
 
 
+def _check_type(data: dict[str, Any], kind: str, source: str) -> None:
+    """A fleet or queue file says what it is: `type: fleet`, `type: queue`."""
+    if "type" not in data:
+        raise SpecError(f"{source}: type is missing: a {kind} file says `type: {kind}`")
+    if data["type"] != kind:
+        raise SpecError(
+            f"{source}: type: must be '{kind}' for a {kind} file (got {shown(data['type'])})"
+        )
+
+
 def load_fleet(path: str | Path) -> FleetSpec:
     path = Path(path)
     source = display_path(path)
     data = read_yaml(path)
-    if data.get("type") != "fleet":
-        raise SpecError(
-            f"{source}: type: must be 'fleet' for a fleet file (got {shown(data.get('type'))})"
-        )
+    _check_type(data, "fleet", source)
     return _validate(FleetSpec, data, source)
 
 
@@ -315,10 +322,7 @@ def load_queue(path: str | Path) -> QueueSpec:
     path = Path(path)
     source = display_path(path)
     data = read_yaml(path)
-    if data.get("type") != "queue":
-        raise SpecError(
-            f"{source}: type: must be 'queue' for a queue file (got {shown(data.get('type'))})"
-        )
+    _check_type(data, "queue", source)
     return _validate(QueueSpec, data, source)
 
 

@@ -441,3 +441,27 @@ def test_a_field_a_kind_of_fleet_does_not_read_is_refused() -> None:
     FleetSpec.model_validate(fleet("ssh", {**ssh, "state": "ready", "os": "linux"}))
     FleetSpec.model_validate(fleet("sim", {"name": "h1", "port": 22}))
     assert FleetSpec.model_validate(state, context=RECORDED).hosts[0].state == "maintenance"
+
+
+def test_a_host_count_is_a_whole_number_and_a_file_says_its_type() -> None:
+    """`cpus: true` was read as 1 CPU and a GPU `count: "2"` as 2; a fleet file without its
+    `type` read `(got None)`."""
+
+    def host(**fields: object) -> dict[str, object]:
+        return {"name": "f", "kind": "sim", "hosts": [{"name": "a", **fields}]}
+
+    with pytest.raises(ValidationError, match="True is not a number of CPUs"):
+        FleetSpec.model_validate(host(cpus=True))
+    with pytest.raises(ValidationError, match="'2' is not a number of GPUs"):
+        FleetSpec.model_validate(host(gpus=[{"name": "A100", "memory": "80GB", "count": "2"}]))
+    assert FleetSpec.model_validate(host(cpus=16)).hosts[0].cpus == 16
+
+
+def test_a_fleet_file_without_its_type_says_so(tmp_path: Path) -> None:
+    from gpuflow.errors import SpecError
+    from gpuflow.specs.load import load_fleet
+
+    path = tmp_path / "notype.yaml"
+    path.write_text("name: f\nkind: sim\nhosts: [{name: a}]\n")
+    with pytest.raises(SpecError, match="type is missing: a fleet file says `type: fleet`"):
+        load_fleet(path)
