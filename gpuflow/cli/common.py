@@ -9,7 +9,7 @@ import functools
 import json
 import signal
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from temporalio.service import RPCError
 
-from gpuflow.errors import ConnectionFailed, GpuflowError
+from gpuflow.errors import ConnectionFailed, GpuflowError, SpecError
 
 console = Console()
 err = Console(stderr=True)
@@ -111,3 +111,18 @@ def load_each(files: Sequence[Path], load: Callable[[Path], S], what: str) -> li
         seen[name] = path
         specs.append(spec)
     return specs
+
+
+@contextlib.contextmanager
+def named_file(files: list[Path]) -> Iterator[None]:
+    """The control plane's refusal of the one job file's job (an unknown fleet, a secret it
+    lacks) names the file, as the file's own errors do."""
+    from gpuflow.specs.safe_yaml import display_path
+
+    try:
+        yield
+    except SpecError as exc:
+        shown = display_path(files[0]) if len(files) == 1 else None
+        if shown is None or str(exc).startswith(f"{shown}:"):
+            raise
+        raise SpecError(f"{shown}: {exc}") from None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from rich.text import Text
 
 from gpuflow.cli import common
 from gpuflow.cli.common import run
-from gpuflow.errors import GpuflowError, SpecError
+from gpuflow.errors import GpuflowError
 
 # ---- jobs -----------------------------------------------------------------------------------
 
@@ -63,7 +62,7 @@ async def apply(
     specs = [load_job(path, profile=profile, flags=flags) for path in files]
     client = await common.open_client()
     try:
-        with common.console.status(f"planning {len(specs)} job(s)…"), _named_file(files):
+        with common.console.status(f"planning {len(specs)} job(s)…"), common.named_file(files):
             plans = await plan_jobs(client, specs)
         print_plans(common.console, plans)
         if not yes:
@@ -93,21 +92,6 @@ async def apply(
         await client.close()
     if not ok:
         raise typer.Exit(1)
-
-
-@contextlib.contextmanager
-def _named_file(files: list[Path]) -> Iterator[None]:
-    """The control plane's refusal of the one job file's job (an unknown fleet, a secret it
-    lacks) names the file, as the file's own errors do."""
-    from gpuflow.specs.safe_yaml import display_path
-
-    try:
-        yield
-    except SpecError as exc:
-        shown = display_path(files[0]) if len(files) == 1 else None
-        if shown is None or str(exc).startswith(f"{shown}:"):
-            raise
-        raise SpecError(f"{shown}: {exc}") from None
 
 
 @run
@@ -345,7 +329,7 @@ async def offers(
     spec = load_job(file, profile=profile, flags=flags)
     client = await common.open_client()
     try:
-        with common.console.status("reading the fleets…"), _named_file([file]):
+        with common.console.status("reading the fleets…"), common.named_file([file]):
             per_option = await client.offers_per_option(spec, most=limit or None)
     finally:
         await client.close()

@@ -25,20 +25,40 @@ async def schedule_create(
     cron: str | None = typer.Option(None, "--cron", help="Cron expression, e.g. '0 3 * * *'."),
     every: str | None = typer.Option(None, "--every", help="Interval, e.g. 6h."),
     schedule_id: str | None = typer.Option(None, "--id", help="Schedule id."),
-    profile: str | None = typer.Option(None, "--profile"),
+    profile: str | None = typer.Option(None, "--profile", help="Profile (defaults) to inherit."),
+    gpu: str | None = typer.Option(None, "--gpu", help="Override resources.gpu, e.g. A100:2."),
+    fleet: list[str] | None = typer.Option(None, "--fleet", help="Fleets to try, in order."),
+    max_duration: str | None = typer.Option(
+        None, "--max-duration", help="Stop each run after this long, e.g. 2h (off: never)."
+    ),
+    queue: str | None = typer.Option(None, "--queue", "-q", help="Queue to wait in."),
+    priority: int | None = typer.Option(
+        None, "--priority", help="0..100: higher starts first within its queue."
+    ),
 ) -> None:
-    """Create a schedule; each run is a job of its own."""
+    """Create a schedule; each run is a job of its own (apply's overrides apply to each)."""
+    from gpuflow.specs.flags import JobFlags
     from gpuflow.specs.load import load_job
     from gpuflow.specs.units import parse_duration
 
-    spec = load_job(file, profile=profile)
+    flags = JobFlags(
+        gpu=gpu,
+        fleets=tuple(fleet or ()),
+        max_duration=max_duration,
+        queue=queue,
+        priority=priority,
+    )
+    spec = load_job(file, profile=profile, flags=flags)
     try:
         every_s = parse_duration(every) if every is not None else None
     except ValueError as exc:
         raise GpuflowError(f"--every: {exc}") from None
     client = await common.open_client()
     try:
-        created = await client.schedule(spec, cron=cron, every_s=every_s, schedule_id=schedule_id)
+        with common.named_file([file]):
+            created = await client.schedule(
+                spec, cron=cron, every_s=every_s, schedule_id=schedule_id
+            )
         (plan,) = await client.plan([spec])
     finally:
         await client.close()

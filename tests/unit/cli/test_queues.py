@@ -363,8 +363,13 @@ def test_ps_says_in_full_why_a_queue_can_never_admit_a_job(cli: Cli) -> None:
 def test_a_schedule_of_an_unknown_queue_or_fleet_is_refused(cli: Cli) -> None:
     """As a submit is: each run would fail on its own otherwise."""
     job = cli.write("n.yaml", "name: n\ncommands: [x]\nqueue: nosuch\n")
-    out = cli("schedule", "create", "-f", job, "--every", "1h", code=1)
-    assert 'queue "nosuch" does not exist; known: default' in out
+    out = " ".join(cli("schedule", "create", "-f", job, "--every", "1h", code=1).split())
+    assert f'{job}: queue "nosuch" does not exist; known: default' in out  # names the file
+    # apply's overrides: -q puts each run in a queue that exists
+    out = cli("schedule", "create", "-f", job, "--every", "1h", "-q", "default", "--priority", "7")
+    assert "schedule schedule-n created" in out
+    action = cli.temporal.schedules["schedule-n"].action
+    assert (action.args[0].spec.queue, action.args[0].spec.priority) == ("default", 7)
     job = cli.write("f.yaml", "name: f\ncommands: [x]\nfleets: [gone]\n")
     out = cli("schedule", "create", "-f", job, "--every", "1h", code=1)
     assert "fleets: gone not found" in out
