@@ -14,7 +14,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError, FailureError, TemporalError
 
 from gpuflow.workflows import contract, steps
-from gpuflow.workflows.job_state import Ending, retry_deadline
+from gpuflow.workflows.job_state import Ending, idle_rule, probe_again_now, retry_deadline
 from gpuflow.workflows.phases import JobPhases
 
 with workflow.unsafe.imports_passed_through():
@@ -266,7 +266,7 @@ class JobWorkflow(JobPhases):
         placement = resume.placement
         policy = spec.utilization_policy
         long_poll = self._patched(PATCH_LONG_POLL)
-        unseen_busy_s = monitor.unseen_busy_s(policy)
+        unseen_busy_s = idle_rule(policy)
         check = monitor.check_interval(policy, long_poll=long_poll)
         watch = monitor.Watch(failures=dict(resume.probe_failures), gone=self._gone)
         ticks = resume.ticks
@@ -332,7 +332,7 @@ class JobWorkflow(JobPhases):
             if any(isinstance(p, ProbeResult) and p.samples for p in probes):
                 workflow.set_current_details(self._details())
             rest = tick - (workflow.now() - asked)
-            if long_poll and rest > EARLY_ANSWER and not monitor.probe_again_now(probes):
+            if long_poll and rest > EARLY_ANSWER and not probe_again_now(probes):
                 await steps.wait_until(self._interrupted, rest, "monitor tick")
                 if self._interrupted():
                     return self._interruption()

@@ -3,6 +3,7 @@ UI details and the search attributes. Workflow code; JobWorkflow is built on it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -12,10 +13,10 @@ from gpuflow.workflows import contract, steps
 with workflow.unsafe.imports_passed_through():
     from gpuflow import utilization
     from gpuflow.scheduler.model import Placement
-    from gpuflow.specs.job import JobSpec
+    from gpuflow.specs.job import JobSpec, UtilizationPolicy
     from gpuflow.status import JobStatus, RetryEvent, TerminationReason
     from gpuflow.workflows import monitor, ui
-    from gpuflow.workflows.models import JobInput, JobResume, JobStatusInput
+    from gpuflow.workflows.models import JobInput, JobResume, JobStatusInput, ProbeResult
     from gpuflow.workflows.queue_models import Admission, Refusal
 
 
@@ -201,6 +202,22 @@ class JobState:
         if not workflow.patched(PATCH_RETRY_BACKOFF):
             return timedelta(0)
         return retry_backoff(self._quick_failures)
+
+
+def idle_rule(policy: UtilizationPolicy | None) -> float | None:
+    """`utilization.update`'s `unseen_busy_s` for this run: an idle reading a tick after a busy
+    one is idle since one reading before it, not since the busy one (PATCH_UNSEEN_BUSY, asked
+    only of a job with a policy; histories from before replay as they ran)."""
+    if policy is None or not workflow.patched(monitor.PATCH_UNSEEN_BUSY):
+        return None
+    return utilization.READING_INTERVAL_S
+
+
+def probe_again_now(probes: Sequence[ProbeResult | BaseException | None]) -> bool:
+    """Whether the next look goes at once, not at the next tick: a probe failed
+    (PATCH_QUICK_LOSS, asked only then, so a job whose probes answer records no marker)."""
+    failed = any(isinstance(probe, BaseException) for probe in probes)
+    return failed and workflow.patched(monitor.PATCH_QUICK_LOSS)
 
 
 def retry_deadline(inp: JobInput) -> datetime:

@@ -8,8 +8,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from temporalio import workflow
-
 from gpuflow import utilization
 from gpuflow.scheduler.model import NodePlacement
 from gpuflow.specs.job import UtilizationPolicy
@@ -61,22 +59,6 @@ def check_interval(policy: UtilizationPolicy | None, *, long_poll: bool) -> time
     if policy is not None:
         return timedelta(seconds=utilization.check_interval_s(policy))
     return POLL_TICK if long_poll else IDLE_TICK_MAX
-
-
-def unseen_busy_s(policy: UtilizationPolicy | None) -> float | None:
-    """`utilization.update`'s `unseen_busy_s` for this run: an idle reading a tick after a busy
-    one is idle since one reading before it, not since the busy one (PATCH_UNSEEN_BUSY, asked
-    only of a job with a policy; histories from before replay as they ran)."""
-    if policy is None or not workflow.patched(PATCH_UNSEEN_BUSY):
-        return None
-    return utilization.READING_INTERVAL_S
-
-
-def probe_again_now(probes: Sequence[ProbeResult | BaseException | None]) -> bool:
-    """Whether the next look goes at once, not at the next tick: a probe failed
-    (PATCH_QUICK_LOSS, asked only then, so a job whose probes answer records no marker)."""
-    failed = any(isinstance(probe, BaseException) for probe in probes)
-    return failed and workflow.patched(PATCH_QUICK_LOSS)
 
 
 def next_tick(

@@ -247,7 +247,7 @@ BAD_FLEETS: list[tuple[str, bytes, str]] = [
     ("label NUL", (FLEET + '    labels: {a: "\\0"}\n').encode(), "NUL"),
     ("host name", (FLEET.replace("name: a", "name: A_1")).encode(), "host name"),
     ("simulated nan", (FLEET + "utilization: {source: constant, value: .nan}\n").encode(), "value"),
-    ("type missing", b"name: f\nkind: sim\n", "type: must be 'fleet'"),
+    ("type missing", b"name: f\nkind: sim\n", "type is missing: a fleet file says `type: fleet`"),
     ("non-utf8", FLEET.encode() + b"    labels: {a: \xc3\x28}\n", "not UTF-8"),
     ("alias bomb", _bomb().replace("name: bomb", "type: fleet\nname: f").encode(), "aliases"),
 ]
