@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,7 +14,7 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from gpuflow.control import reconcile
+from gpuflow.control import reconcile, revive
 from gpuflow.control.admission import AdmissionActivities
 from gpuflow.control.admission_tell import AdmissionTell
 from gpuflow.control.admission_wake import wake_admission
@@ -25,7 +24,7 @@ from gpuflow.metrics import store as metrics
 from gpuflow.scheduler.model import Placement, Unschedulable
 from gpuflow.services.capacity import HeldKey, take_allocation_in
 from gpuflow.services.changes import bump_hosts
-from gpuflow.services.fleets import get_host, set_host_state, sweep_drained
+from gpuflow.services.fleets import get_host, mark_unreachable, sweep_drained
 from gpuflow.services.jobs import jobs_waiting_for_capacity_in
 from gpuflow.services.verdicts import no_fit_lines
 from gpuflow.status import HostState
@@ -46,12 +45,14 @@ from gpuflow.workflows.models import (
     ReleaseInput,
     ReleaseOrphansInput,
     ReleaseResult,
+    ReviveInput,
+    ReviveResult,
     placed_message,
 )
 
 # Makes sure the agent of a host is up; returns an error message or None. Set by the worker:
 # sim hosts get an in-process agent, ssh hosts an asyncssh-started one.
-AgentStarter = Callable[[HostRow], Awaitable[str | None]]
+AgentStarter = revive.AgentStarter
 
 
 class ControlActivities:
@@ -149,9 +150,7 @@ class ControlActivities:
             return ProvisionResult(host_id=inp.host_id, ready=True)
         error = await self.ensure_agent(host)
         if error is not None:
-            await asyncio.to_thread(
-                set_host_state, self.store, inp.host_id, HostState.UNREACHABLE, error
-            )
+            await asyncio.to_thread(mark_unreachable, self.store, inp.host_id, error)
             return ProvisionResult(host_id=inp.host_id, ready=False, message=error)
         return ProvisionResult(host_id=inp.host_id, ready=True)
 
@@ -181,6 +180,7 @@ class ControlActivities:
                             name=h.name,
                             task_queue=h.task_queue,
                             simulated=h.simulated,
+                            ssh=bool(h.ssh) and not h.simulated,
                         )
                         for h in rows
                         if h.state != HostState.MAINTENANCE
@@ -198,6 +198,12 @@ class ControlActivities:
                     if row is not None:
                         await self.ensure_agent(row)
         return result
+
+    @activity.defn(name="revive_hosts")
+    async def revive_hosts(self, inp: ReviveInput) -> ReviveResult:
+        """Start again the agents of these ssh hosts (the health round's silent ones), as
+        provisioning does; a host that cannot be reached is marked unreachable, with why."""
+        return await revive.revive_hosts(self.store, self.ensure_agent, inp)
 
     @activity.defn(name="record_host_health")
     async def record_host_health(self, inp: HostHealthInput) -> HostHealthResult:
@@ -261,6 +267,7 @@ class ControlActivities:
             self.record_job_status,
             self.provision_host,
             self.fleet_hosts,
+            self.revive_hosts,
             self.record_host_health,
             *self.admission.activities(),
             self.tell.tell_jobs,

@@ -317,6 +317,37 @@ def set_host_state(store: Store, hid: str, state: HostState, detail: str | None 
         session.commit()
 
 
+def mark_unreachable(store: Store, hid: str, detail: str) -> bool:
+    """The host's agent cannot be started (its SSH login or start failed: `detail` says why);
+    whether it was marked. A host in maintenance stays so: it may be draining."""
+    with store.session() as session:
+        host = session.get(HostRow, hid)
+        if host is None or host.state == HostState.MAINTENANCE:
+            return False
+        if (host.state, host.state_detail) != (HostState.UNREACHABLE, detail):
+            bump_hosts(session, "states", [hid])
+            host.state, host.state_detail = HostState.UNREACHABLE, detail
+            session.add(host)
+            session.commit()
+    return True
+
+
+AGENT_STARTED = "agent started over SSH; not answering yet"
+
+
+def mark_agent_started(store: Store, hid: str) -> None:
+    """The host's agent was started over SSH: an unreachable host is reachable again, and not
+    ready until its agent answers (the health round records that)."""
+    with store.session() as session:
+        host = session.get(HostRow, hid)
+        if host is None or host.state != HostState.UNREACHABLE:
+            return
+        bump_hosts(session, "states", [hid])
+        host.state, host.state_detail = HostState.NOT_READY, AGENT_STARTED
+        session.add(host)
+        session.commit()
+
+
 def get_host(store: Store, hid: str) -> HostRow | None:
     with store.read() as session:
         return session.get(HostRow, hid)

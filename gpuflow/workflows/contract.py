@@ -34,6 +34,8 @@ from gpuflow.workflows.models import (
     ReleaseInput,
     ReleaseOrphansInput,
     ReleaseResult,
+    ReviveInput,
+    ReviveResult,
     StartProcessInput,
     StopProcessInput,
     StopProcessResult,
@@ -77,6 +79,11 @@ async def provision_host(inp: ProvisionInput) -> ProvisionResult:
 
 @activity.defn(name="fleet_hosts")
 async def fleet_hosts(inp: FleetInput) -> FleetHostsResult:
+    raise _stub()
+
+
+@activity.defn(name="revive_hosts")
+async def revive_hosts(inp: ReviveInput) -> ReviveResult:
     raise _stub()
 
 
@@ -149,6 +156,7 @@ CONTROL_ACTIVITIES = (
     record_job_status,
     provision_host,
     fleet_hosts,
+    revive_hosts,
     record_host_health,
     find_orphans,
     release_orphans,

@@ -1,8 +1,10 @@
 """FleetWorkflow: one per fleet, id `fleet-<name>`. Every interval it pings each host's agent
 on the host's own task queue and records who answers, so placement only ever sees hosts whose
-agent is alive, and explanations can say when a host was last heard from. In the same loop it
-reconciles: capacity held by a job that ended, or whose workflow was closed from outside
-gpuflow, has its processes stopped and is released (docs/architecture.md, invariants 3 and 8)."""
+agent is alive, and explanations can say when a host was last heard from. The agent of an ssh
+host that does not answer is started again over SSH (with a backoff) and pinged once more
+before the round is recorded (workflows/revivals.py). In the same loop it reconciles: capacity
+held by a job that ended, or whose workflow was closed from outside gpuflow, has its processes
+stopped and is released (docs/architecture.md, invariants 3 and 8)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
-from gpuflow.workflows import contract, steps
+from gpuflow.workflows import contract, revivals, steps
 from gpuflow.workflows.job import JobWorkflow
 
 with workflow.unsafe.imports_passed_through():
@@ -28,6 +30,9 @@ with workflow.unsafe.imports_passed_through():
         OrphansResult,
         ReleaseOrphansInput,
         ReleaseResult,
+        Revival,
+        ReviveInput,
+        ReviveResult,
         StopProcessInput,
     )
 
@@ -56,18 +61,27 @@ STEPS_PER_ROUND = 20
 nodes: control/reconcile.py `ORPHAN_NODES_PER_STEP`); the next round goes on."""
 RECONCILE_STEP_TIMEOUT = timedelta(minutes=2)
 """Retries of a reconciliation step stop here: the fleet's health loop must not wait on it."""
+REVIVE_TIMEOUT = timedelta(minutes=3)
+"""Restarting silent agents over SSH stops here (control/revive.py bounds each host to less):
+the round records its health checks regardless."""
+AGENT_START_TIMEOUT = timedelta(seconds=30)
+"""How long a restarted agent has to answer its first ping in the same round."""
 
 
 @workflow.defn(name="FleetWorkflow")
 class FleetWorkflow:
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, inp: FleetInput) -> None:
         self._refresh = False
         self._deleted = False
+        self._revivals: dict[str, Revival] = dict(inp.revivals)
+        """Silent ssh hosts whose agent was started in vain, and when to try again."""
 
     @workflow.signal
     def refresh(self) -> None:
-        """The fleet changed: check its hosts now."""
+        """The fleet changed: check its hosts now, and try every silent agent again."""
         self._refresh = True
+        self._revivals.clear()
 
     @workflow.signal
     def delete(self) -> None:
@@ -75,6 +89,8 @@ class FleetWorkflow:
 
     @workflow.run
     async def run(self, inp: FleetInput) -> None:
+        revive = workflow.patched(revivals.REVIVE_PATCH)
+        inp = inp.model_copy(update={"revivals": {}})  # the state is self._revivals
         for _ in range(ROUNDS_PER_RUN):
             if self._deleted:
                 return
@@ -89,6 +105,8 @@ class FleetWorkflow:
             if hosts.deleted:
                 return
             pings = await _ping(hosts.hosts, workflow.patched(BOUNDED_PATCH))
+            if revive:
+                pings = await self._revive(inp, hosts.hosts, pings)
             health: HostHealthResult = await workflow.execute_activity(
                 contract.record_host_health,
                 HostHealthInput(fleet=inp.fleet, pings=pings),
@@ -115,7 +133,55 @@ class FleetWorkflow:
             if workflow.patched(BOUNDED_PATCH) and _history_full():
                 break
         await workflow.wait_condition(workflow.all_handlers_finished)
-        workflow.continue_as_new(inp)
+        workflow.continue_as_new(
+            inp.model_copy(update={"revivals": self._revivals}) if revive else inp
+        )
+
+    async def _revive(
+        self, inp: FleetInput, hosts: list[FleetHost], pings: list[HostPing]
+    ) -> list[HostPing]:
+        """Start the agents of the silent ssh hosts that are due again, and ping those that
+        run now: the pings to record. A host that still does not answer waits longer."""
+        now = workflow.now()
+        due = revivals.due(hosts, pings, self._revivals, now)
+        if due:
+            pings = await self._restart_and_ping(inp, due, pings)
+        self._revivals = revivals.after_round(
+            self._revivals,
+            hosts=hosts,
+            pings=pings,
+            tried=[host.host_id for host in due],
+            now=now,
+            interval=_interval(inp),
+        )
+        return pings
+
+    async def _restart_and_ping(
+        self, inp: FleetInput, due: list[FleetHost], pings: list[HostPing]
+    ) -> list[HostPing]:
+        names = ", ".join(host.name for host in due[:3]) + (", ..." if len(due) > 3 else "")
+        try:
+            result: ReviveResult = await workflow.execute_activity(
+                contract.revive_hosts,
+                ReviveInput(fleet=inp.fleet, host_ids=[host.host_id for host in due]),
+                summary=f"start the agent of {names}",
+                schedule_to_close_timeout=REVIVE_TIMEOUT,
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=1),  # the next round tries again
+            )
+        except ActivityError as error:
+            workflow.logger.warning("fleet %s: starting agents failed: %s", inp.fleet, error)
+            return pings
+        running = set(result.revived)
+        again = {
+            ping.host_id: ping
+            for ping in await _ping(
+                [host for host in due if host.host_id in running],
+                batched=True,
+                timeout=AGENT_START_TIMEOUT,
+            )
+        }
+        return [again.get(ping.host_id, ping) for ping in pings]
 
     async def _reconcile(self, inp: FleetInput) -> list[str]:
         """Stop the processes of every orphaned (job, attempt, rank), then release them; the
@@ -181,7 +247,9 @@ class FleetWorkflow:
         return released.waiting_jobs
 
 
-async def _ping(hosts: list[FleetHost], batched: bool) -> list[HostPing]:
+async def _ping(
+    hosts: list[FleetHost], batched: bool, timeout: timedelta = PING_TIMEOUT
+) -> list[HostPing]:
     """Ping each host's agent on its own task queue: who answered, in the hosts' order."""
     at_once = PINGS_AT_ONCE if batched else max(len(hosts), 1)
     pings: list[HostPing] = []
@@ -193,7 +261,7 @@ async def _ping(hosts: list[FleetHost], batched: bool) -> list[HostPing]:
                     contract.ping_host,
                     task_queue=host.task_queue,
                     summary=f"ping {host.name}",
-                    schedule_to_close_timeout=PING_TIMEOUT,
+                    schedule_to_close_timeout=timeout,
                     retry_policy=RetryPolicy(maximum_attempts=1),
                 )
                 for host in batch

@@ -131,10 +131,21 @@ class ProvisionResult(BaseModel):
 # ---- fleet workflow -----------------------------------------------------------------------
 
 
+class Revival(BaseModel):
+    """An ssh host whose agent the health round started again and that has not answered since:
+    its next try waits until `next_at` (workflows/revivals.py)."""
+
+    tries: int
+    next_at: datetime
+
+
 class FleetInput(BaseModel):
     fleet: str
     health_interval_s: float | None = None
     """Seconds between health checks (and reconciliation passes); None is the default."""
+    revivals: dict[str, Revival] = Field(default_factory=dict)
+    """By host id, the hosts whose agent was restarted in vain: carried across continue-as-new,
+    so a run that continues does not start their backoff over."""
 
 
 class FleetHost(BaseModel):
@@ -142,6 +153,9 @@ class FleetHost(BaseModel):
     name: str
     task_queue: str
     simulated: bool = False
+    ssh: bool = False
+    """The control plane starts this host's agent over SSH: the health round starts it again
+    when it does not answer."""
 
 
 class FleetHostsResult(BaseModel):
@@ -153,6 +167,18 @@ class FleetHostsResult(BaseModel):
 class HostPing(BaseModel):
     host_id: str
     answered: bool
+
+
+class ReviveInput(BaseModel):
+    fleet: str
+    host_ids: list[str]
+
+
+class ReviveResult(BaseModel):
+    revived: list[str] = Field(default_factory=list)
+    """Hosts whose agent runs now (started, or found running): worth a ping."""
+    unreachable: list[str] = Field(default_factory=list)
+    """Hosts marked unreachable, with the reason in their state detail."""
 
 
 class HostHealthInput(BaseModel):
