@@ -195,7 +195,10 @@ def apply_fleet(
                 session.add(current)
             else:
                 session.add(host)
-            for gpu in session.exec(select(GpuRow).where(GpuRow.host_id == host.id)):
+            before = list(session.exec(select(GpuRow).where(GpuRow.host_id == host.id)))
+            if current is not None:
+                warnings += _changed_models(held.get(host.id, []), host.name, before, gpus)
+            for gpu in before:
                 session.delete(gpu)
             session.flush()
             for gpu in gpus:
@@ -222,6 +225,28 @@ def _dropped_gpus(held: list[tuple[str, int]], name: str, count: int) -> list[st
     return [
         f"host {name} now has {count} GPU(s), but {jobs} still run(s) on the GPUs it drops: "
         "they keep running, and nothing new is placed there"
+    ]
+
+
+def _changed_models(
+    held: list[tuple[str, int]], name: str, before: list[GpuRow], after: list[GpuRow]
+) -> list[str]:
+    """A warning when running jobs hold GPUs whose model the new spec changes."""
+    was = {gpu.index: gpu.name for gpu in before}
+    now = {gpu.index: gpu.name for gpu in after}
+    changed: dict[tuple[str, str, str], list[int]] = {}
+    for job, i in sorted(set(held)):
+        if i in now and was.get(i, now[i]) != now[i]:
+            changed.setdefault((job, was[i], now[i]), []).append(i)
+    if not changed:
+        return []
+    jobs = ", ".join(
+        f"{job} (GPU{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}: {old} -> {new})"
+        for (job, old, new), ids in changed.items()
+    )
+    return [
+        f"host {name}: {jobs} still run(s) on GPUs the fleet now declares another model: they "
+        "keep running as placed; new jobs are placed by the new models"
     ]
 
 

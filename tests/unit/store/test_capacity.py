@@ -129,3 +129,13 @@ def test_a_host_shrunk_under_a_running_job_keeps_it_and_says_so(store: Store) ->
     ]
     assert len(allocations_of(store, "job-a-1")) == 1  # nothing taken from the job
     assert apply_fleet(store, spec) == []  # back to 4: nothing dropped
+    # Another model under the job: said too (it was silent), the job left as placed.
+    other = spec.model_dump(mode="json")
+    other["hosts"][0]["gpus"][0]["name"] = "H100"
+    warnings = apply_fleet(store, FleetSpec.model_validate(other))
+    assert warnings == [
+        "host h0: job-a-1 (GPUs 0, 1, 2: A100 -> H100) still run(s) on GPUs the fleet now "
+        "declares another model: they keep running as placed; new jobs are placed by the new "
+        "models"
+    ]
+    assert len(allocations_of(store, "job-a-1")) == 1
