@@ -78,9 +78,10 @@ def _starts(plan: JobPlan) -> Any:
 def print_plan(console: Console, plan: JobPlan, *, after: list[str]) -> None:
     spec = plan.job
     labels = [option.resources.gpu_label for option in spec.resource_options()]
+    asks = "no GPU" if labels == ["no GPU"] else f"GPU {' or '.join(labels)}"
     console.print(
-        f"[bold]{escape(spec.name)}[/]: {spec.nodes} node(s), GPU "
-        f"{escape(' or '.join(labels))}, fleets {escape(', '.join(spec.fleets) or 'any')}",
+        f"[bold]{escape(spec.name)}[/]: {spec.nodes} node(s), {escape(asks)}, "
+        f"fleets {escape(', '.join(spec.fleets) or 'any')}",
         highlight=False,
     )
     if plan.queue_never is not None:

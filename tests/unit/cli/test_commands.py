@@ -122,6 +122,13 @@ def test_offers_shows_a_gang_as_a_gang(cli: Cli) -> None:
     assert "fleet two: 1 idle host fits, and a 2-node job needs 2 in one fleet" in out
 
 
+def test_a_cpu_only_job_plans_as_asking_no_gpu(cli: Cli) -> None:
+    cli.fleet(A100_BOX)
+    cpu = cli.write("c.yaml", "name: c\ncommands: [x]\n")  # it read "GPU no GPU"
+    text = " ".join(cli("apply", "-y", "-d", "-f", cpu).split())
+    assert "c: 1 node(s), no GPU, fleets any" in text
+
+
 def test_apply_plans_several_files_together(cli: Cli) -> None:
     cli.fleet(A100_BOX)
     first = cli.write("a.yaml", "name: a\ncommands: [x]\nresources: {gpu: A100:2}\n")
@@ -134,6 +141,10 @@ def test_apply_plans_several_files_together(cli: Cli) -> None:
     # Alone, b would fit on box; after a takes both GPUs nothing is left for it.
     assert "b: 1 node(s), GPU A100:1, fleets any nothing left for it once a is placed" in text
     assert "(alone it would go to box)" in text
+    cpu = cli.write("c.yaml", "name: c\ncommands: [x]\n")  # read "GPU no GPU"
+    assert "c: 1 node(s), no GPU, fleets any" in " ".join(
+        cli("apply", "-y", "-d", "-f", cpu).split()
+    )
     assert "box: " in text.split("nothing left for it")[1]  # the reason, as the scheduler words it
     assert len(cli.temporal.started) == 2
 
