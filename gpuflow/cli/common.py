@@ -73,10 +73,29 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
+def quiet_temporal_runtime() -> None:
+    """The command's Temporal runtime logs only errors: its client retries a call while
+    Temporal is briefly away, and the SDK's warnings of each retry (in colour, in Rust's words)
+    landed between a followed job's lines. What fails for good reaches the command as an error
+    and is said in one line. (A command that serves, `gpuflow up`, keeps the default.)"""
+    from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
+
+    if _quiet:  # once a process: a runtime holds threads of its own
+        return
+    quiet = TelemetryFilter(core_level="ERROR", other_level="ERROR")
+    runtime = Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=quiet)))
+    Runtime.set_default(runtime, error_if_already_set=False)
+    _quiet.append(runtime)
+
+
+_quiet: list[object] = []
+
+
 async def open_client() -> Any:
     from gpuflow.cli.stack import stack_address, stack_down_message
     from gpuflow.client import Client
 
+    quiet_temporal_runtime()
     try:
         return await Client.connect()
     except ConnectionFailed as exc:
