@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,27 +13,13 @@ import pytest
 
 from gpuflow.config import TEMPORAL_VARIABLES
 from gpuflow.control.embedded import orphaned_server
+from tests.integration.stack_cli import free_port, gpuflow
 
 pytestmark = pytest.mark.integration
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _gpuflow(*args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "gpuflow", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    assert done.returncode == 0, f"gpuflow {' '.join(args)} -> {done.returncode}\n{done.stderr}"
-    return " ".join((done.stdout + done.stderr).split())
+    return " ".join(gpuflow(*args).split())
 
 
 def _kill_up(home: Path) -> int:
@@ -68,8 +51,8 @@ def test_a_killed_up_leaves_a_server_that_down_and_up_stop(
         monkeypatch.delenv(variable, raising=False)
     home = tmp_path / "home"
     monkeypatch.setenv("GPUFLOW_HOME", str(home))
-    monkeypatch.setenv("GPUFLOW_TEMPORAL_PORT", str(_free_port()))
-    monkeypatch.setenv("GPUFLOW_UI_PORT", str(_free_port()))
+    monkeypatch.setenv("GPUFLOW_TEMPORAL_PORT", str(free_port()))
+    monkeypatch.setenv("GPUFLOW_UI_PORT", str(free_port()))
     monkeypatch.setenv("GPUFLOW_METRICS_ADDRESS", "off")
     _gpuflow("up", "-d")
     try:

@@ -12,9 +12,6 @@ import asyncio
 import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +24,7 @@ from gpuflow.client import Client
 from gpuflow.config import TEMPORAL_VARIABLES
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.status import JobStatus
+from tests.integration.stack_cli import free_port, gpuflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -77,40 +75,21 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         driver.quit()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _gpuflow(*args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "gpuflow", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    assert done.returncode == 0, f"gpuflow {' '.join(args)} -> {done.returncode}\n{done.stdout}"
-    return done.stdout + done.stderr
-
-
 @pytest.fixture
 def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The embedded stack on free loopback ports; yields the UI's address that `up` printed."""
     for variable in (*TEMPORAL_VARIABLES, "GPUFLOW_DATABASE_URL"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("GPUFLOW_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("GPUFLOW_TEMPORAL_PORT", str(_free_port()))
-    monkeypatch.setenv("GPUFLOW_UI_PORT", str(_free_port()))
-    text = _gpuflow("up", "-d")
+    monkeypatch.setenv("GPUFLOW_TEMPORAL_PORT", str(free_port()))
+    monkeypatch.setenv("GPUFLOW_UI_PORT", str(free_port()))
+    text = gpuflow("up", "-d")
     try:
         match = re.search(r"http://127\.0\.0\.1:\d+", text)
         assert match, f"gpuflow up printed no UI address:\n{text}"
         yield match.group(0)
     finally:
-        _gpuflow("down")
+        gpuflow("down")
 
 
 async def _run_jobs(client: Client) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from temporalio import activity
@@ -333,19 +334,26 @@ async def test_cancel_still_compensates(
     assert find_job(sqlite_store, handle.id).status == "stopped"
 
 
-async def test_failed_provisioning_releases_without_waiting_for_an_agent(
-    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
-) -> None:
-    from gpuflow.control.activities import ControlActivities
+def _real_host_fleet(store: Store) -> Any:
+    """A sim fleet whose host h1 counts as real: simulated hosts need no provisioning."""
     from gpuflow.store.tables import HostRow
 
-    fleet = sim_fleet(sqlite_store)
-    with sqlite_store.session() as session:  # a real host (simulated ones need no provisioning)
+    fleet = sim_fleet(store)
+    with store.session() as session:
         row = session.get(HostRow, f"{fleet.name}/h1")
         assert row is not None
         row.simulated = False
         session.add(row)
         session.commit()
+    return fleet
+
+
+async def test_failed_provisioning_releases_without_waiting_for_an_agent(
+    time_env: WorkflowEnvironment, sqlite_store: Store, task_queue: str
+) -> None:
+    from gpuflow.control.activities import ControlActivities
+
+    fleet = _real_host_fleet(sqlite_store)
     hosts = ScriptedHosts()
 
     async def unreachable(host: object) -> str:
@@ -375,15 +383,8 @@ async def test_a_stop_while_hosts_are_provisioned_ends_the_job_stopped_at_once(
     """`stop` waited for the provisioning (an SSH login of up to 10 s, 3 attempts), and a
     failed one ended the job `failed (provisioning_failed)`, as if nobody had stopped it."""
     from gpuflow.control.activities import ControlActivities
-    from gpuflow.store.tables import HostRow
 
-    fleet = sim_fleet(sqlite_store)
-    with sqlite_store.session() as session:
-        row = session.get(HostRow, f"{fleet.name}/h1")
-        assert row is not None
-        row.simulated = False
-        session.add(row)
-        session.commit()
+    fleet = _real_host_fleet(sqlite_store)
     hosts = ScriptedHosts()
     login = asyncio.Event()
 
