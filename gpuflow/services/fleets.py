@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 
 from sqlmodel import Session, col, select
@@ -327,11 +327,20 @@ def _waiting_only_for(session: Session, name: str) -> list[str]:
     )
 
 
-def set_host_state(store: Store, hid: str, state: HostState, detail: str | None = None) -> None:
+def set_host_state(
+    store: Store,
+    hid: str,
+    state: HostState,
+    detail: str | None = None,
+    *,
+    only_from: Collection[HostState] | None = None,
+) -> bool:
+    """Set the host's state (and bump the change counters when it changes). With `only_from`,
+    only a host in one of those states changes. Whether it was set."""
     with store.session() as session:
         host = session.get(HostRow, hid)
-        if host is None:
-            return
+        if host is None or (only_from is not None and host.state not in only_from):
+            return False
         if (host.state, host.state_detail) != (state, detail):
             bump_hosts(session, "states", [hid])
         host.state = state
@@ -340,21 +349,14 @@ def set_host_state(store: Store, hid: str, state: HostState, detail: str | None 
             host.last_heartbeat = datetime.now(UTC)
         session.add(host)
         session.commit()
+    return True
 
 
 def mark_unreachable(store: Store, hid: str, detail: str) -> bool:
     """The host's agent cannot be started (its SSH login or start failed: `detail` says why);
     whether it was marked. A host in maintenance stays so: it may be draining."""
-    with store.session() as session:
-        host = session.get(HostRow, hid)
-        if host is None or host.state == HostState.MAINTENANCE:
-            return False
-        if (host.state, host.state_detail) != (HostState.UNREACHABLE, detail):
-            bump_hosts(session, "states", [hid])
-            host.state, host.state_detail = HostState.UNREACHABLE, detail
-            session.add(host)
-            session.commit()
-    return True
+    others = [state for state in HostState if state != HostState.MAINTENANCE]
+    return set_host_state(store, hid, HostState.UNREACHABLE, detail, only_from=others)
 
 
 AGENT_STARTED = "agent started over SSH; not answering yet"
@@ -363,14 +365,9 @@ AGENT_STARTED = "agent started over SSH; not answering yet"
 def mark_agent_started(store: Store, hid: str) -> None:
     """The host's agent was started over SSH: an unreachable host is reachable again, and not
     ready until its agent answers (the health round records that)."""
-    with store.session() as session:
-        host = session.get(HostRow, hid)
-        if host is None or host.state != HostState.UNREACHABLE:
-            return
-        bump_hosts(session, "states", [hid])
-        host.state, host.state_detail = HostState.NOT_READY, AGENT_STARTED
-        session.add(host)
-        session.commit()
+    set_host_state(
+        store, hid, HostState.NOT_READY, AGENT_STARTED, only_from=[HostState.UNREACHABLE]
+    )
 
 
 def get_host(store: Store, hid: str) -> HostRow | None:
