@@ -25,19 +25,12 @@ from gpuflow.specs.resources import (
     check_version,
     one_of,
 )
-from gpuflow.specs.units import check_text, parse_size_mib, shown
+from gpuflow.specs.units import check_text, parse_size_mib, shown, whole_count
 
 __all__ = ["GpuDecl", "HostDecl", "SimulatedUtilization"]
 
 _HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9_.:\[\]%-]{1,253}")
 _USER = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.@-]{0,63}")
-
-
-def _whole(value: Any, what: str) -> Any:
-    """A count written as a whole number: `true` was read as 1 CPU and `"2"` as 2 GPUs."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{shown(value)} is not a number of {what}; use a whole number")
-    return value
 
 
 def _size_json(mib: int) -> str:
@@ -66,7 +59,7 @@ class GpuDecl(BaseModel):
     @field_validator("count", mode="before")
     @classmethod
     def _count(cls, value: Any) -> Any:
-        return _whole(value, "GPUs")
+        return whole_count(value, "GPUs")
 
     @field_validator("name")
     @classmethod
@@ -180,7 +173,7 @@ class HostDecl(BaseModel):
     @field_validator("cpus", mode="before")
     @classmethod
     def _cpus(cls, value: Any) -> Any:
-        return _whole(value, "CPUs")
+        return whole_count(value, "CPUs")
 
     @field_validator("memory", "disk", mode="before")
     @classmethod

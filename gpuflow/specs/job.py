@@ -17,7 +17,7 @@ from pydantic import (
 from gpuflow.naming import SECRET_REF
 from gpuflow.specs.resources import ResourcesSpec
 from gpuflow.specs.scoring import SCORERS
-from gpuflow.specs.units import check_text, parse_duration, recorded, shown
+from gpuflow.specs.units import check_text, parse_duration, recorded, shown, whole_count
 from gpuflow.status import RetryEvent
 
 SPEC_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -344,11 +344,7 @@ class JobSpec(BaseModel):
     @field_validator("nodes", mode="before")
     @classmethod
     def _nodes(cls, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(
-                f"{shown(value)} is not a number of nodes; use a whole number, 1..{MAX_NODES}"
-            )
-        return value
+        return whole_count(value, "nodes", hint=f", 1..{MAX_NODES}")
 
     @field_validator("preemptible", mode="before")
     @classmethod

@@ -50,6 +50,15 @@ def shown(value: Any) -> str:
     return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
 
 
+def whole_count(value: Any, what: str, *, hint: str = "") -> int:
+    """A count written as a whole number (never a bool, a string or a float: `true` would read
+    as 1 and `"2"` as 2); ValueError `<value> is not a number of <what>; use a whole number`,
+    then `hint` (the range, say)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{shown(value)} is not a number of {what}; use a whole number{hint}")
+    return value
+
+
 def finite_number(value: Any, what: str) -> float:
     """A finite int or float (never a bool, a string or NaN); ValueError otherwise."""
     if isinstance(value, bool) or not isinstance(value, int | float):
