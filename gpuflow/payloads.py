@@ -65,13 +65,13 @@ class EndingFailureConverter(DefaultFailureConverter):
         self, exception: BaseException, payload_converter: PayloadConverter, failure: Failure
     ) -> None:
         super().to_failure(exception, payload_converter, failure)
-        if _is_ending(exception):
+        if is_job_ending(exception):
             failure.stack_trace = ""
 
 
-def _is_ending(exception: BaseException) -> bool:
+def is_job_ending(exception: BaseException) -> bool:
     """Whether the exception is how a job's workflow ends other than `done` (it carries the
-    job's result), not a failure of gpuflow's code."""
+    job's result; workflows/outcome.py raises and reads it), not a failure of gpuflow's code."""
     reasons = {reason.value for reason in TerminationReason}
     return (
         isinstance(exception, ApplicationError)

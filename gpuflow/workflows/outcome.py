@@ -14,6 +14,7 @@ from typing import Any
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 
+from gpuflow.payloads import is_job_ending
 from gpuflow.status import TerminationReason
 from gpuflow.workflows.models import JobResult
 
@@ -34,10 +35,9 @@ def result_of_failure(error: WorkflowFailureError) -> JobResult | None:
     """The JobResult a failed job's workflow carries; None for any other failure (the
     workflow itself broke, or it was cancelled or terminated from outside)."""
     cause = error.cause
-    if not isinstance(cause, ApplicationError) or not cause.details:
+    if not isinstance(cause, ApplicationError) or not is_job_ending(cause):
         return None
     try:
-        TerminationReason(cause.type or "")
         return JobResult.model_validate(cause.details[0])
     except ValueError:
         return None
