@@ -131,7 +131,7 @@ class TemporalApi:
         deadline = asyncio.get_running_loop().time() + timeout_s
         # No control worker takes the request up once this client stops counting on it
         # (workflows/api_expiry.py): a call reported as failed has had no effect.
-        expires = time.time() + max(timeout_s - EXPIRY_MARGIN_S, timeout_s / 2)
+        expires = time.time() + _taken_up_within(timeout_s)
         pause = 0.05
         lane = min(self._lanes, key=lambda lane: lane.asked)  # the first of equals
         lane.asked += 1
@@ -205,11 +205,18 @@ class TemporalApi:
             with contextlib.suppress(Exception):  # never set when the call was cut off
                 await asyncio.wait_for(start.workflow_handle(), 1)
             raise errors.ConnectionFailed(
-                f"the control plane did not answer within {timeout_s:.0f}s, and will not carry "
-                "the request out later; is a control worker running? (`gpuflow up`, or "
+                f"the control plane did not answer within {timeout_s:.0f}s; a request no "
+                f"control worker took up in its first {_taken_up_within(timeout_s):.0f}s is "
+                "never carried out later; is a control worker running? (`gpuflow up`, or "
                 "`python -m gpuflow.control.main`)"
             ) from None
         return result  # type: ignore[no-any-return]
+
+
+def _taken_up_within(timeout_s: float) -> float:
+    """How long after it is sent a control worker may still take a request up: the client's
+    wait less EXPIRY_MARGIN_S, for the answer to come back in time (half the wait at least)."""
+    return max(timeout_s - EXPIRY_MARGIN_S, timeout_s / 2)
 
 
 def _read_outcome(future: asyncio.Future[Any]) -> None:

@@ -47,8 +47,9 @@ def refuse_if_given_up() -> None:
     expires = expiry_of(info.id) if info is not None else None
     if expires is not None and workflow.now().timestamp() > expires:
         raise ApplicationError(
-            f"{info.name if info else 'request'}: its client stopped waiting for an answer "
-            "before a control worker took it up; not carried out",
+            f"{info.name if info else 'request'}: its client stopped counting on an answer "
+            "before a control worker took it up (or its clock is behind this worker's); not "
+            "carried out",
             type="GpuflowError",
             non_retryable=True,
         )
