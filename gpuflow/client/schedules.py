@@ -177,7 +177,9 @@ class ScheduleCalls:
 def _check_cron(cron: str) -> None:
     """Refuse a cron text that is empty, or that is Temporal's `@every` interval, which would
     run a schedule more often than once a minute (`--every` is the way to an interval)."""
-    if not isinstance(cron, str) or not cron.strip():
+    if not isinstance(cron, str):
+        raise SpecError(f"cron is text, e.g. '0 3 * * *', not {type(cron).__name__}")
+    if not cron.strip():
         raise SpecError("cron is empty: give five fields, e.g. '0 3 * * *'")
     if cron.strip().lower().startswith("@every"):
         raise SpecError(f"cron {cron!r}: an interval is given with every (--every), not in cron")

@@ -120,6 +120,18 @@ def orphaned_server(home: Path) -> int | None:
 
 def stop_orphaned_server(home: Path, pid: int, *, timeout_s: float = 15) -> None:
     """Stop a dev server `orphaned_server` found: SIGTERM, then SIGKILL after `timeout_s`."""
+    try:
+        _end(pid, timeout_s)
+    except PermissionError:
+        raise GpuflowError(
+            f"the Temporal dev server (pid {pid}) that a killed gpuflow up left running is "
+            "another user's: stop it as that user"
+        ) from None
+    server_pid_file(home).unlink(missing_ok=True)
+
+
+def _end(pid: int, timeout_s: float) -> None:
+    """SIGTERM the process, then SIGKILL after `timeout_s`; one already gone is ended."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
@@ -127,7 +139,6 @@ def stop_orphaned_server(home: Path, pid: int, *, timeout_s: float = 15) -> None
             time.sleep(0.1)
         if Path(f"/proc/{pid}").exists():
             os.kill(pid, signal.SIGKILL)
-    server_pid_file(home).unlink(missing_ok=True)
 
 
 DEV_SERVER_READY_S = 60.0
