@@ -227,11 +227,13 @@ async def test_schedule_runs_become_jobs(
                 spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=24))]),
             ),
         )
-        listed = await client.schedules()
-        with pytest.raises(SpecError, match=f"^schedule {theirs} does not run gpuflow jobs"):
-            await client.delete_schedule(theirs)
-        await dev_env.client.get_schedule_handle(theirs).describe()  # still there
-        await dev_env.client.get_schedule_handle(theirs).delete()
+        try:
+            listed = await client.schedules()
+            with pytest.raises(SpecError, match=f"^schedule {theirs} does not run gpuflow jobs"):
+                await client.delete_schedule(theirs)
+            await dev_env.client.get_schedule_handle(theirs).describe()  # still there
+        finally:  # the dev server is the session's: leave nothing of this test on it
+            await dev_env.client.get_schedule_handle(theirs).delete()
         await client.delete_schedule(schedule_id)
         with pytest.raises(NotFoundError, match=f"^no schedule named '{schedule_id}'$"):
             await client.delete_schedule(schedule_id)

@@ -374,7 +374,8 @@ async def test_a_waiting_probe_answers_when_its_gpus_turned_idle(tmp_path: Path)
     agent.sample_every_s = 0.1
     env = ActivityEnvironment()
     await env.run(agent.start_process, _start(["sleep 30"], gpus=[2]))
-    probe = ProbeInput(job_id="job-t-1", attempt=1, rank=0, gpu_indices=[2], wait_s=1.0)
+    # 3 s at a reading each 0.1 s: room for the four readings kept on a loaded machine
+    probe = ProbeInput(job_id="job-t-1", attempt=1, rank=0, gpu_indices=[2], wait_s=3.0)
     plain = await env.run(agent.probe_process, probe)
     assert [s.utilization for s in plain.samples] == [0.0]  # the reading at the end only
     calls = 0

@@ -419,7 +419,7 @@ def test_a_field_a_kind_of_fleet_does_not_read_is_refused() -> None:
     def fleet(kind: str, host: dict[str, object], **more: object) -> dict[str, object]:
         return {"type": "fleet", "name": "f", "kind": kind, "hosts": [host], **more}
 
-    ssh = {"name": "g1", "hostname": "127.0.0.1"}
+    ssh: dict[str, object] = {"name": "g1", "hostname": "127.0.0.1"}
     cases = {
         "state": fleet("ssh", {**ssh, "state": "maintenance"}),
         "cpus, gpus": fleet(
@@ -455,13 +455,3 @@ def test_a_host_count_is_a_whole_number_and_a_file_says_its_type() -> None:
     with pytest.raises(ValidationError, match="'2' is not a number of GPUs"):
         FleetSpec.model_validate(host(gpus=[{"name": "A100", "memory": "80GB", "count": "2"}]))
     assert FleetSpec.model_validate(host(cpus=16)).hosts[0].cpus == 16
-
-
-def test_a_fleet_file_without_its_type_says_so(tmp_path: Path) -> None:
-    from gpuflow.errors import SpecError
-    from gpuflow.specs.load import load_fleet
-
-    path = tmp_path / "notype.yaml"
-    path.write_text("name: f\nkind: sim\nhosts: [{name: a}]\n")
-    with pytest.raises(SpecError, match="type is missing: a fleet file says `type: fleet`"):
-        load_fleet(path)

@@ -410,7 +410,6 @@ async def test_a_stop_while_hosts_are_provisioned_ends_the_job_stopped_at_once(
             await _wait_status(handle, JobStatus.PROVISIONING)
             await handle.signal("stop")
             result = await asyncio.wait_for(job_result(handle), 20)  # not the login's end
-            login.set()
     finally:
         login.set()
     assert (result.status, result.reason) == (JobStatus.STOPPED, TerminationReason.STOPPED_BY_USER)

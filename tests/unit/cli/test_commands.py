@@ -276,12 +276,15 @@ def test_logs_of_a_job_that_has_not_started_says_why_on_stderr(
     log reader is a Temporal workflow the fake does not run: its output is stood in for.)"""
     from gpuflow.client import Client
 
+    asked: list[int | None] = []  # the attempt each `logs` asked the client for
+
     async def logs(
         self: Client, job: str, attempt: int | None = None, **_: object
     ) -> AsyncIterator[str]:
+        asked.append(attempt)
         info = await self.get(job)
         if info.status == JobStatus.RUNNING or attempt == 1:
-            yield f"step 1 of attempt {attempt or info.attempt}\n"
+            yield "step 1\n"
 
     monkeypatch.setattr(Client, "logs", logs)
     cli.job("w", JobStatus.PENDING, message="waiting for capacity: box: 0 of 8 GPUs free")
@@ -303,11 +306,12 @@ def test_logs_of_a_job_that_has_not_started_says_why_on_stderr(
     assert said.startswith("q (job-q-c1c2c3)'s attempt 2 has not started: ")
     assert said.endswith("(earlier attempts' output: gpuflow logs job-q-c1c2c3 --attempt 1)")
     # Its first attempt's output is read with --attempt, and nothing is said of this one.
+    asked.clear()
     out, err = cli.streams("logs", "q", "--attempt", "1")
-    assert (out, err) == ("step 1 of attempt 1\n", "")
+    assert (out, err, asked) == ("step 1\n", "", [1])
     cli.job("r", JobStatus.RUNNING, suffix="d4e5f6")
     out, err = cli.streams("logs", "r")
-    assert (out, err) == ("step 1 of attempt 1\n", "")
+    assert (out, err, asked) == ("step 1\n", "", [1, None])
     cli.job("n", JobStatus.FAILED, suffix="f7f8f9", reason="no_capacity", ended_minutes_ago=0)
     out, err = cli.streams("logs", "n")  # it printed nothing at all
     said = " ".join(err.split())

@@ -202,7 +202,6 @@ def test_sigterm_ends_a_command_as_ctrl_c_does_with_its_cleanup_run() -> None:
     import os
     import signal
 
-    import pytest
     import typer
 
     from gpuflow.cli import common

@@ -161,13 +161,13 @@ def test_a_late_record_of_an_ended_attempt_does_not_reopen_the_job(store: Store)
 def test_each_earlier_attempts_hosts_are_kept_where_its_output_is(store: Store) -> None:
     """`logs --attempt N` reads an earlier attempt's output from the hosts it ran on, which
     the row's `hosts` no longer names once the next attempt is placed."""
-    _record_attempt(store, JobStatus.RUNNING, 1, None, hosts=["h1", "h2"])
+    _record_attempt(store, JobStatus.RUNNING, 1, None, hosts=("h1", "h2"))
     _record_attempt(store, JobStatus.FAILED, 1, "error")
     _record_attempt(store, JobStatus.PENDING, 2, None)
     _record_attempt(store, JobStatus.FAILED, 2, "no_capacity")  # never placed: nothing kept
     _record_attempt(store, JobStatus.PENDING, 3, None)
-    _record_attempt(store, JobStatus.RUNNING, 3, None, hosts=["h3"])
-    _record_attempt(store, JobStatus.RUNNING, 3, None, hosts=["h3"])  # a repeat changes nothing
+    _record_attempt(store, JobStatus.RUNNING, 3, None, hosts=("h3",))
+    _record_attempt(store, JobStatus.RUNNING, 3, None, hosts=("h3",))  # a repeat changes nothing
     row = find_job(store, "job-a")
     assert row.earlier_hosts == {"1": ["h1", "h2"]}
     assert (row.attempt, row.hosts) == (3, ["h3"])
