@@ -10,7 +10,6 @@ it raised, one line.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
 from datetime import timedelta
@@ -200,10 +199,10 @@ class TemporalApi:
         except WorkflowUpdateFailedError as exc:
             raise _as_gpuflow_error(exc) from None
         except (WorkflowUpdateRPCTimeoutOrCancelledError, TimeoutError):
-            # The start's own outcome failed with the same timeout: read it, so it is not
-            # reported later as an exception nobody retrieved.
-            with contextlib.suppress(Exception):  # never set when the call was cut off
-                await asyncio.wait_for(start.workflow_handle(), 1)
+            # The start's own outcome failed with the same timeout, or the SDK set it
+            # cancelled: read it whenever it settles, so it is not reported later as an
+            # exception nobody retrieved. Awaiting it here would raise that cancellation.
+            start._workflow_handle.add_done_callback(_read_outcome)
             raise errors.ConnectionFailed(
                 f"the control plane did not answer within {timeout_s:.0f}s; a request no "
                 f"control worker took up in its first {_taken_up_within(timeout_s):.0f}s is "

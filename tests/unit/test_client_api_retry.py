@@ -130,3 +130,39 @@ async def test_a_call_its_caller_gives_up_on_leaves_no_exception_unretrieved() -
     gc.collect()  # an exception nobody read is reported when its future is collected
     await asyncio.sleep(0)
     assert [context["message"] for context in told] == []
+
+
+class _TimedOut:
+    """The update's RPC timed out and the SDK set the start that came with it cancelled
+    (seen in CI): the call must still end in ConnectionFailed, not in that cancellation."""
+
+    def __init__(self, start_cancelled: bool) -> None:
+        self.start_cancelled = start_cancelled
+
+    async def execute_update_with_start_workflow(
+        self, update: str, arg: Arg, *, start_workflow_operation: Any, **_: Any
+    ) -> int:
+        handle = start_workflow_operation._workflow_handle
+        if self.start_cancelled:
+            handle.cancel()
+        else:
+            handle.set_exception(WorkflowUpdateRPCTimeoutOrCancelledError())
+        raise WorkflowUpdateRPCTimeoutOrCancelledError()
+
+
+@pytest.mark.parametrize("start_cancelled", [True, False])
+async def test_a_timed_out_call_is_connection_failed_whatever_became_of_its_start(
+    start_cancelled: bool,
+) -> None:
+    from gpuflow.errors import ConnectionFailed
+
+    loop = asyncio.get_running_loop()
+    told: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: told.append(context))
+    api = TemporalApi(_TimedOut(start_cancelled))  # type: ignore[arg-type]
+    with pytest.raises(ConnectionFailed, match="did not answer within 2s"):
+        await api.call("job", Arg(), int, timeout_s=2)
+    await asyncio.sleep(0.05)
+    gc.collect()
+    await asyncio.sleep(0)
+    assert [context["message"] for context in told] == []
