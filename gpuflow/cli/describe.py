@@ -93,6 +93,8 @@ def _lines(info: Any) -> list[tuple[str, str]]:
     if info.hosts:
         where = ", ".join(info.hosts) + (f" ({info.gpus})" if info.gpus else "")
         lines.append(("where", f"{where} on fleet {info.fleet}" if info.fleet else where))
+    for host, state in info.hosts_not_ready.items():
+        lines.append(("warning", f"host {host} is {state}"))
     started = "first started" if info.attempt > 1 else "started"  # attempt 1's start
     for label, moment in (
         ("submitted", info.submitted_at),

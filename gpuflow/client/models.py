@@ -61,6 +61,10 @@ class JobInfo(BaseModel):
     runs to its max_duration (jobs that end sooner bring it forward; a job ahead of it in
     admission's order takes the reservation over). None: not known (a job it waits for
     declares no max_duration)."""
+    hosts_not_ready: dict[str, str] = Field(default_factory=dict)
+    """While it is provisioning or running: its hosts that are not ready, by name, with their
+    state and why (`agent not answering`: the fleet's health round had no answer from the
+    host's agent; the job ends `host_lost` if its own probes keep failing)."""
 
     @classmethod
     def from_record(cls, record: JobRecord) -> JobInfo:

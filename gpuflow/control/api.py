@@ -41,13 +41,20 @@ from gpuflow.services.fleets import (
     list_hosts,
 )
 from gpuflow.services.group_entry import Submitted
-from gpuflow.services.jobs import find_job, find_job_in, jobs_waiting_for_capacity, list_jobs
+from gpuflow.services.jobs import (
+    find_job,
+    find_job_in,
+    hosts_not_ready_in,
+    jobs_waiting_for_capacity,
+    list_jobs,
+)
 from gpuflow.services.mix import mix_info
 from gpuflow.services.queues import WaitingPlace, waiting_places
 from gpuflow.specs.fleet import FleetSpec
 from gpuflow.specs.job import JobSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
+from gpuflow.store.tables import JobRow
 from gpuflow.workflows.api import (
     JOB_MEMO,
     JOBS_PER_PAGE,
@@ -144,7 +151,8 @@ class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
                 row = find_job_in(session, ref.ref)
                 waiting = row.status == JobStatus.PENDING
                 place = waiting_places(session, [row.id]).get(row.id) if waiting else None
-                return job_record(row, place)
+                not_ready = hosts_not_ready_in(session, [row]).get(row.id)
+                return job_record(row, place, not_ready=not_ready)
 
         try:
             return await asyncio.to_thread(read)
@@ -177,9 +185,12 @@ class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
             queue=req.queue,
         )
         pending = [row.id for row in rows if row.status == JobStatus.PENDING]
-        places = await asyncio.to_thread(self._places, pending)
+        places, unready = await asyncio.to_thread(self._places, pending, rows)
         chars = LISTED_MESSAGE_CHARS
-        records = [job_record(row, places.get(row.id), message_chars=chars) for row in rows]
+        records = [
+            job_record(row, places.get(row.id), message_chars=chars, not_ready=unready.get(row.id))
+            for row in rows
+        ]
         # An open workflow without a row goes on the page whose span holds its start: the
         # client's next page starts below this page's oldest job, so one older than a full
         # page's oldest row waits for the page that reaches it (else the rows between would be
@@ -196,9 +207,13 @@ class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
                 records.append(record)
         return sorted(records, key=lambda r: (r.submitted_at, r.id), reverse=True)
 
-    def _places(self, job_ids: list[str]) -> dict[str, WaitingPlace]:
+    def _places(
+        self, job_ids: list[str], rows: list[JobRow]
+    ) -> tuple[dict[str, WaitingPlace], dict[str, dict[str, str]]]:
+        """Where the waiting jobs `job_ids` stand in their queues; the placed jobs' hosts that
+        are not ready."""
         with self.store.read() as session:
-            return waiting_places(session, job_ids)
+            return waiting_places(session, job_ids), hosts_not_ready_in(session, rows)
 
     async def _open_unrecorded(
         self, recorded: set[str], span: tuple[datetime | None, datetime | None] = (None, None)

@@ -48,10 +48,15 @@ def one_line(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
 
 
 def job_record(
-    row: JobRow, place: WaitingPlace | None = None, *, message_chars: int | None = None
+    row: JobRow,
+    place: WaitingPlace | None = None,
+    *,
+    message_chars: int | None = None,
+    not_ready: dict[str, str] | None = None,
 ) -> JobRecord:
     """The job's record; `place`: where it waits in its queue (gpuflow/services/queues.py);
-    `message_chars`: the message cut there (a listing's: see LISTED_MESSAGE_CHARS)."""
+    `message_chars`: the message cut there (a listing's: see LISTED_MESSAGE_CHARS);
+    `not_ready`: its hosts that are not ready (services/jobs.py `hosts_not_ready_in`)."""
     spec = row.spec or {}
     queue = place.queue if place else (str(spec.get("queue", DEFAULT_QUEUE)) if spec else None)
     message = row.message
@@ -77,6 +82,7 @@ def job_record(
         queue_reason=place.reason if place else None,
         reserved_hosts=list(place.reserved_hosts) if place else [],
         reserved_start=place.reserved_start if place else None,
+        hosts_not_ready=not_ready or {},
     )
 
 

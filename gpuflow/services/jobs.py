@@ -14,9 +14,9 @@ from sqlmodel import Session, col, select
 
 from gpuflow.errors import GpuflowError, NotFoundError
 from gpuflow.specs.job import DEFAULT_QUEUE
-from gpuflow.status import NO_GPUS, JobStatus, TerminationReason
+from gpuflow.status import NO_GPUS, HostState, JobStatus, TerminationReason
 from gpuflow.store.db import Store
-from gpuflow.store.tables import JobEventRow, JobRow
+from gpuflow.store.tables import HostRow, JobEventRow, JobRow
 
 
 def record_job(store: Store, *, job_id: str, name: str, spec: dict[str, Any]) -> JobRow:
@@ -242,6 +242,38 @@ def list_jobs(
             at, last = before
             query = query.where(or_(submitted < at, and_(submitted == at, job_id < last)))
         return list(session.exec(query))
+
+
+PLACED = (JobStatus.PROVISIONING, JobStatus.RUNNING)
+"""Statuses of a job that holds hosts."""
+
+
+def hosts_not_ready_in(session: Session, rows: Sequence[JobRow]) -> dict[str, dict[str, str]]:
+    """For the placed jobs among `rows`: each of their hosts that is not ready, by name, with
+    its state and why (`not_ready (agent not answering)`), by job id; one read for them all."""
+    placed = [row for row in rows if row.status in PLACED and row.fleet and row.hosts]
+    if not placed:
+        return {}
+    fleets = {row.fleet for row in placed}
+    names = {name for row in placed for name in row.hosts}
+    found = session.exec(
+        select(HostRow.fleet, HostRow.name, HostRow.state, HostRow.state_detail).where(
+            col(HostRow.fleet).in_(fleets),
+            col(HostRow.name).in_(names),
+            col(HostRow.state) != HostState.READY,
+        )
+    ).all()
+    states = {
+        (fleet, name): f"{state} ({detail})" if detail else state
+        for fleet, name, state, detail in found
+    }
+    out: dict[str, dict[str, str]] = {}
+    for row in placed:
+        for name in row.hosts:
+            state = states.get((row.fleet or "", name))
+            if state is not None:
+                out.setdefault(row.id, {})[name] = state
+    return out
 
 
 def find_job(store: Store, ref: str) -> JobRow:

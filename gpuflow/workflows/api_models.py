@@ -40,6 +40,9 @@ class JobRecord(BaseModel):
     """A waiting job that holds the backfill reservation: the hosts reserved for it."""
     reserved_start: datetime | None = None
     """When it can start at the latest (None: not known), if it holds the reservation."""
+    hosts_not_ready: dict[str, str] = Field(default_factory=dict)
+    """A job placed on hosts (provisioning or running): each of them that is not ready, by
+    name, with its state and why (an agent not answering: the job is lost if it stays so)."""
 
 
 class SubmitRequest(BaseModel):

@@ -219,3 +219,43 @@ def test_describe_and_json_say_whether_a_job_is_preemptible(cli: Cli) -> None:
     assert ["priority", "0"] in [line.split() for line in cli("describe", "keep").splitlines()]
     listed = {j["name"]: j["preemptible"] for j in json.loads(cli("ps", "--json"))}
     assert listed == {"spot": True, "keep": False}
+
+
+SIM_PAIR = """
+type: fleet
+name: sim
+kind: sim
+hosts:
+  - name: h1
+    gpus: [{name: A100, memory: 80GB, count: 4}]
+  - name: h2
+    gpus: [{name: A100, memory: 80GB, count: 4}]
+"""
+
+
+def test_a_running_job_on_a_host_not_answering_says_so(cli: Cli) -> None:
+    """The health round marked a running job's host not ready: the job runs on (its own probes
+    decide when it is lost), but `describe` and `ps --json` say which host and why."""
+    from sqlmodel import select
+
+    from gpuflow.services.fleets import set_host_state
+    from gpuflow.status import HostState
+    from gpuflow.store.tables import HostRow
+
+    cli.fleet(SIM_PAIR)
+    cli.job("train", JobStatus.RUNNING, hosts=["h1", "h2"])
+    cli.job("other", JobStatus.RUNNING, hosts=["h2"], suffix="d4e5f6")
+    cli.job("old", JobStatus.DONE, hosts=["h1"], suffix="a7b8c9", ended_minutes_ago=0.5)
+    assert "warning" not in cli("describe", "train")
+    with cli.store.read() as session:
+        h1 = session.exec(select(HostRow).where(HostRow.name == "h1")).one()
+    set_host_state(cli.store, h1.id, HostState.NOT_READY, "agent not answering")
+    text = " ".join(cli("describe", "train").split())
+    assert "warning host h1 is not_ready (agent not answering)" in text
+    assert "h2 is" not in text
+    assert "warning" not in cli("describe", "other")
+    assert "warning" not in cli("describe", "old")  # an ended job holds no host
+    listed = {job["name"]: job for job in json.loads(cli("ps", "-a", "--json"))}
+    assert listed["train"]["hosts_not_ready"] == {"h1": "not_ready (agent not answering)"}
+    assert listed["other"]["hosts_not_ready"] == {}
+    assert listed["old"]["hosts_not_ready"] == {}
