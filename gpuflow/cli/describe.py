@@ -14,8 +14,6 @@ from gpuflow.cli import common
 from gpuflow.cli.common import run
 from gpuflow.cli.render import STATUS_STYLE, Cell, Column, ago, fitted_table, status_text
 from gpuflow.cli.waiting import queue_reason_text, reserved_text, short_reasons
-from gpuflow.client.models import JobEvents
-from gpuflow.errors import NotFoundError
 from gpuflow.status import JobStatus, capacity_prefix, capacity_reasons
 
 MOST_REASONS = 30
@@ -33,28 +31,18 @@ async def describe(
     client = await common.open_client()
     try:
         with common.err.status(f"reading {job}…"):
-            info = await client.get(job)
-            try:
-                history = await client.events(info.id, most=events)
-            except NotFoundError:  # its workflow started; its first record is still to come
-                history = JobEvents(job_id=info.id, events=[], total=0)
+            described = await client.describe(job, events=events)
     finally:
         await client.close()
     if as_json:
-        common.print_json(
-            {
-                "job": info.model_dump(mode="json"),
-                "events": [event.model_dump(mode="json") for event in history.events],
-                "events_total": history.total,
-            }
-        )
+        common.print_json(described.model_dump(mode="json"))
         return
     width = common.console.width
-    common.console.print(_facts(info))
-    left = history.total - len(history.events)
-    title = f"statuses (the newest {len(history.events)} of {history.total:,})" if left else ""
+    shown, total = described.events, described.events_total
+    common.console.print(_facts(described.job))
+    title = f"statuses (the newest {len(shown)} of {total:,})" if total > len(shown) else ""
     common.console.print(Text(title or "statuses", style="bold"))
-    common.console.print(_events_table(history.events, width=width))
+    common.console.print(_events_table(shown, width=width))
 
 
 def _facts(info: Any) -> Group:

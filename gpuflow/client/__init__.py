@@ -10,6 +10,7 @@ from gpuflow.client.core import Client
 from gpuflow.client.models import (
     AppliedQueue,
     FleetInfo,
+    JobDescription,
     JobEvent,
     JobEvents,
     JobInfo,
@@ -26,6 +27,7 @@ __all__ = [
     "AppliedQueue",
     "Client",
     "FleetInfo",
+    "JobDescription",
     "JobEvent",
     "JobEvents",
     "JobInfo",

@@ -28,6 +28,8 @@ from gpuflow.client.api import Api, TemporalApi, named
 from gpuflow.client.control_plane import ControlPlaneCalls
 from gpuflow.client.logs import LogCalls
 from gpuflow.client.models import (
+    JobDescription,
+    JobEvents,
     JobInfo,
     JobOutcome,
     Progress,
@@ -266,8 +268,19 @@ class Client(ControlPlaneCalls, QueueCalls, ScheduleCalls, LogCalls):
                 return name
         return job_id
 
-    async def describe(self, job: str) -> str:
-        """Whether the job's workflow is still open, as Temporal sees it."""
+    async def describe(self, job: str, *, events: int = 20) -> JobDescription:
+        """The job in full, as `gpuflow describe` shows it: its record (where it runs, or why
+        and where it waits) and its newest `events` recorded statuses."""
+        info = await self.get(job)
+        try:
+            history = await self.events(info.id, most=events)
+        except NotFoundError:  # its workflow started; its first record is still to come
+            history = JobEvents(job_id=info.id, events=[], total=0)
+        return JobDescription(job=info, events=history.events, events_total=history.total)
+
+    async def workflow_status(self, job: str) -> str:
+        """The job's workflow as Temporal sees it: `running`, `completed`, `failed`,
+        `terminated`, ... (what the Temporal UI shows; the job's own status is `get(job)`)."""
         info = await self.get(job)
         desc = await self.temporal.get_workflow_handle(info.id).describe()
         status = desc.status or WorkflowExecutionStatus.RUNNING

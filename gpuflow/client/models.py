@@ -87,6 +87,16 @@ class JobEvents(BaseModel):
     total: int
 
 
+class JobDescription(BaseModel):
+    """A job in full, as `gpuflow describe --json` prints it (`Client.describe`)."""
+
+    job: JobInfo
+    events: list[JobEvent]
+    """Its newest recorded statuses, oldest first."""
+    events_total: int
+    """How many statuses it recorded in all."""
+
+
 class JobOutcome(BaseModel):
     """How a job ended (`Client.wait`)."""
 

@@ -106,6 +106,33 @@ def test_the_python_client_reads_a_jobs_events(cli: Cli) -> None:
     assert asyncio.run(read()) == (1, ["running on 1 node(s)"])
 
 
+def test_the_python_clients_describe_is_the_clis(cli: Cli) -> None:
+    """`Client.describe` gives what `gpuflow describe --json` prints (it gave the workflow's
+    Temporal status, which `Client.workflow_status` gives now)."""
+    from gpuflow.cli import common
+    from gpuflow.client import JobDescription
+
+    job_id = cli.job("train", JobStatus.RUNNING, hosts=["box"])
+    _record(cli, job_id, 1, JobStatus.RUNNING, "running on 1 node(s)")
+    _record(cli, job_id, 2, JobStatus.DONE, "all processes exited with code 0")
+
+    async def read() -> tuple[JobDescription, str]:
+        client = await common.open_client()
+        try:
+            return await client.describe("train", events=1), await client.workflow_status(job_id)
+        finally:
+            await client.close()
+
+    described, temporal_status = asyncio.run(read())
+    assert described.job.id == job_id and described.job.status == JobStatus.DONE
+    assert [event.message for event in described.events] == ["all processes exited with code 0"]
+    assert described.events_total == 2
+    assert described.model_dump(mode="json") == json.loads(
+        cli("describe", "train", "--json", "--events", "1")
+    )
+    assert temporal_status == "completed"
+
+
 def test_describe_of_a_job_not_recorded_yet_shows_no_statuses(
     cli: Cli, monkeypatch: pytest.MonkeyPatch
 ) -> None:
