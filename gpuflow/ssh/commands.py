@@ -46,6 +46,10 @@ async def run_command(
         ) from None
 
 
+NOLOGIN = "This account is currently not available"
+"""What nologin(8) prints, whatever the command, when a user whose login shell it is logs in."""
+
+
 def last_line(text: object) -> str:
     lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
     return lines[-1][:300] if lines else ""
@@ -74,7 +78,17 @@ def check_exit(target: SshTarget, result: asyncssh.SSHCompletedProcess) -> None:
             f"gpuflow on the host cannot import {missing.group(1)}; install the same gpuflow "
             "version on the host as on the control worker",
         )
-    detail = last_line(stderr) or f"exit status {result.exit_status}"
+    stdout = str(result.stdout or "")
+    if NOLOGIN in stdout or NOLOGIN in stderr:
+        who = f"user {target.user}" if target.user else "the login user"
+        raise target.error(
+            ProvisioningProblem.LOGIN_SHELL,
+            f"{who} may log in but runs no commands (its login shell is nologin); give it a "
+            "shell such as /bin/sh, or set `user` to one that has one",
+        )
+    detail = last_line(stderr) or last_line(stdout) or f"exit status {result.exit_status}"
+    if not stderr.strip() and not stdout.strip():
+        detail += " and nothing printed (is the login shell one that runs commands?)"
     raise target.error(
         ProvisioningProblem.REMOTE_COMMAND_FAILED, f"a gpuflow command failed on the host: {detail}"
     )

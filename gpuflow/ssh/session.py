@@ -46,6 +46,7 @@ class ProvisioningProblem(StrEnum):
     GPUFLOW_MISSING = "gpuflow_missing"
     STATE_DIR_IN_USE = "state_dir_in_use"
     AGENT_EXITED = "agent_exited"
+    LOGIN_SHELL = "login_shell"
     REMOTE_COMMAND_FAILED = "remote_command_failed"
 
     @property
