@@ -9,10 +9,8 @@ for good while sshd answered."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
-import sys
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +28,7 @@ from gpuflow.status import HostState, JobStatus
 from gpuflow.store.db import Store
 from gpuflow.workflows.fleet import FleetWorkflow
 from gpuflow.workflows.models import FleetInput
-from tests.sshd.fixture import SshServer
+from tests.sshd.fixture import SshServer, agent_pid, stop_agent
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
@@ -39,14 +37,6 @@ HEALTH_INTERVAL_S = 3.0
 COMEBACK_S = 60.0
 """The interval, a ping that times out (10 s), the restart over SSH and the agent's first
 answer, on a loaded machine."""
-
-
-def _agent_pid(agent_dir: Path) -> int | None:
-    pidfile = next(agent_dir.glob("*/agent.pid"), None)
-    if pidfile is None:
-        return None
-    pid: int = json.loads(pidfile.read_text())["pid"]
-    return pid
 
 
 def _alive(pid: int) -> bool:
@@ -63,34 +53,11 @@ async def test_an_ssh_host_whose_agent_was_killed_comes_back_and_runs_a_job(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH="{REPO}" exec "{sys.executable}" "$@"\n')
-    python.chmod(0o755)
-    agent_dir = tmp_path / "remote-agent"
-    monkeypatch.setenv("GPUFLOW_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv(
-        "GPUFLOW_AGENT_TEMPORAL_ADDRESS", dev_env.client.service_client.config.target_host
-    )
+    address = dev_env.client.service_client.config.target_host
     fleet = f"rev{uuid.uuid4().hex[:6]}"
     box = host_id(fleet, "box")
-    spec = FleetSpec.model_validate(
-        {
-            "type": "fleet",
-            "name": fleet,
-            "kind": "ssh",
-            "hosts": [
-                {
-                    "name": "box",
-                    "hostname": sshd.host,
-                    "port": sshd.port,
-                    "user": sshd.user,
-                    "identity_file": sshd.identity_file,
-                    "python": str(python),
-                    "agent_dir": str(agent_dir),
-                }
-            ],
-        }
-    )
+    spec = FleetSpec.model_validate(sshd.fleet(fleet, tmp_path, address, monkeypatch))
+    agent_dir = tmp_path / "remote-agent"
 
     def job(name: str) -> JobSpec:
         return JobSpec.model_validate(
@@ -102,7 +69,7 @@ async def test_an_ssh_host_whose_agent_was_killed_comes_back_and_runs_a_job(
         while True:
             host = await asyncio.to_thread(get_host, sqlite_store, box)
             assert host is not None
-            pid = _agent_pid(agent_dir)
+            pid = agent_pid(agent_dir)
             heard = host.last_heartbeat and host.last_heartbeat.replace(tzinfo=UTC) > killed_at
             if host.state == HostState.READY and heard and pid not in (None, old_pid):
                 assert pid is not None and _alive(pid)
@@ -127,7 +94,7 @@ async def test_an_ssh_host_whose_agent_was_killed_comes_back_and_runs_a_job(
             submitted = await client.submit(job("before-crash"))
             before = await client.wait(submitted.id, timeout_s=90)
             assert before.status == JobStatus.DONE, before.message
-            first = _agent_pid(agent_dir)
+            first = agent_pid(agent_dir)
             assert first is not None and _alive(first)
             killed_at = datetime.now(UTC)
             os.killpg(first, signal.SIGKILL)  # a crash: no goodbye
@@ -135,7 +102,5 @@ async def test_an_ssh_host_whose_agent_was_killed_comes_back_and_runs_a_job(
             submitted = await client.submit(job("after-crash"))
             result = await client.wait(submitted.id, timeout_s=90)
     finally:
-        pid = _agent_pid(agent_dir)
-        if pid is not None and _alive(pid):
-            os.killpg(pid, signal.SIGTERM)
+        stop_agent(agent_dir)
     assert result.status == JobStatus.DONE, result.message

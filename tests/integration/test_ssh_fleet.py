@@ -3,10 +3,7 @@ dev server, a job run there, secrets copied over SFTP (never through Temporal)."
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import sys
 import uuid
 from pathlib import Path
 
@@ -19,11 +16,9 @@ from gpuflow.control.worker import ControlWorker
 from gpuflow.specs import FleetSpec, JobSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
-from tests.sshd.fixture import SshServer
+from tests.sshd.fixture import SshServer, stop_agent
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 async def test_ssh_fleet_runs_a_job_through_an_agent_started_over_ssh(
@@ -33,35 +28,12 @@ async def test_ssh_fleet_runs_a_job_through_an_agent_started_over_ssh(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH="{REPO}" exec "{sys.executable}" "$@"\n')
-    python.chmod(0o755)
+    address = dev_env.client.service_client.config.target_host
+    fleet = f"ssh{uuid.uuid4().hex[:6]}"
+    spec = FleetSpec.model_validate(sshd.fleet(fleet, tmp_path, address, monkeypatch))
     agent_dir = tmp_path / "remote-agent"
-    monkeypatch.setenv("GPUFLOW_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv(
-        "GPUFLOW_AGENT_TEMPORAL_ADDRESS", dev_env.client.service_client.config.target_host
-    )
     value = f"s-{uuid.uuid4().hex}"
     secrets.set_secret("token", value)
-    fleet = f"ssh{uuid.uuid4().hex[:6]}"
-    spec = FleetSpec.model_validate(
-        {
-            "type": "fleet",
-            "name": fleet,
-            "kind": "ssh",
-            "hosts": [
-                {
-                    "name": "box",
-                    "hostname": sshd.host,
-                    "port": sshd.port,
-                    "user": sshd.user,
-                    "identity_file": sshd.identity_file,
-                    "python": str(python),
-                    "agent_dir": str(agent_dir),
-                }
-            ],
-        }
-    )
     client = Client(temporal=dev_env.client)
     try:
         async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path / "home"):
@@ -84,9 +56,7 @@ async def test_ssh_fleet_runs_a_job_through_an_agent_started_over_ssh(
             output = "".join([chunk async for chunk in client.logs(job.id)])
             history = await dev_env.client.get_workflow_handle(job.id).fetch_history()
     finally:
-        pidfile = next(agent_dir.glob("*/agent.pid"), None)
-        if pidfile is not None:
-            os.killpg(json.loads(pidfile.read_text())["pid"], signal.SIGTERM)
+        stop_agent(agent_dir)
     assert result.status == JobStatus.DONE, result.message
     assert "with ***" in output and value not in output  # the agent masks what it injected
     assert value not in history.to_json()

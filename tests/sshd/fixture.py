@@ -7,15 +7,20 @@ yields an `SshServer`: a throwaway sshd with its own host key, one generated cli
 
 from __future__ import annotations
 
+import contextlib
 import getpass
+import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +46,49 @@ class SshServer:
     def known_hosts_line(self) -> str:
         """This server's line in OpenSSH known_hosts format."""
         return f"[{self.host}]:{self.port} {self.host_public_key}\n"
+
+    def fleet(
+        self, name: str, tmp_path: Path, temporal_address: str, env: pytest.MonkeyPatch
+    ) -> dict[str, Any]:
+        """The fields of an ssh fleet of one host `box`: this server, its agent this checkout's
+        gpuflow (an interpreter wrapper on PYTHONPATH) in `tmp_path/remote-agent`, reaching
+        Temporal at `temporal_address`; GPUFLOW_HOME (`tmp_path/home`) and the agent's Temporal
+        address are set in the environment through `env`."""
+        python = tmp_path / "python"
+        python.write_text(f'#!/bin/sh\nPYTHONPATH="{REPO}" exec "{sys.executable}" "$@"\n')
+        python.chmod(0o755)
+        env.setenv("GPUFLOW_HOME", str(tmp_path / "home"))
+        env.setenv("GPUFLOW_AGENT_TEMPORAL_ADDRESS", temporal_address)
+        host = {
+            "name": "box",
+            "hostname": self.host,
+            "port": self.port,
+            "user": self.user,
+            "identity_file": self.identity_file,
+            "python": str(python),
+            "agent_dir": str(tmp_path / "remote-agent"),
+        }
+        return {"type": "fleet", "name": name, "kind": "ssh", "hosts": [host]}
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def agent_pid(agent_dir: Path) -> int | None:
+    """The pid (and process group) of the agent started in `agent_dir`, if one was."""
+    pidfile = next(agent_dir.glob("*/agent.pid"), None)
+    if pidfile is None:
+        return None
+    pid: int = json.loads(pidfile.read_text())["pid"]
+    return pid
+
+
+def stop_agent(agent_dir: Path) -> None:
+    """Stop the agent started in `agent_dir` (its process group), if one was."""
+    pid = agent_pid(agent_dir)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
 
 
 def generate_key(path: Path, *, comment: str = "gpuflow-test") -> Path:
