@@ -38,6 +38,20 @@ def _fleet(name: str) -> FleetSpec:
     )
 
 
+def _job(name: str, fleet: str, commands: list[str], **fields: object) -> JobSpec:
+    """A job of one A100 on `fleet`; `env`: HF_TOKEN from the secret hf_token unless given."""
+    return JobSpec.model_validate(
+        {
+            "name": name,
+            "fleets": [fleet],
+            "resources": {"gpu": "A100:1"},
+            "env": {"HF_TOKEN": "${{ secrets.hf_token }}"},
+            "commands": commands,
+            **fields,
+        }
+    )
+
+
 def _raw(history: WorkflowHistory) -> bytes:
     """Every byte of a history, payloads as they are stored (its JSON form has them base64)."""
     return b"".join(event.SerializeToString() for event in history.events)
@@ -94,24 +108,20 @@ async def test_secret_printed_by_a_job_never_reaches_temporal_through_logs(
     async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
         await client.apply_fleet(_fleet(fleet))
         job = await client.submit(
-            JobSpec.model_validate(
-                {
-                    "name": "leaky",
-                    "fleets": [fleet],
-                    "resources": {"gpu": "A100:1"},
-                    "env": {"HF_TOKEN": "${{ secrets.hf_token }}"},
-                    "commands": [
-                        "echo start",
-                        "sleep 1.5",
-                        'echo "token=$HF_TOKEN"',
-                        'printf "half=%s" "${HF_TOKEN:0:12}"',
-                        "sleep 1.5",
-                        'printf "%s\\n" "${HF_TOKEN:12}"',
-                        'printf %s "$HF_TOKEN" | sha256sum',
-                        "sleep 1",
-                        "echo done",
-                    ],
-                }
+            _job(
+                "leaky",
+                fleet,
+                [
+                    "echo start",
+                    "sleep 1.5",
+                    'echo "token=$HF_TOKEN"',
+                    'printf "half=%s" "${HF_TOKEN:0:12}"',
+                    "sleep 1.5",
+                    'printf "%s\\n" "${HF_TOKEN:12}"',
+                    'printf %s "$HF_TOKEN" | sha256sum',
+                    "sleep 1",
+                    "echo done",
+                ],
             )
         )
         followed = "".join([chunk async for chunk in client.logs(job.id, follow=True)])
@@ -233,15 +243,11 @@ async def test_a_broken_secrets_file_fails_the_job_once_naming_the_file(
     async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
         await client.apply_fleet(_fleet(fleet))
         job = await client.submit(
-            JobSpec.model_validate(
-                {
-                    "name": "brokensecrets",
-                    "fleets": [fleet],
-                    "resources": {"gpu": "A100:1"},
-                    "env": {"HF_TOKEN": "${{ secrets.hf_token }}"},
-                    "commands": ["true"],
-                    "retry": {"on_events": ["interruption", "error"], "duration": "1h"},
-                }
+            _job(
+                "brokensecrets",
+                fleet,
+                ["true"],
+                retry={"on_events": ["interruption", "error"], "duration": "1h"},
             )
         )
         result = await client.wait(job.id, timeout_s=60)
@@ -270,18 +276,14 @@ async def test_an_earlier_attempts_output_is_read_with_its_secrets_masked(
     async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
         await client.apply_fleet(_fleet(fleet))
         job = await client.submit(
-            JobSpec.model_validate(
-                {
-                    "name": "flaky",
-                    "fleets": [fleet],
-                    "resources": {"gpu": "A100:1"},
-                    "env": {"HF_TOKEN": "${{ secrets.hf_token }}"},
-                    "commands": [
-                        'echo "attempt $GPUFLOW_ATTEMPT token=$HF_TOKEN"',
-                        'test "$GPUFLOW_ATTEMPT" -ge 2 || exit 3',
-                    ],
-                    "retry": {"on_events": ["error"], "duration": "10m"},
-                }
+            _job(
+                "flaky",
+                fleet,
+                [
+                    'echo "attempt $GPUFLOW_ATTEMPT token=$HF_TOKEN"',
+                    'test "$GPUFLOW_ATTEMPT" -ge 2 || exit 3',
+                ],
+                retry={"on_events": ["error"], "duration": "10m"},
             )
         )
         result = await client.wait(job.id, timeout_s=90)
