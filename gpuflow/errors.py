@@ -25,6 +25,15 @@ class NotFoundError(GpuflowError):
     """A job, fleet or host that the user named does not exist."""
 
 
+class InUseError(GpuflowError):
+    """A queue or secret that gpuflow's schedules still name: deleting it would fail each of
+    their later runs. `schedules` holds their ids."""
+
+    def __init__(self, message: str, schedules: list[str]) -> None:
+        super().__init__(message)
+        self.schedules = schedules
+
+
 class ConnectionFailed(GpuflowError):
     """Temporal or the database cannot be reached."""
 

@@ -96,7 +96,9 @@ _REASON_DESCRIPTION = {
     TerminationReason.MAX_DURATION_EXCEEDED: "the job ran longer than max_duration",
     TerminationReason.STOPPED_BY_USER: "stopped by the user",
     TerminationReason.PROVISIONING_FAILED: "a host could not be provisioned",
-    TerminationReason.START_FAILED: "the job could not be started (e.g. a missing secret)",
+    TerminationReason.START_FAILED: (
+        "the job could not be started (e.g. a missing secret, or its queue was deleted)"
+    ),
     TerminationReason.INTERNAL_ERROR: "gpuflow hit an internal error",
     TerminationReason.WORKFLOW_CLOSED: "its workflow was closed outside gpuflow (e.g. terminated)",
     TerminationReason.PREEMPTED: "stopped to admit a job of higher priority or to return quota",

@@ -145,3 +145,26 @@ def named_file(files: list[Path]) -> Iterator[None]:
         if shown is None or str(exc).startswith(f"{shown}:"):
             raise
         raise SpecError(f"{shown}: {exc}") from None
+
+
+async def schedules_needing(client: Any, **named: str) -> list[str]:
+    """What `--force` warns of: the schedules that need the queue or secret it deletes (none
+    when they cannot be read: said, and the delete goes on)."""
+    try:
+        needing: list[str] = await client.schedules_needing(**named)
+    except GpuflowError as exc:
+        err.print(f"warning: {escape(str(exc))}", highlight=False, soft_wrap=True)
+        return []
+    return needing
+
+
+def warn_scheduled(what: str, schedules: list[str], until: str) -> None:
+    """The warning on stderr after `--force` deleted a queue or secret that schedules need."""
+    from gpuflow.client.schedules import needed_by
+
+    if schedules:
+        err.print(
+            f"warning: {escape(needed_by(what, schedules))}; their runs fail until {until}",
+            highlight=False,
+            soft_wrap=True,
+        )

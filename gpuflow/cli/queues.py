@@ -103,18 +103,25 @@ async def queue_list(as_json: bool = typer.Option(False, "--json", help="Print J
 
 @queue_app.command("delete")
 @run
-async def queue_delete(name: str = typer.Argument(..., help="Queue name.")) -> None:
-    """Delete a queue that holds no job (deleting an applied `default` restores the built-in
-    one, which has no quota limit)."""
+async def queue_delete(
+    name: str = typer.Argument(..., help="Queue name."),
+    force: bool = typer.Option(
+        False, "--force", help="Delete it even though schedules name it (their runs fail)."
+    ),
+) -> None:
+    """Delete a queue that holds no job and that no schedule names (deleting an applied
+    `default` restores the built-in one, which has no quota limit)."""
     client = await common.open_client()
     try:
-        await client.delete_queue(name)
+        needing = await common.schedules_needing(client, queue=name) if force else []
+        await client.delete_queue(name, force=force)
     finally:
         await client.close()
     if name == "default":
         common.console.print("queue default deleted; the built-in default queue (no limit) is back")
     else:
         common.console.print(f"queue {escape(name)} deleted", highlight=False)
+    common.warn_scheduled(f"queue {name}", needing, "it is applied again")
 
 
 @run

@@ -63,13 +63,20 @@ async def secret_list(as_json: bool = typer.Option(False, "--json", help="Print 
 
 @secret_app.command("delete")
 @common.run
-async def secret_delete(name: str = typer.Argument(...)) -> None:
-    """Delete a secret."""
+async def secret_delete(
+    name: str = typer.Argument(...),
+    force: bool = typer.Option(
+        False, "--force", help="Delete it even though schedules' jobs use it (their runs fail)."
+    ),
+) -> None:
+    """Delete a secret that no schedule's job refers to."""
     client = await common.open_client()
     try:
-        deleted = await client.delete_secret(name)
+        needing = await common.schedules_needing(client, secret=name) if force else []
+        deleted = await client.delete_secret(name, force=force)
     finally:
         await client.close()
     if not deleted:
         raise NotFoundError(f"no secret named {name!r}")
     common.console.print(f"secret {name} deleted", highlight=False)
+    common.warn_scheduled(f"secret {name}", needing, "it is set again")

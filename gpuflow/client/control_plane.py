@@ -7,8 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from temporalio.client import Client as TemporalClient
+
 from gpuflow.client.api import Api, named
 from gpuflow.client.models import FleetInfo, JobEvents, OptionOffers, taken_option
+from gpuflow.client.schedules import refuse_if_scheduled
 from gpuflow.errors import SpecError
 from gpuflow.scheduler import Offers
 from gpuflow.scheduler.together import JobPlan
@@ -39,6 +42,7 @@ APPLY_TIMEOUT_S = 360.0
 
 class ControlPlaneCalls:
     _api: Api
+    temporal: TemporalClient
 
     async def events(self, job: str, *, most: int = 100) -> JobEvents:
         """The job's newest `most` recorded statuses with their words (every retry, wait,
@@ -157,6 +161,10 @@ class ControlPlaneCalls:
         """The names of the stored secrets (never their values)."""
         return (await self._api.call("secret_names", Empty(), SecretNames)).names
 
-    async def delete_secret(self, name: str) -> bool:
-        """Whether there was such a secret to delete."""
+    async def delete_secret(self, name: str, *, force: bool = False) -> bool:
+        """Delete a secret; whether there was such a secret to delete. A secret that gpuflow's
+        schedules' jobs refer to is refused (InUseError, naming them: their runs would fail)
+        unless `force` (`schedules_needing(secret=name)` tells which first)."""
+        if not force:
+            await refuse_if_scheduled(self.temporal, secret=name)
         return (await self._api.call("delete_secret", SecretRef(name=name), SecretDeleted)).deleted

@@ -13,6 +13,7 @@ from temporalio.service import RPCError
 
 from gpuflow.client.api import Api, named
 from gpuflow.client.models import AppliedQueue, JobInfo, QueueInfo
+from gpuflow.client.schedules import refuse_if_scheduled
 from gpuflow.errors import GpuflowError, SpecError
 from gpuflow.naming import CONTROL_TASK_QUEUE
 from gpuflow.specs.job import check_priority
@@ -38,10 +39,15 @@ class QueueCalls:
         spec = model_of(QueueSpec, spec, "queue")
         return AppliedQueue.from_record(await self._api.call("apply_queue", spec, QueueApplied))
 
-    async def delete_queue(self, name: str) -> None:
+    async def delete_queue(self, name: str, *, force: bool = False) -> None:
         """Delete a queue that holds no job, waiting or admitted. Deleting an applied `default`
-        brings back the built-in one; the built-in one cannot be deleted."""
-        await self._api.call("delete_queue", QueueRef(name=named(name, "queue")), type(None))
+        brings back the built-in one; the built-in one cannot be deleted. A queue that
+        gpuflow's schedules name is refused (InUseError, naming them: their runs would fail)
+        unless `force` (`schedules_needing(queue=name)` tells which first)."""
+        ref = QueueRef(name=named(name, "queue"))
+        if not force:
+            await refuse_if_scheduled(self.temporal, queue=ref.name)
+        await self._api.call("delete_queue", ref, type(None))
 
     async def list_queues(self) -> list[QueueInfo]:
         """Every queue, by name (the `default` queue included), with what it uses now."""

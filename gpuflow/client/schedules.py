@@ -1,6 +1,7 @@
 """The client's schedule calls: a Temporal Schedule that submits a job on a cron or an interval,
-the schedules there are, and deleting one. They talk to Temporal alone (a scheduled run starts a
-JobWorkflow as a submit does); `Client` has them all."""
+the schedules there are, deleting one, and which of them need a queue or secret that is to be
+deleted. They talk to Temporal alone (a scheduled run starts a JobWorkflow as a submit does);
+`Client` has them all."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
+from temporalio.api.common.v1 import Payload
 from temporalio.client import Client as TemporalClient
 from temporalio.client import (
     Schedule,
@@ -26,9 +28,10 @@ from temporalio.common import TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow.client.api import Api
-from gpuflow.errors import NotFoundError, SpecError
+from gpuflow.errors import GpuflowError, InUseError, NotFoundError, SpecError
 from gpuflow.naming import CONTROL_TASK_QUEUE, job_workflow_id
-from gpuflow.specs.job import JobSpec
+from gpuflow.secrets import referenced
+from gpuflow.specs.job import DEFAULT_QUEUE, JobSpec
 from gpuflow.specs.load import model_of
 from gpuflow.workflows.api import job_memo
 from gpuflow.workflows.api_dry_runs import PlanRecord, PlanRequest
@@ -44,6 +47,17 @@ def search_attributes_enabled() -> bool:
 
 
 _SCHEDULE_ID = re.compile(r"[a-z][a-z0-9-]{0,62}")
+MOST_NAMED = 10
+"""Schedules named in one line about a queue or secret they need; the rest are counted."""
+
+
+def _runs_jobs(action: object) -> bool:
+    """Whether a schedule's action (as listed or as described) starts gpuflow jobs: only those
+    schedules are gpuflow's; others of the namespace are another team's."""
+    return (
+        isinstance(action, ScheduleListActionStartWorkflow | ScheduleActionStartWorkflow)
+        and action.workflow == "JobWorkflow"
+    )
 
 
 def run_id_prefix(job: str, schedule_id: str) -> str:
@@ -132,10 +146,7 @@ class ScheduleCalls:
         are not listed."""
         out = []
         async for item in await self.temporal.list_schedules():
-            action = item.schedule.action if item.schedule else None
-            if not isinstance(action, ScheduleListActionStartWorkflow) or action.workflow != (
-                "JobWorkflow"
-            ):
+            if not _runs_jobs(item.schedule.action if item.schedule else None):
                 continue
             info = item.info
             out.append(
@@ -159,10 +170,7 @@ class ScheduleCalls:
         gpuflow jobs is refused (another team's, on a shared cluster)."""
         handle = self.temporal.get_schedule_handle(schedule_id)
         try:
-            action = (await handle.describe()).schedule.action
-            if not isinstance(action, ScheduleActionStartWorkflow) or action.workflow != (
-                "JobWorkflow"
-            ):
+            if not _runs_jobs((await handle.describe()).schedule.action):
                 raise SpecError(
                     f"schedule {schedule_id} does not run gpuflow jobs; not deleted (Temporal's "
                     "own tools delete it)"
@@ -172,6 +180,83 @@ class ScheduleCalls:
             if exc.status == RPCStatusCode.NOT_FOUND:
                 raise NotFoundError(f"no schedule named {schedule_id!r}") from None
             raise NotFoundError(f"schedule {schedule_id}: {exc.message}") from None
+
+    async def schedules_needing(
+        self, *, queue: str | None = None, secret: str | None = None
+    ) -> list[str]:
+        """The ids of gpuflow's schedules whose runs need this queue (their job's `queue`) or
+        this secret (their job's env refers to it), sorted: each of their later runs fails
+        once it is deleted, which `delete_queue` and `delete_secret` refuse unless forced.
+        None need `default` (deleting an applied one brings back the built-in one)."""
+        return await schedules_needing(self.temporal, queue=queue, secret=secret)
+
+
+async def schedules_needing(
+    temporal: TemporalClient, *, queue: str | None = None, secret: str | None = None
+) -> list[str]:
+    """ScheduleCalls.schedules_needing. A schedule created moments ago may not be listed yet
+    (Temporal's listing is eventually consistent); one deleted meanwhile, or whose input is not
+    a job's, needs nothing."""
+    if queue == DEFAULT_QUEUE:
+        queue = None
+    if queue is None and secret is None:
+        return []
+    needing = []
+    try:
+        async for item in await temporal.list_schedules():
+            if not _runs_jobs(item.schedule.action if item.schedule else None):
+                continue
+            spec = await _scheduled_job(temporal, item.id)
+            if spec is None:
+                continue
+            if spec.queue == queue or secret in referenced(spec.env).values():
+                needing.append(item.id)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.UNIMPLEMENTED:
+            return []  # a server without schedules (Temporal's time-skipping test server)
+        raise GpuflowError(f"could not read the schedules: {exc.message}") from None
+    return sorted(needing)
+
+
+async def _scheduled_job(temporal: TemporalClient, schedule_id: str) -> JobSpec | None:
+    """The job a schedule submits, as its action holds it (a listing does not carry it)."""
+    try:
+        action = (await temporal.get_schedule_handle(schedule_id).describe()).schedule.action
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None  # deleted since it was listed
+        raise
+    if not isinstance(action, ScheduleActionStartWorkflow) or not _runs_jobs(action):
+        return None
+    payloads = [arg for arg in action.args if isinstance(arg, Payload)][:1]
+    if not payloads:
+        return None
+    try:
+        (inp,) = await temporal.data_converter.decode(payloads, [JobInput])
+    except (KeyError, RuntimeError, ValueError):  # made outside gpuflow with another input
+        return None
+    return inp.spec if isinstance(inp, JobInput) else None
+
+
+async def refuse_if_scheduled(
+    temporal: TemporalClient, *, queue: str | None = None, secret: str | None = None
+) -> None:
+    """InUseError naming the schedules that need the queue or secret a delete is asked for."""
+    try:
+        needing = await schedules_needing(temporal, queue=queue, secret=secret)
+    except GpuflowError as exc:
+        raise GpuflowError(f"{exc}; pass --force to delete it without looking") from None
+    if needing:
+        what = f"queue {queue}" if queue is not None else f"secret {secret}"
+        raise InUseError(f"{needed_by(what, needing)}; delete them first, or pass --force", needing)
+
+
+def needed_by(what: str, schedules: list[str]) -> str:
+    """`queue nightly is used by schedule(s) a, b` (at most MOST_NAMED named)."""
+    named = ", ".join(schedules[:MOST_NAMED])
+    if len(schedules) > MOST_NAMED:
+        named += f" and {len(schedules) - MOST_NAMED} more"
+    return f"{what} is used by schedule(s) {named}"
 
 
 def _check_cron(cron: str) -> None:

@@ -29,7 +29,7 @@ from gpuflow.services.verdicts import (
     refuse_in,
 )
 from gpuflow.specs.job import JobSpec
-from gpuflow.specs.queue import QueueSpec, unknown_queue
+from gpuflow.specs.queue import QueueSpec
 from gpuflow.status import JobStatus
 from gpuflow.store.bulk import IDS_PER_STATEMENT, delete_rows
 from gpuflow.store.tables import AllocationRow, JobRow, QueueEntryRow
@@ -188,7 +188,7 @@ def enqueue_in(session: Session, inp: EnqueueInput, *, warm: bool = True) -> Que
     if spec.queue not in known:  # deleted since (a schedule's runs name it still)
         if entry is not None:
             session.delete(entry)
-        return QueueVerdict(refused=[unknown_queue(spec.queue, known)])
+        return QueueVerdict(refused=[queue_gone(spec.queue, known)], unknown_queue=True)
     entry = set_waiting(entry, inp)
     session.add(entry)
     session.flush()
@@ -201,6 +201,15 @@ def enqueue_in(session: Session, inp: EnqueueInput, *, warm: bool = True) -> Que
         run_pass_in(session, reservation=None, warm=warm)
         return _verdict(session, entry)
     return QueueVerdict()
+
+
+def queue_gone(name: str, known: list[str]) -> str:
+    """What a job whose queue does not exist when it enters it is told: most likely it was
+    deleted since the job's schedule (or submit) named it."""
+    return (
+        f'queue "{name}" is gone (deleted since the job was scheduled or submitted, or never '
+        f"applied); known: {', '.join(known)}"
+    )
 
 
 def decided_alone(queue: QueueSpec | None) -> bool:

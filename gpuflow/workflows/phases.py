@@ -56,6 +56,11 @@ provisioning is cancelled); it waited for the provisioning, and a failed one end
 PATCH_QUEUE = "queue-admission"
 """The job waits in its queue for the admission loop; before it, each job placed itself and
 retried on a backoff and on broadcasts (histories from then replay that way)."""
+PATCH_QUEUE_GONE = "queue-gone-start-failed"
+"""A job whose queue does not exist (deleted since its schedule named it) ends `failed
+(start_failed)`, which no retry covers; before, it ended `no_capacity`, as if capacity could
+admit it (histories from then replay that way). Asked only when the queue is unknown: other
+histories record no marker."""
 ADMISSION_CHECK = timedelta(minutes=10)
 ADMISSION_CHECK_MAX = timedelta(hours=1)
 """A job waiting in its queue asks again after ADMISSION_CHECK without news, then after twice
@@ -104,6 +109,8 @@ class JobPhases(JobState):
             if verdict.placement is not None:
                 return self._placed(verdict.placement)
             if verdict.refused is not None:
+                if verdict.unknown_queue and workflow.patched(PATCH_QUEUE_GONE):
+                    raise Ending(TerminationReason.START_FAILED, "; ".join(verdict.refused))
                 raise Ending(TerminationReason.NO_CAPACITY, _no_capacity(verdict.refused))
             self._waiting_reasons = verdict.detail
             left = deadline - workflow.now()

@@ -49,6 +49,9 @@ class QueueVerdict(BaseModel):
     quota_held_for:...)."""
     detail: list[str] = Field(default_factory=list)
     """The per-host reasons of the last pass, when it computed them."""
+    unknown_queue: bool = False
+    """Refused because the job's queue does not exist (deleted since a schedule's run, or any
+    job, named it): not a lack of capacity. False in results recorded before it was known."""
 
 
 class WithdrawInput(BaseModel):

@@ -3,6 +3,7 @@ client, at 80 columns: what a user sees, without a server."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -66,6 +67,24 @@ class FakeHandle:
 
 
 @dataclass
+class FakeScheduleHandle:
+    temporal: FakeTemporal
+    schedule_id: str
+
+    async def describe(self) -> Any:
+        """The schedule as Temporal describes it: its action's arguments as payloads."""
+        from gpuflow.payloads import DATA_CONVERTER
+
+        schedule = self.temporal.schedules[self.schedule_id]
+        args = DATA_CONVERTER.payload_converter.to_payloads(schedule.action.args)
+        action = dataclasses.replace(schedule.action, args=args)
+        return SimpleNamespace(schedule=SimpleNamespace(action=action))
+
+    async def delete(self) -> None:
+        del self.temporal.schedules[self.schedule_id]
+
+
+@dataclass
 class FakeTemporal:
     """What the client asks of Temporal in these tests: start, signal, wait for a result."""
 
@@ -81,6 +100,25 @@ class FakeTemporal:
 
     async def create_schedule(self, schedule_id: str, schedule: Any, **_: Any) -> None:
         self.schedules[schedule_id] = schedule
+
+    async def list_schedules(self, *_: Any, **__: Any) -> AsyncIterator[Any]:
+        from temporalio.client import ScheduleListActionStartWorkflow
+
+        async def listed() -> AsyncIterator[Any]:
+            for schedule_id, schedule in list(self.schedules.items()):
+                action = ScheduleListActionStartWorkflow(schedule.action.workflow)
+                yield SimpleNamespace(id=schedule_id, schedule=SimpleNamespace(action=action))
+
+        return listed()
+
+    def get_schedule_handle(self, schedule_id: str) -> FakeScheduleHandle:
+        return FakeScheduleHandle(self, schedule_id)
+
+    @property
+    def data_converter(self) -> Any:
+        from gpuflow.payloads import DATA_CONVERTER
+
+        return DATA_CONVERTER
 
     def get_workflow_handle(self, workflow_id: str, **_: Any) -> FakeHandle:
         return FakeHandle(self, workflow_id)

@@ -360,5 +360,9 @@ def test_a_deleted_queue_refuses_the_attempts_that_still_name_it(store: Store) -
     delete_queue(store, "qd")
     verdict = _enqueue(store, "late", 1, queue="qd")
     assert verdict.placement is None
-    assert verdict.refused == ['queue "qd" does not exist; known: default']
+    assert verdict.refused == [
+        'queue "qd" is gone (deleted since the job was scheduled or submitted, or never '
+        "applied); known: default"
+    ]
+    assert verdict.unknown_queue  # not a lack of capacity: the job ends start_failed
     assert _entry(store, "late") is None
