@@ -202,11 +202,12 @@ def jobs_table(jobs: Sequence[Any], *, width: int, now: datetime | None = None) 
     positions = line_positions(jobs)
     attempts = any(job.attempt > 1 for job in jobs)
     columns = [
-        # The id holds the name (`job-<name>-<suffix>`): on a narrow terminal the name goes first.
-        Column("NAME", drop=9),
+        # Always shown: a user reads a job by its name. The id holds it too (`job-<name>-<suffix>`),
+        # so a narrow terminal drops the id before the short AGE (the caption says so).
+        Column("NAME"),
         Column("STATUS", wrap=True, readable=10),
-        Column("AGE", drop=2, justify="right"),
-        Column("ID"),
+        Column("AGE", drop=1, justify="right"),
+        Column("ID", drop=2),
         Column("ATTEMPT", drop=3, justify="right"),
         Column("FLEET", drop=4),
         Column("WHERE / WHY", wrap=True),

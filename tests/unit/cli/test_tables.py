@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
+from typing import Any
 
 from rich.console import Console
 
@@ -31,8 +33,8 @@ hosts:
 """
 
 
-def _rendered(renderable: object) -> str:
-    console = Console(width=WIDTH, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+def _rendered(renderable: object, *, width: int = WIDTH) -> str:
+    console = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(renderable)
     return console.export_text()
 
@@ -60,12 +62,16 @@ def test_ps_fits_80_columns_and_says_why_jobs_wait(cli: Cli) -> None:
     )
     out = cli("ps")
     lines = lines_fit(out)
-    for job_id in (running, low, high, agent):
-        assert job_id in out  # whole, on one line
+    names = {
+        job_id: job_id.removeprefix("job-").removesuffix("-a1b2c3")
+        for job_id in (running, low, high, agent)
+    }
+    for name in names.values():
+        assert name in out  # whole, on one line
     ids = [
-        next(i for i in (running, low, high, agent) if i in line)
+        next(i for i, name in names.items() if line.startswith(name + " "))
         for line in lines[1:]
-        if any(i in line for i in (running, low, high, agent))
+        if any(line.startswith(name + " ") for name in names.values())
     ]
     why = dict(zip(ids, column_rows(out, "WHERE / WHY"), strict=True))
     # The higher priority job is first in line although it came later.
@@ -258,6 +264,84 @@ def test_ps_loses_no_character_of_why_a_job_waits_at_80_columns() -> None:
     where = lines[0].index("WHERE / WHY")
     column = " ".join(line[where:].strip() for line in lines[1:] if line[where:].strip())
     assert column.startswith(why + " h2 (2xA100) all processes exited with code 0")
+
+
+def _info(name: str, status: JobStatus, *, minutes: float, now: datetime, **fields: object) -> Any:
+    from gpuflow import JobInfo
+
+    at = now - timedelta(minutes=minutes)
+    return JobInfo(  # type: ignore[arg-type]
+        id=f"job-{name}-9f8e7d", name=name, status=status, priority=0, submitted_at=at, **fields
+    )
+
+
+def test_ps_always_shows_the_name_at_80_columns() -> None:
+    """`ps -a` at 80 columns dropped NAME first (the id holds the name): a user read ids.
+    The name stays, whole, on its row's first line; the id and the less read columns go."""
+    from gpuflow.cli.render import jobs_table
+
+    now = datetime.now(UTC)
+    job = functools.partial(_info, now=now)
+    nodes = ["gpu-node-01", "gpu-node-02", "gpu-node-03", "gpu-node-04"]
+    jobs = [
+        job(
+            "llama-70b-finetune-lora-run",
+            JobStatus.RUNNING,
+            minutes=300,
+            hosts=nodes,
+            gpus="8xH100",
+            fleet="on-prem",
+            attempt=2,
+        ),
+        job(
+            "eval-harness-mmlu",
+            JobStatus.PENDING,
+            minutes=20,
+            message="waiting for capacity: gpu-node-05: has 2 GPUs, needs 4; gpu-node-06: not "
+            "ready (declared)",
+        ),
+        job(
+            "sweep-lr-3e-4",
+            JobStatus.PROVISIONING,
+            minutes=2,
+            hosts=["gpu-node-07"],
+            fleet="on-prem",
+            message="placed on gpu-node-07 (fleet on-prem)",
+        ),
+        job(
+            "tokenize-dataset",
+            JobStatus.DONE,
+            minutes=3000,
+            fleet="cpu-pool",
+            message="all processes exited with code 0",
+        ),
+        job(
+            "bert-pretrain-wikipedia-full",
+            JobStatus.FAILED,
+            minutes=90,
+            reason="error",
+            fleet="on-prem",
+            message="command exited with code 137 on node 1 (gpu-node-02)",
+        ),
+        job(
+            "idle-notebook-with-a-name-this-long-xyz",  # 39 characters of the 41 allowed
+            JobStatus.TERMINATED,
+            minutes=60,
+            reason="gpu_underutilized",
+            fleet="on-prem",
+            message="GPU 0 below 10% for 30m",
+        ),
+    ]
+    for width in (WIDTH, 60):
+        text = _rendered(jobs_table(jobs, width=width, now=now), width=width)
+        lines = text.splitlines()
+        assert all(len(line) <= width for line in lines), text
+        starts = [line.split()[0] for line in lines if line[:1].strip()]
+        assert starts[: len(jobs) + 1] == ["NAME", *(info.name for info in jobs)], text
+    text = _rendered(jobs_table(jobs, width=WIDTH, now=now))
+    assert "ID, ATTEMPT, FLEET left out to fit" in text.splitlines()[-1]
+    wide = _rendered(jobs_table(jobs, width=200, now=now), width=200)
+    assert all(info.id in wide and info.name in wide for info in jobs)  # with room: both
 
 
 def test_a_table_says_which_columns_it_left_out_to_fit() -> None:
