@@ -6,7 +6,14 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_serializer, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    ValidationInfo,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from gpuflow.specs.job import (
     MAX_ITEMS,
@@ -14,7 +21,6 @@ from gpuflow.specs.job import (
     SPEC_CONFIG,
     check_labels,
     check_name,
-    check_texts,
 )
 from gpuflow.specs.resources import (
     BACKENDS,
@@ -25,7 +31,7 @@ from gpuflow.specs.resources import (
     check_version,
     one_of,
 )
-from gpuflow.specs.units import check_text, parse_size_mib, shown, whole_count
+from gpuflow.specs.units import check_taints, check_text, parse_size_mib, shown, whole_count
 
 __all__ = ["GpuDecl", "HostDecl", "SimulatedUtilization"]
 
@@ -137,7 +143,9 @@ class HostDecl(BaseModel):
     key); a job's `labels` must all be here for the host to take it."""
     taints: list[str] = Field(default_factory=list, max_length=MAX_ITEMS, examples=[["gpu-only"]])
     """`key=value` or `key`: the host takes only jobs whose `tolerations` cover every taint.
-    A GPU host without taints takes CPU-only jobs too."""
+    A GPU host without taints takes CPU-only jobs too. Letters, digits, `-`, `_`, `.`; a key of
+    at most 253 characters (after an optional `prefix/`, e.g. `example.com/gpu-only`), a value
+    of at most 63."""
     blocks: int | Literal["auto"] = Field(default=1, examples=["auto"])
     """Split the host into this many equal blocks of GPUs, CPUs, memory and disk; a job holds
     whole blocks and no GPU fractions are offered. The count must divide the GPUs and CPUs
@@ -201,8 +209,8 @@ class HostDecl(BaseModel):
 
     @field_validator("taints")
     @classmethod
-    def _taints(cls, value: list[str]) -> list[str]:
-        return check_texts(value, "taint")
+    def _taints(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        return check_taints(value, "taint", info)
 
     @field_validator("hostname")
     @classmethod

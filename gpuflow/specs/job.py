@@ -17,7 +17,14 @@ from pydantic import (
 from gpuflow.naming import SECRET_REF
 from gpuflow.specs.resources import ResourcesSpec
 from gpuflow.specs.scoring import SCORERS
-from gpuflow.specs.units import check_text, parse_duration, recorded, shown, whole_count
+from gpuflow.specs.units import (
+    check_taints,
+    check_text,
+    parse_duration,
+    recorded,
+    shown,
+    whole_count,
+)
 from gpuflow.status import RetryEvent
 
 SPEC_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -28,7 +35,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
 MIN_UTILIZATION_WINDOW_S = 60
 MAX_UTILIZATION_WINDOW_S = 7 * 86400
 MAX_TEXT = 4096
-"""Longest label, taint, toleration or path (PATH_MAX on Linux)."""
+"""Longest label or path (PATH_MAX on Linux)."""
 MAX_COMMAND = 128 * 1024
 """Longest command or environment value (Linux's limit on one argument, MAX_ARG_STRLEN)."""
 MAX_ITEMS = 1024
@@ -62,12 +69,6 @@ def check_name(value: str, what: str = "name") -> str:
             "digits and '-' (at most 41 characters)"
         )
     return value
-
-
-def check_texts(values: list[str], what: str, *, max_length: int = MAX_TEXT) -> list[str]:
-    for value in values:
-        check_text(value, what, max_length=max_length)
-    return values
 
 
 def check_labels(value: dict[str, str]) -> dict[str, str]:
@@ -268,7 +269,8 @@ class JobSpec(BaseModel):
         default_factory=list, max_length=MAX_ITEMS, examples=[["gpu-only"]]
     )
     """Host taints this job accepts: `key=value` tolerates exactly that taint, `key` every taint
-    with that key. A host with a taint the job does not tolerate is never used for it."""
+    with that key. A host with a taint the job does not tolerate is never used for it. Written
+    as taints are (letters, digits, `-`, `_`, `.`; see the fleet file's `taints`)."""
     labels: dict[str, str] = Field(
         default_factory=dict, max_length=MAX_ITEMS, examples=[{"zone": "eu-1"}]
     )
@@ -291,14 +293,11 @@ class JobSpec(BaseModel):
         if isinstance(value, str):
             return [value]
         if isinstance(value, list):
+            # An item not text is left to the field's type: refused at its index, in words.
             for item in value:
-                if not isinstance(item, str):
-                    raise ValueError(
-                        f"command {shown(item)} is not text: YAML read it as a "
-                        f"{type(item).__name__}; put it in quotes"
-                    )
-                check_text(item, "command", max_length=MAX_COMMAND, allow_empty=True)
-                _not_replaced_here(item, "commands", info)
+                if isinstance(item, str):
+                    check_text(item, "command", max_length=MAX_COMMAND, allow_empty=True)
+                    _not_replaced_here(item, "commands", info)
         return value
 
     @field_validator("env", mode="before")
@@ -370,8 +369,8 @@ class JobSpec(BaseModel):
 
     @field_validator("tolerations")
     @classmethod
-    def _tolerations(cls, value: list[str]) -> list[str]:
-        return check_texts(value, "toleration")
+    def _tolerations(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        return check_taints(value, "toleration", info)
 
     @field_validator("labels")
     @classmethod

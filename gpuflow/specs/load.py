@@ -1,4 +1,5 @@
-"""Reading YAML files into specs, merging profiles, and turning validation errors into one line.
+"""Reading YAML files into specs and merging profiles; validation errors read as one line
+(gpuflow/specs/messages.py), naming how the file spelled a value YAML read as a bool or number.
 
 `merge_job` is the one place where profile, job file and command-line flags meet (flags beat
 the job file, which beats the profile). Files are read by `safe_yaml`, in bounded time and
@@ -12,7 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar, get_args
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -20,8 +21,9 @@ from gpuflow.errors import SpecError
 from gpuflow.specs.flags import JobFlags
 from gpuflow.specs.fleet import FleetSpec
 from gpuflow.specs.job import MAX_TEXT, JobSpec
+from gpuflow.specs.messages import describe_validation_error
 from gpuflow.specs.queue import QueueSpec
-from gpuflow.specs.safe_yaml import YamlRefused, display_path, parse_yaml, read_text
+from gpuflow.specs.safe_yaml import Spellings, YamlRefused, display_path, parse_yaml, read_text
 from gpuflow.specs.units import shown
 
 M = TypeVar("M", bound=BaseModel)
@@ -44,102 +46,15 @@ PROFILE_FIELDS = frozenset(
     }
 )
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
-_MAX_PROBLEMS = 3
 
 
-def describe_validation_error(
-    error: ValidationError,
-    *,
-    source: str,
-    field_sources: dict[str, str] | None = None,
-    model: type[BaseModel] | None = None,
-) -> str:
-    """One line: the file, where, the value, and what is allowed, for the first few problems.
-
-    `field_sources` names the file a top-level field came from (a profile's, say), when it is
-    not `source`; `model`, the model validated, lets an unknown field name the known ones."""
-    problems = []
-    items = error.errors()
-    first = items[0]["loc"][0] if items and items[0]["loc"] else None
-    source = (field_sources or {}).get(str(first), source)
-    listed: set[tuple[int | str, ...]] = set()  # where the known fields were named already
-    for item in items[:_MAX_PROBLEMS]:
-        where = ".".join(map(_field, item["loc"]))
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            place = tuple(item["loc"][:-1])
-            message = unknown_field(model, item["loc"], list_known=place not in listed)
-            listed.add(place)
-        elif item["type"] == "missing":
-            message = "required field is missing"
-        value = item.get("input")
-        quoted = str(value).lower() if isinstance(value, bool) else shown(value)  # as YAML
-        shown_value = (
-            ""
-            if item["type"] == "missing" or isinstance(value, dict | list) or quoted in message
-            else f" (got {quoted})"
-        )
-        # A check of the whole spec names its fields in its message.
-        problems.append(f"{where}: {message}{shown_value}" if where else message + shown_value)
-    more = len(items) - _MAX_PROBLEMS
-    tail = f"; and {more} more" if more > 0 else ""
-    return f"{source}: " + "; ".join(problems) + tail
-
-
-def unknown_field(
-    model: type[BaseModel] | None, loc: tuple[int | str, ...], *, list_known: bool = True
-) -> str:
-    """The message for a field the model does not have: the closest known name, or the known
-    names (a few, once per message: `list_known`), when the model at that place is known."""
-    known = _fields_at(model, loc[:-1]) if model is not None else None
-    if not known:
-        return "unknown field (check the spelling)"
-    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
-    if close:
-        return f"unknown field; did you mean {close[0]}?"
-    if not list_known:
-        return "unknown field"
-    listed = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
-    return f"unknown field (known here: {listed})"
-
-
-def _fields_at(model: type[BaseModel], path: tuple[int | str, ...]) -> list[str]:
-    """The field names of the model found at `path` inside `model` (list indexes and dict keys
-    skipped), or [] when the path leads to no single model."""
-    current: Any = model
-    for part in path:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
-        if isinstance(part, int) or part not in current.model_fields:
-            continue  # an index into a list, or a key of a mapping: the same model below
-        current = _model_in(current.model_fields[part].annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [info.alias or name for name, info in current.model_fields.items()]
-    return []
-
-
-def _model_in(annotation: Any) -> Any:
-    """The one model type inside an annotation (X | None, list[X], dict[str, X]), if any."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    models = {m for arg in get_args(annotation) if (m := _model_in(arg)) is not None}
-    return models.pop() if len(models) == 1 else None
-
-
-def _field(part: Any) -> str:
-    """A part of a field's location as written, or quoted and shortened when it is odd (a key
-    of 5,000 characters, or one holding a newline, is a typo or an attack)."""
-    if isinstance(part, int) or (isinstance(part, str) and part.isprintable() and len(part) <= 40):
-        return str(part)
-    return shown(part)
-
-
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A file's top-level mapping; SpecError (naming the file) for anything else."""
+def read_yaml(path: str | Path, *, spellings: Spellings | None = None) -> dict[str, Any]:
+    """A file's top-level mapping; SpecError (naming the file) for anything else. `spellings`,
+    when given, is filled with where YAML read text as a bool or a number (safe_yaml)."""
     path = Path(path)
     where = display_path(path)
     try:
-        data = parse_yaml(read_text(path))
+        data = parse_yaml(read_text(path), spellings=spellings)
     except YamlRefused as exc:
         raise SpecError(f"{where}: {exc}") from None
     if data is None:
@@ -149,24 +64,18 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _kind(value: Any) -> str:
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, str):
-        return "text"
-    if isinstance(value, bool):
-        return "true/false"
-    return "a number" if isinstance(value, int | float) else type(value).__name__
-
-
 def _validate(
-    model: type[M], data: dict[str, Any], source: str, field_sources: dict[str, str] | None = None
+    model: type[M],
+    data: dict[str, Any],
+    source: str,
+    field_sources: dict[str, str] | None = None,
+    spellings: Spellings | None = None,
 ) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         message = describe_validation_error(
-            exc, source=source, field_sources=field_sources, model=model
+            exc, source=source, field_sources=field_sources, model=model, spellings=spellings
         )
         raise SpecError(message) from None
 
@@ -215,8 +124,8 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def load_profile(path: str | Path) -> dict[str, Any]:
-    data = read_yaml(path)
+def load_profile(path: str | Path, *, spellings: Spellings | None = None) -> dict[str, Any]:
+    data = read_yaml(path, spellings=spellings)
     data.pop("type", None)
     unknown = sorted(shown(key) if not isinstance(key, str) else key for key in data)
     unknown = [key for key in unknown if key not in PROFILE_FIELDS]
@@ -245,21 +154,47 @@ def merge_job(
     flags: JobFlags | None = None,
     source: str = "job",
     profile_source: str = "profile",
+    spellings: Spellings | None = None,
 ) -> JobSpec:
     """Profile < job file < command-line flags, merged once, then validated once.
 
     `flags` are checked one by one first (their errors name the flag); `overrides` are fields
-    given by code, validated with the rest."""
+    given by code, validated with the rest; `spellings`: how the files spelled the values YAML
+    read as bools and numbers (the job file's over the profile's)."""
     top = {k: v for k, v in (overrides or {}).items() if v is not None}
     if flags is not None:
         top = _deep_merge(top, flags.overrides())
     merged = _deep_merge(profile or {}, {k: v for k, v in job.items() if k != "profile"})
-    merged = _deep_merge(merged, top)
+    merged = _deep_merge(_env_as_written(merged, spellings or {}), top)
     if flags is not None:
         flags.check_policy(merged.get("utilization_policy"), source=source)
     # A bad value that only the profile set is reported against the profile's file.
     from_profile = {str(k): profile_source for k in profile or {} if k not in job and k not in top}
-    return _validate(JobSpec, merged, source, from_profile)
+    return _validate(JobSpec, merged, source, from_profile, spellings)
+
+
+def _env_as_written(data: dict[str, Any], spellings: Spellings) -> dict[str, Any]:
+    """The job's `env` names and values that YAML read as a bool or a number, given back as
+    the file wrote them: an environment holds text, and `DEBUG: yes` means `yes`, not Python's
+    `True` (nor `0x1F` 31; `OFF: 1` names OFF, not False). Read before flags and code's
+    overrides are merged: theirs are kept as given."""
+    env = data.get("env")
+    if not isinstance(env, dict) or not spellings:
+        return data
+
+    def as_written(place: tuple[Any, ...], value: Any) -> Any:
+        spelled = spellings.get(place)
+        if spelled is None or type(spelled[1]) is not type(value) or spelled[1] != value:
+            return value
+        return spelled[0]
+
+    return {
+        **data,
+        "env": {
+            as_written(("env", key, "[key]"), key): as_written(("env", key), value)
+            for key, value in env.items()
+        },
+    }
 
 
 def load_job(
@@ -275,7 +210,8 @@ def load_job(
     file is relative to the file."""
     path = Path(path)
     source = display_path(path)
-    data = read_yaml(path)
+    spelled: Spellings = {}
+    data = read_yaml(path, spellings=spelled)
     kind = data.get("type", "task")
     if kind != "task":
         hint = (
@@ -290,13 +226,15 @@ def load_job(
         found = resolve_profile(data["profile"], relative_to=path.parent, what=f"{source}: profile")
     else:
         found = None
+    profile_spelled: Spellings = {}
     return merge_job(
         data,
-        profile=load_profile(found) if found is not None else None,
+        profile=load_profile(found, spellings=profile_spelled) if found is not None else None,
         overrides=overrides,
         flags=flags,
         source=source,
         profile_source=display_path(found) if found is not None else "profile",
+        spellings={**profile_spelled, **spelled},
     )
 
 
@@ -313,17 +251,19 @@ def _check_type(data: dict[str, Any], kind: str, source: str) -> None:
 def load_fleet(path: str | Path) -> FleetSpec:
     path = Path(path)
     source = display_path(path)
-    data = read_yaml(path)
+    spelled: Spellings = {}
+    data = read_yaml(path, spellings=spelled)
     _check_type(data, "fleet", source)
-    return _validate(FleetSpec, data, source)
+    return _validate(FleetSpec, data, source, spellings=spelled)
 
 
 def load_queue(path: str | Path) -> QueueSpec:
     path = Path(path)
     source = display_path(path)
-    data = read_yaml(path)
+    spelled: Spellings = {}
+    data = read_yaml(path, spellings=spelled)
     _check_type(data, "queue", source)
-    return _validate(QueueSpec, data, source)
+    return _validate(QueueSpec, data, source, spellings=spelled)
 
 
 def model_of(model: type[M], value: object, what: str) -> M:

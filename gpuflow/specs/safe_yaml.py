@@ -180,11 +180,51 @@ def _refused(problem: str, where: Any, *, what: str = "malformed YAML") -> YamlR
     return YamlRefused(f"{what}{at}: {problem}")
 
 
-def parse_yaml(text: str) -> Any:
-    """The one document in `text` as plain data (dicts, lists, str, int, float, bool, None)."""
+Spellings = dict[tuple[Any, ...], tuple[str, Any]]
+"""Where YAML read a plain word or number as a bool, an int or a float, by its place in the data
+(the keys and list indexes to it, as pydantic's error `loc`; a mapping key's own place ends in
+"[key]", as pydantic's does) -> the text as written and the value read. `off` and `no` both read
+as False: only the text can tell a user what to quote."""
+
+_TYPED = frozenset(_TAG + name for name in ("bool", "int", "float"))
+
+
+def _spelled(loader: _BoundedLoader, root: Node, spellings: Spellings) -> None:
+    """Fill `spellings` from the composed document (its merge keys already flattened by the
+    constructor). Iterative: aliases can nest a document deeper than MAX_DEPTH levels."""
+    stack: list[tuple[Node, tuple[Any, ...]]] = [(root, ())]
+    while stack:
+        node, path = stack.pop()
+        if type(node) is ScalarNode:
+            if node.tag in _TYPED:
+                spellings[path] = (node.value, loader.construct_object(node))
+        elif type(node) is SequenceNode:
+            stack.extend((child, (*path, index)) for index, child in enumerate(node.value))
+        elif type(node) is MappingNode:
+            pairs: dict[Any, Node] = {}  # the last of a key wins, as in the data
+            for key_node, value_node in node.value:
+                key = key_node.value if key_node.tag == _TAG + "str" else None
+                if key is None and type(key_node) is ScalarNode:
+                    read = loader.construct_object(key_node)
+                    key = read if isinstance(read, int | str) else str(read)  # as in a `loc`
+                    if key_node.tag in _TYPED:
+                        spellings[(*path, key, "[key]")] = (key_node.value, read)
+                pairs[key] = value_node
+            stack.extend((child, (*path, key)) for key, child in pairs.items())
+
+
+def parse_yaml(text: str, *, spellings: Spellings | None = None) -> Any:
+    """The one document in `text` as plain data (dicts, lists, str, int, float, bool, None);
+    `spellings`, when given, is filled with where YAML read text as a bool or a number."""
     loader = _BoundedLoader(text)
     try:
-        return loader.get_single_data()
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        data = loader.construct_document(node)
+        if spellings is not None:
+            _spelled(loader, node, spellings)
+        return data
     except YamlRefused:
         raise
     except yaml.MarkedYAMLError as exc:

@@ -203,6 +203,39 @@ def check_text(value: str, what: str, *, max_length: int, allow_empty: bool = Fa
     return value
 
 
+MAX_TAINT_KEY = 253
+MAX_TAINT_VALUE = 63
+_TAINT_KEY = re.compile(r"(?:[A-Za-z0-9._-]+/)?[A-Za-z0-9._-]+")
+_TAINT_VALUE = re.compile(r"[A-Za-z0-9._-]+")
+TAINT_FORM = (
+    f"key=value or key (letters, digits, '-', '_', '.'; the key at most {MAX_TAINT_KEY} "
+    f"characters, after an optional prefix/; the value at most {MAX_TAINT_VALUE})"
+)
+"""A host's taint and a job's toleration, as Kubernetes spells taint keys and values: the
+scheduler matches them as text (gpuflow/scheduler/filters.py), so one spelled otherwise
+(`=x`, `a=b=c`, ` key`, `key=`) would never match anything."""
+
+
+def check_taints(values: list[str], what: str, info: ValidationInfo) -> list[str]:
+    """A fleet host's taints or a job's tolerations, each `key=value` or `key` (TAINT_FORM);
+    ValueError naming the first that is not. A recorded one, written before the check, is read
+    as it is."""
+    if recorded(info):
+        return values
+    for value in values:
+        key, sep, rest = value.partition("=")
+        if len(key) > MAX_TAINT_KEY:
+            problem = f"has a key longer than {MAX_TAINT_KEY} characters; it "
+        elif len(rest) > MAX_TAINT_VALUE:
+            problem = f"has a value longer than {MAX_TAINT_VALUE} characters; it "
+        elif _TAINT_KEY.fullmatch(key) and (not sep or _TAINT_VALUE.fullmatch(rest)):
+            continue
+        else:
+            problem = ""
+        raise ValueError(f"{what} {shown(value)} {problem}must be {TAINT_FORM}")
+    return values
+
+
 class Range(BaseModel):
     """An inclusive range; `max=None` means unbounded. Written as `2`, `1..4`, `24GB..`, `..8`."""
 

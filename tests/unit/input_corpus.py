@@ -149,7 +149,7 @@ BAD_JOBS: list[tuple[str, bytes, str]] = [
     ("duplicate key", b"name: x\nname: y\ncommands: [a]\n", "given twice"),
     ("NUL byte", b"name: x\x00\ncommands: [a]\n", "malformed YAML"),
     ("command NUL", b'name: x\ncommands: ["a\\0b"]\n', "NUL"),
-    ("command not text", b"name: x\ncommands: [true]\n", "is not text"),
+    ("command not text", b"name: x\ncommands: [true]\n", "true was read by YAML as the boolean"),
     ("env name =", (JOB + "env: {'A=B': x}\n").encode(), "env name"),
     ("env name empty", (JOB + "env: {'': x}\n").encode(), "env name"),
     ("env name NUL", (JOB + 'env: {"A\\0": x}\n').encode(), "env name"),
@@ -187,7 +187,7 @@ BAD_JOBS: list[tuple[str, bytes, str]] = [
     ("fleet name", (JOB + "fleets: ['Bad Name']\n").encode(), "fleet name"),
     ("label NUL", (JOB + 'labels: {a: "\\0"}\n').encode(), "NUL"),
     ("toleration long", (JOB + f"tolerations: ['{'t' * 5000}']\n").encode(), "longer"),
-    ("nodes huge", (JOB + "nodes: 100000\n").encode(), "less than or equal to 1024"),
+    ("nodes huge", (JOB + "nodes: 100000\n").encode(), "must be at most 1024"),
     ("nodes float", (JOB + "nodes: 1.5\n").encode(), "nodes"),
     ("priority nan", (JOB + "priority: .nan\n").encode(), "priority"),
     (

@@ -207,8 +207,8 @@ def test_each_alternative_is_checked_like_resources(tmp_path: Path) -> None:
     [
         ("{idel: 1}", "unknown scorer weight 'idel'; allowed: gpu, cpu, memory, fragmentation"),
         ("{idle: -1}", "scorer weights must be 0 or more: idle"),
-        ("{idle: .nan}", "scorer_weights.idle: Input should be a finite number"),
-        ("{idle: .inf}", "scorer_weights.idle: Input should be a finite number"),
+        ("{idle: .nan}", "scorer_weights.idle: must be a finite number"),
+        ("{idle: .inf}", "scorer_weights.idle: must be a finite number"),
         ("{idle: 1e6}", "scorer weights must be at most 1000: idle"),
     ],
 )

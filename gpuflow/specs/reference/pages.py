@@ -79,6 +79,20 @@ def _grammars(found: list[Row], parts: list[Section]) -> list[str]:
     """How durations, sizes and ranges are written, for the kinds the page's fields use."""
     types = " ".join(row.type for row in found)
     lines = ["## Values", ""]
+    if "text" in types:
+        lines += [
+            "**Text** is written as it is, or in quotes. YAML reads a bare `yes`, `no`, `on`, "
+            "`off`, `true` or `false` as a boolean and a bare number (`123`, `1_000`, `0x1F`, "
+            '`1:30`) as a number, so text spelled like one is quoted: `name: "off"`, '
+            '`name: "123"`. A text field given a boolean or a number is refused, naming the '
+            "field and what to quote"
+            + (
+                " (except `env` values, which keep what the file wrote: `DEBUG: yes` is `yes`)."
+                if any(row.field == "`env`" for row in found)
+                else "."
+            ),
+            "",
+        ]
     if "duration" in types:
         shown = ", ".join(f"`{d}` = {units.parse_duration(d)} s" for d in _DURATIONS)
         lines += ["**Durations** are seconds, written with units d, h, m, s: " + shown + ".", ""]

@@ -66,7 +66,7 @@ def _one_error_line(output: str) -> str:
         (
             "name: x\ncommands: [echo]\nutilization_policy: {min_gpu_utilization: 150, "
             "time_window: 10m}\nresources: {gpu: 1}\n",
-            "min_gpu_utilization: Input should be less",
+            "min_gpu_utilization: must be at most 100 (got 150)",
         ),
         ("- just\n- a list\n", "expected a mapping of fields at the top, got a list of 2 items"),
         ("- one\n", "expected a mapping of fields at the top, got a list of 1 item"),
@@ -83,7 +83,10 @@ def _one_error_line(output: str) -> str:
             "${{ ... }} is not replaced in commands; name the secret in env",
         ),
         ("name: x\npriority: 99999999999999999999999\n", "a number at line 2, column 11: "),
-        ("name: x\ncommands: [true]\n", "command True is not text: YAML read it as a bool"),
+        (
+            "name: x\ncommands: [true]\n",
+            'commands.0: true was read by YAML as the boolean true; quote it: "true"',
+        ),
         ("type: fleet\nname: x\nkind: sim\n", "is not a job; use `gpuflow fleet apply`"),
     ],
 )
