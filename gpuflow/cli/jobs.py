@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.text import Text
 
 from gpuflow.cli import common
@@ -132,6 +133,13 @@ async def ps(
         )
     else:
         common.console.print(jobs_table(jobs, width=common.console.width))
+    for job in jobs if not as_json else []:  # on stderr, as the lines below
+        for host, state in job.hosts_not_ready.items():
+            common.err.print(
+                f"warning: {escape(job.name)}: host {escape(host)} is {escape(state)}",
+                highlight=False,
+                soft_wrap=True,
+            )
     if held:  # on stderr, as the line below
         common.err.print(
             "admission is held (gpuflow down, or Client.hold_admission): no waiting job starts "

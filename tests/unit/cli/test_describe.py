@@ -282,6 +282,9 @@ def test_a_running_job_on_a_host_not_answering_says_so(cli: Cli) -> None:
     assert "h2 is" not in text
     assert "warning" not in cli("describe", "other")
     assert "warning" not in cli("describe", "old")  # an ended job holds no host
+    out, err = cli.streams("ps")
+    assert "train" in out
+    assert " ".join(err.split()) == "warning: train: host h1 is not_ready (agent not answering)"
     listed = {job["name"]: job for job in json.loads(cli("ps", "-a", "--json"))}
     assert listed["train"]["hosts_not_ready"] == {"h1": "not_ready (agent not answering)"}
     assert listed["other"]["hosts_not_ready"] == {}
