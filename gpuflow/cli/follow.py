@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuflow.cli.follow_logs import JobOutput
-from gpuflow.cli.render import Column, fitted_table, status_text
+from gpuflow.cli.render import STATUS_STYLE, Column, fitted_table, status_text
 from gpuflow.client.core import workflow_running
 from gpuflow.errors import GpuflowError
 from gpuflow.status import JobStatus
@@ -30,6 +30,20 @@ def _table(rows: dict[str, dict[str, Any]], width: int) -> Table:
     ]
     return fitted_table(columns, cells, width=width)
 
+
+async def _endings(client: Any, job_id: str) -> list[Any]:
+    """The job's recorded endings (final statuses), oldest first, among its newest
+    ENDINGS_READ statuses."""
+    try:
+        events = (await client.events(job_id, most=ENDINGS_READ)).events
+    except GpuflowError:
+        return []
+    final = {status.value for status in JobStatus if status.is_final}
+    return [event for event in events if event.status in final]
+
+
+ENDINGS_READ = 100
+"""Recorded statuses read to find the endings a poll missed (a few per attempt)."""
 
 FINAL_OPEN_S = 30.0
 """How long a job whose row reads final is still followed while its workflow runs on: a job
@@ -51,6 +65,8 @@ async def follow_jobs(
     seen: dict[str, tuple[str, str]] = {}
     placed: dict[str, str] = {}
     """Where each job ran, as its progress last said (hosts and GPUs): kept once it ends."""
+    endings: dict[str, int] = {}
+    """How many of each job's attempts' endings were printed."""
     with Live(
         _table(rows, console.width), console=console, refresh_per_second=4, transient=True
     ) as live:
@@ -87,7 +103,22 @@ async def follow_jobs(
                     "where": where,
                     "detail": detail,
                 }
+                done, ended = endings.get(job_id, 0), info.attempt - 1
+                if ended > done:
+                    # Attempts ended between two polls (a preemption, a failed attempt retried
+                    # at once): their endings as recorded, before the new attempt's lines.
+                    for event in (await _endings(client, job_id))[-(ended - done) :]:
+                        live.console.print(
+                            Text.assemble(
+                                (f"{info.name}: ", "bold"),
+                                Text(event.status, style=STATUS_STYLE.get(event.status, "")),
+                                f"  {event.message}" if event.message else "",
+                            )
+                        )
+                    endings[job_id] = ended
                 key = (status.value, detail)
+                if status.is_final:
+                    endings[job_id] = info.attempt
                 if seen.get(job_id) != key:
                     seen[job_id] = key
                     live.console.print(

@@ -5,6 +5,7 @@ or of an earlier attempt; each call through one log reader workflow (gpuflow/log
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -84,10 +85,19 @@ class LogCalls:
             async for data in self._earlier_logs(info, rank, attempt):
                 yield data
             return
-        offset = 0
+        offset, reading = 0, None  # reading: the attempt whose log `offset` is in
         async with LogReader(self.temporal, job_id=info.id) as reader:
             while True:
                 info = await self.get(info.id)
+                if reading is not None and reading < info.attempt:
+                    # The attempt followed so far ended and another began (a retry, a
+                    # preemption): the rest of its output from its own host, then the new
+                    # one's from its start.
+                    with contextlib.suppress(NotFoundError):
+                        async for data in self._earlier_logs(info, rank, reading, offset=offset):
+                            yield data
+                    offset, reading = 0, None
+                    continue
                 try:
                     placement = (await self.progress(info.id)).placement
                 except GpuflowError:
@@ -101,8 +111,13 @@ class LogCalls:
                 if queue is None:
                     return
                 asked = asyncio.get_running_loop().time()
+                reading = reading or info.attempt
                 request = LogsInput(
-                    job_id=info.id, rank=rank, offset=offset, wait_s=LOG_WAIT_S if follow else 0
+                    job_id=info.id,
+                    attempt=reading,
+                    rank=rank,
+                    offset=offset,
+                    wait_s=LOG_WAIT_S if follow else 0,
                 )
                 chunk = await _read_log(reader, info.name, queue, request)
                 if chunk.data:
@@ -115,8 +130,11 @@ class LogCalls:
                     waited = asyncio.get_running_loop().time() - asked
                     await asyncio.sleep(max(0.0, poll_s - waited))
 
-    async def _earlier_logs(self, info: JobInfo, rank: int, attempt: int) -> AsyncIterator[str]:
-        """An earlier attempt's whole output on one node: it ended, so there is no following."""
+    async def _earlier_logs(
+        self, info: JobInfo, rank: int, attempt: int, *, offset: int = 0
+    ) -> AsyncIterator[str]:
+        """An earlier attempt's output on one node from `offset` (its whole output: 0): it
+        ended, so there is no following."""
         if not 1 <= attempt < info.attempt:
             had = f"{info.attempt} attempt{'' if info.attempt == 1 else 's'}"
             raise NotFoundError(f"job {info.name} has no attempt {attempt}: it has had {had}")
@@ -128,7 +146,6 @@ class LogCalls:
                 "was not placed, has no such node, or ran under a gpuflow that kept no record "
                 "of earlier attempts' hosts)"
             )
-        offset = 0
         async with LogReader(self.temporal, job_id=info.id) as reader:
             while True:
                 request = LogsInput(job_id=info.id, attempt=attempt, rank=rank, offset=offset)
