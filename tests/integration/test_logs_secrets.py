@@ -297,3 +297,38 @@ async def test_an_earlier_attempts_output_is_read_with_its_secrets_masked(
     assert first == "attempt 1 token=***\n"
     assert current == also_current == "attempt 2 token=***\n"
     assert value not in first + current
+
+
+async def test_a_job_followed_while_it_retries_shows_every_attempts_output(
+    dev_env: WorkflowEnvironment,
+    sqlite_store: Store,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`logs -f` from the first attempt on: attempt 1's last line, written just before it
+    failed, and attempt 2's first, came too late or were read at the wrong offset."""
+    from gpuflow import secrets
+
+    monkeypatch.setenv("GPUFLOW_SECRETS_FILE", str(tmp_path / "secrets.json"))
+    secrets.set_secret("hf_token", f"tok-{uuid.uuid4().hex}")
+    fleet = f"f{uuid.uuid4().hex[:6]}"
+    client = Client(temporal=dev_env.client)
+    async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
+        await client.apply_fleet(_fleet(fleet))
+        job = await client.submit(
+            _job(
+                "twice",
+                fleet,
+                [
+                    'echo "attempt $GPUFLOW_ATTEMPT begins"',
+                    "sleep 2",
+                    'echo "attempt $GPUFLOW_ATTEMPT ends"',
+                    'test "$GPUFLOW_ATTEMPT" -ge 2 || exit 3',
+                ],
+                retry={"on_events": ["error"], "duration": "10m"},
+            )
+        )
+        followed = "".join([chunk async for chunk in client.logs(job.id, follow=True)])
+        result = await client.wait(job.id, timeout_s=90)
+    assert (result.status, result.attempts) == (JobStatus.DONE, 2)
+    assert followed == ("attempt 1 begins\nattempt 1 ends\nattempt 2 begins\nattempt 2 ends\n")
