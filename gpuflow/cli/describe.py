@@ -13,7 +13,13 @@ from rich.text import Text
 from gpuflow.cli import common
 from gpuflow.cli.common import run
 from gpuflow.cli.render import STATUS_STYLE, Cell, Column, ago, fitted_table, status_text
-from gpuflow.cli.waiting import queue_reason_text, reserved_text, short_reasons
+from gpuflow.cli.waiting import (
+    line_positions,
+    queue_reason_text,
+    reserved_text,
+    short_reasons,
+    waiting_summary,
+)
 from gpuflow.status import JobStatus, capacity_prefix, capacity_reasons
 
 MOST_REASONS = 30
@@ -32,10 +38,17 @@ async def describe(
     try:
         with common.err.status(f"reading {job}…"):
             described = await client.describe(job, events=events)
+            info = described.job
+            # Its place in line, as `ps` counts it: among its queue's waiting jobs, when no
+            # admission pass has placed it yet (a pass's place is its own).
+            line = as_json and info.status == JobStatus.PENDING and info.queue_position is None
+            listed = await client.jobs(queue=info.queue) if line else []
     finally:
         await client.close()
     if as_json:
-        common.print_json(described.model_dump(mode="json"))
+        dumped = described.model_dump(mode="json")
+        dumped["job"]["waiting"] = waiting_summary(info, line_positions(listed))  # as in ps
+        common.print_json(dumped)
         return
     width = common.console.width
     shown, total = described.events, described.events_total

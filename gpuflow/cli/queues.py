@@ -35,7 +35,7 @@ def queues_table(queues: Sequence[Any], *, width: int) -> Table:
         [
             queue.name,
             queue.cohort or "-",
-            "no limit" if queue.built_in else gpu_amounts(queue.quota),
+            "no limit" if queue.quota is None else gpu_amounts(queue.quota),
             _used(queue),
             gpu_amounts(queue.borrowed),
             gpu_amounts(queue.lent),

@@ -22,8 +22,14 @@ schedule_app = typer.Typer(
 @run
 async def schedule_create(
     file: Path = typer.Option(..., "--file", "-f", help="Job file."),
-    cron: str | None = typer.Option(None, "--cron", help="Cron expression, e.g. '0 3 * * *'."),
-    every: str | None = typer.Option(None, "--every", help="Interval, e.g. 6h."),
+    cron: str | None = typer.Option(
+        None,
+        "--cron",
+        help="Cron expression in UTC: minute hour day-of-month month day-of-week, e.g. "
+        "'0 3 * * *' (03:00 UTC), or @daily, @hourly...; start it with CRON_TZ=Europe/Berlin "
+        "for another time zone.",
+    ),
+    every: str | None = typer.Option(None, "--every", help="Interval, e.g. 6h (1m or more)."),
     schedule_id: str | None = typer.Option(None, "--id", help="Schedule id."),
     profile: str | None = typer.Option(None, "--profile", help="Profile (defaults) to inherit."),
     gpu: str | None = typer.Option(None, "--gpu", help="Override resources.gpu, e.g. A100:2."),
@@ -36,11 +42,27 @@ async def schedule_create(
         None, "--priority", help="0..100: higher starts first within its queue."
     ),
 ) -> None:
-    """Create a schedule; each run is a job of its own (apply's overrides apply to each)."""
+    """Create a schedule; each run is a job of its own (apply's overrides apply to each).
+    Cron times are UTC."""
+    from gpuflow.client.cron import check_cron
+    from gpuflow.client.schedules import check_every, check_schedule_id, run_id_prefix
     from gpuflow.specs.flags import JobFlags
     from gpuflow.specs.load import load_job
     from gpuflow.specs.units import parse_duration
 
+    # Checked here, so that their errors name the flag, not the job file.
+    if (cron is None) == (every is None):
+        raise GpuflowError("give exactly one of --cron or --every")
+    if cron is not None:
+        cron = check_cron(cron, name="--cron")
+    try:
+        every_s = parse_duration(every) if every is not None else None
+    except ValueError as exc:
+        raise GpuflowError(f"--every: {exc}") from None
+    if every_s is not None:
+        check_every(every_s, name="--every")
+    if schedule_id is not None:
+        check_schedule_id(schedule_id, name="--id")
     flags = JobFlags(
         gpu=gpu,
         fleets=tuple(fleet or ()),
@@ -49,10 +71,6 @@ async def schedule_create(
         priority=priority,
     )
     spec = load_job(file, profile=profile, flags=flags)
-    try:
-        every_s = parse_duration(every) if every is not None else None
-    except ValueError as exc:
-        raise GpuflowError(f"--every: {exc}") from None
     client = await common.open_client()
     try:
         with common.named_file([file]):
@@ -62,7 +80,10 @@ async def schedule_create(
         (plan,) = await client.plan([spec])
     finally:
         await client.close()
-    common.console.print(f"schedule [bold]{created}[/] created; runs show up in `gpuflow ps`")
+    runs = escape(run_id_prefix(spec.name, created))
+    common.console.print(
+        f"schedule [bold]{created}[/] created; its runs show up in `gpuflow ps` as {runs}-<time>"
+    )
     never = plan.queue_never or (
         None if plan.fits_idle else "nothing fits it, even with every host of its fleets idle"
     )

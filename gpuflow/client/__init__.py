@@ -4,6 +4,9 @@ from gpuflow import Client, JobSpec
 client = await Client.connect()
 job = await client.submit(JobSpec(name="train", commands=["python train.py"]))
 outcome = await client.wait(job.id)
+
+What its calls return is exported here (and from `gpuflow`): `offers` an `Offers`, `plan`
+`JobPlan`s, `describe` a `JobDescription`, `events` `JobEvents`, `metrics` a `UtilizationState`.
 """
 
 from gpuflow.client.core import Client
@@ -22,6 +25,9 @@ from gpuflow.client.models import (
     StopStep,
     taken_option,
 )
+from gpuflow.scheduler.offers import Offers
+from gpuflow.scheduler.together import JobPlan
+from gpuflow.utilization import UtilizationState
 
 __all__ = [
     "AppliedQueue",
@@ -32,10 +38,13 @@ __all__ = [
     "JobEvents",
     "JobInfo",
     "JobOutcome",
+    "JobPlan",
+    "Offers",
     "OptionOffers",
     "Progress",
     "QueueInfo",
     "StopOutcome",
     "StopStep",
+    "UtilizationState",
     "taken_option",
 ]

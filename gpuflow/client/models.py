@@ -134,10 +134,19 @@ class Progress(BaseModel):
 
 
 class FleetInfo(BaseModel):
+    """A fleet and its hosts (`gpuflow fleet list --json`)."""
+
     name: str
     kind: str
     scorer: str
     hosts: list[dict[str, Any]]
+    """Each host: `name`, `state` (and `state_detail`: why not ready), `os`, `arch`, `backend`,
+    `driver_version`, `gpus` (`index`, `name`, `memory_mib`, `used`: the share allocated,
+    `compute_capability`), `gpu_used`, `cpus`/`cpus_used`, `memory_mib`/`memory_used_mib`,
+    `disk_mib`/`disk_used_mib`, `blocks`/`blocks_busy`, `labels` and `taints` (what decides
+    which jobs it takes), `simulated`, and `utilization`: where a simulated host's GPU
+    utilization comes from (`source` `process_cpu` or `constant` at `value`); None for a real
+    host (NVML)."""
     workload: dict[str, Any] | None = None
     """The request mix the fragmentation scorer uses now: the mix in use (gpuflow/services/mix.py
     `mix_info`), learned from the fleet's recent jobs, the built-in one without history."""
@@ -147,7 +156,20 @@ class FleetInfo(BaseModel):
 
     @classmethod
     def from_record(cls, record: FleetRecord) -> FleetInfo:
-        return cls.model_validate(record.model_dump())
+        hosts = [_host_info(host, record.common_labels) for host in record.hosts]
+        return cls.model_validate({**record.model_dump(exclude={"common_labels"}), "hosts": hosts})
+
+
+def _host_info(host: dict[str, Any], common: dict[str, str]) -> dict[str, Any]:
+    """A host of a FleetRecord with its labels whole, in the place of its `other_labels`: the
+    fleet's common ones and its others (from a control worker that sent no labels: as sent)."""
+    whole: dict[str, Any] = {}
+    for key, value in host.items():
+        if key == "other_labels":
+            whole["labels"] = {**common, **value}
+        else:
+            whole[key] = value
+    return whole
 
 
 class QueueInfo(BaseModel):
@@ -157,8 +179,9 @@ class QueueInfo(BaseModel):
 
     name: str
     cohort: str | None = None
-    quota: dict[str, int]
-    """Nominal GPUs per quota key."""
+    quota: dict[str, int] | None
+    """Nominal GPUs per quota key; None: no limit, as `queue list` says (the built-in default
+    queue, or one applied with the most a quota may be and no cohort)."""
     borrowing_limit: int | None = None
     lending_limit: int | None = None
     built_in: bool = False
@@ -180,7 +203,10 @@ class QueueInfo(BaseModel):
 
     @classmethod
     def from_record(cls, record: QueueRecord) -> QueueInfo:
-        return cls.model_validate(record.model_dump())
+        # `built_in`: what a control worker from before `unlimited` says of the default queue.
+        unlimited = record.unlimited or record.built_in
+        fields = record.model_dump(exclude={"unlimited"})
+        return cls.model_validate({**fields, "quota": None if unlimited else record.quota})
 
 
 class AppliedQueue(BaseModel):

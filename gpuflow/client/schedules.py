@@ -28,6 +28,7 @@ from temporalio.common import TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow.client.api import Api
+from gpuflow.client.cron import check_cron
 from gpuflow.errors import GpuflowError, InUseError, NotFoundError, SpecError
 from gpuflow.naming import CONTROL_TASK_QUEUE, job_workflow_id
 from gpuflow.secrets import referenced
@@ -63,7 +64,10 @@ def _runs_jobs(action: object) -> bool:
 def run_id_prefix(job: str, schedule_id: str) -> str:
     """What a schedule's runs' workflow ids start with (Temporal appends the run's time):
     `job-<name>` for the job's default schedule, `job-<name>-<tag>` for any other, the tag
-    a hash of the schedule id, so that schedules of one job do not start the same id."""
+    six hex digits of a CRC-32 of the schedule id, so that schedules of one job do not start
+    the same id. Not the schedule id itself: ids stay short (a schedule id may be 63
+    characters), and job `a` of schedule `b-c` would start the ids of job `a-b`'s `c`, or of
+    job `a-b-c`'s default schedule. A schedule keeps the prefix it was created with."""
     if schedule_id == f"schedule-{job}":
         return f"job-{job}"
     return job_workflow_id(job, f"{zlib.crc32(schedule_id.encode()) & 0xFFFFFF:06x}")
@@ -81,27 +85,22 @@ class ScheduleCalls:
         every_s: int | None = None,
         schedule_id: str | None = None,
     ) -> str:
-        """A Temporal Schedule that submits the job on a cron or every `every_s` seconds.
-        Each run is a job of its own, `job-<name>-<time>` (`job-<name>-<tag>-<time>` for a
-        schedule id other than the default `schedule-<name>`, so that two schedules of one job
-        never start the same id in the same minute). Its queue and fleets must exist
+        """A Temporal Schedule that submits the job on a cron or every `every_s` seconds (60 or
+        more). A cron is five fields (minute hour day-of-month month day-of-week) or `@daily`
+        and the like, in UTC unless it starts with `CRON_TZ=<zone>`; a bad one is a SpecError
+        naming `cron` (`check_cron`). Each run is a job of its own, `job-<name>-<time>`
+        (`job-<name>-<tag>-<time>` for a schedule id other than the default `schedule-<name>`,
+        the tag six hex digits of a hash of the schedule id, `run_id_prefix`: two schedules of
+        one job never start the same id in the same minute). Its queue and fleets must exist
         (SpecError, as for a submit)."""
         spec = model_of(JobSpec, spec, "job")
         if (cron is None) == (every_s is None):
             raise SpecError("give exactly one of cron or every (--cron or --every)")
         if cron is not None:
-            _check_cron(cron)
+            cron = check_cron(cron)
         if every_s is not None:
-            if isinstance(every_s, bool) or not isinstance(every_s, int | float):
-                raise SpecError(f"every is a number of seconds, not {every_s!r}")
-            if every_s < 60:
-                raise SpecError(f"every is {every_s}s; a schedule runs at most once a minute")
-        schedule_id = schedule_id or f"schedule-{spec.name}"
-        if not _SCHEDULE_ID.fullmatch(schedule_id):
-            raise SpecError(
-                f"schedule id {schedule_id!r} must start with a letter and hold only lowercase "
-                "letters, digits and '-' (at most 63 characters)"
-            )
+            check_every(every_s)
+        schedule_id = check_schedule_id(schedule_id or f"schedule-{spec.name}")
         # Its queue and fleets must exist now, as a submit's must (the control plane checks
         # them in a plan): a run would otherwise fail on its own, every time.
         await self._api.call("plan", PlanRequest(specs=[spec]), list[PlanRecord])
@@ -138,6 +137,10 @@ class ScheduleCalls:
         except ScheduleAlreadyRunningError:
             raise SpecError(f"schedule {schedule_id} exists; delete it first") from None
         except RPCError as exc:
+            refused = exc.message.removeprefix("Invalid schedule spec: ")
+            if refused != exc.message:  # what check_cron cannot know (a zone this machine lacks)
+                when = f"cron {cron!r}" if cron else f"every {every_s}s"
+                raise SpecError(f"{when}: {refused}") from None
             raise SpecError(f"schedule {schedule_id}: {exc.message}") from None
         return schedule_id
 
@@ -259,15 +262,27 @@ def needed_by(what: str, schedules: list[str]) -> str:
     return f"{what} is used by schedule(s) {named}"
 
 
-def _check_cron(cron: str) -> None:
-    """Refuse a cron text that is empty, or that is Temporal's `@every` interval, which would
-    run a schedule more often than once a minute (`--every` is the way to an interval)."""
-    if not isinstance(cron, str):
-        raise SpecError(f"cron is text, e.g. '0 3 * * *', not {type(cron).__name__}")
-    if not cron.strip():
-        raise SpecError("cron is empty: give five fields, e.g. '0 3 * * *'")
-    if cron.strip().lower().startswith("@every"):
-        raise SpecError(f"cron {cron!r}: an interval is given with every (--every), not in cron")
+def check_schedule_id(schedule_id: str, *, name: str = "schedule id") -> str:
+    """A schedule id Temporal and gpuflow's run ids take, or a one-line SpecError naming
+    `name` (`--id` for the CLI)."""
+    if not isinstance(schedule_id, str) or not _SCHEDULE_ID.fullmatch(schedule_id):
+        raise SpecError(
+            f"{name} {schedule_id!r} must start with a letter and hold only lowercase letters, "
+            "digits and '-' (at most 63 characters)"
+        )
+    return schedule_id
+
+
+def check_every(every_s: float, *, name: str = "every") -> float:
+    """An interval of at least a minute, in seconds, or a one-line SpecError naming `name`
+    (`--every` for the CLI)."""
+    if isinstance(every_s, bool) or not isinstance(every_s, int | float):
+        raise SpecError(f"{name} is a number of seconds, not {every_s!r}")
+    if every_s < 60:
+        raise SpecError(
+            f"{name} {every_s:g}s: a schedule runs at most once a minute; give 1m or more"
+        )
+    return every_s
 
 
 def _when(cron: str | None, every_s: float | None) -> str:

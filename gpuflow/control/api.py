@@ -28,13 +28,11 @@ from gpuflow.control.admission_wake import ask_for_pass, wake_admission
 from gpuflow.control.api_common import job_record, one_line, open_unrecorded, unrecorded_job
 from gpuflow.control.api_dry_runs import DryRunActivities
 from gpuflow.control.api_events import EventActivities
+from gpuflow.control.api_fleets import read_fleets
 from gpuflow.control.api_queues import QueueActivities, check_known
 from gpuflow.control.fleets import host_facts
 from gpuflow.errors import NotFoundError
 from gpuflow.naming import CONTROL_TASK_QUEUE, fleet_workflow_id
-from gpuflow.scheduler import blocks_busy
-from gpuflow.scheduler.model import FleetSnapshot, HostSnapshot
-from gpuflow.services.capacity import read_snapshot
 from gpuflow.services.fleets import (
     apply_fleet,
     delete_fleet,
@@ -48,7 +46,6 @@ from gpuflow.services.jobs import (
     jobs_waiting_for_capacity,
     list_jobs,
 )
-from gpuflow.services.mix import mix_info
 from gpuflow.services.queues import WaitingPlace, waiting_places
 from gpuflow.specs.fleet import FleetSpec
 from gpuflow.specs.job import JobSpec
@@ -272,7 +269,7 @@ class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
     @activity.defn(name="api_fleets")
     @one_line
     async def fleets(self, page: FleetsPage) -> list[FleetRecord]:
-        return await asyncio.to_thread(_read_fleets, self.store, page)
+        return await asyncio.to_thread(read_fleets, self.store, page)
 
     # ---- secrets (sealed by the client to this control plane's key) ----------------------------
 
@@ -320,70 +317,3 @@ class ApiActivities(QueueActivities, DryRunActivities, EventActivities):
             self.secret_names,
             self.delete_secret,
         ]
-
-
-def _window(
-    fleets: list[FleetSnapshot], page: FleetsPage
-) -> list[tuple[FleetSnapshot, list[HostSnapshot]]]:
-    """The fleets of the page, each with its hosts in it (see FleetsPage)."""
-    stop = None if page.most is None else page.after + page.most
-    found = []
-    first = 0  # the place of the fleet's first host in the listing
-    for fleet in fleets:
-        hosts = fleet.hosts
-        end = len(hosts) if stop is None else max(0, min(stop - first, len(hosts)))
-        shown = hosts[max(0, page.after - first) : end]
-        if shown or (not hosts and page.after <= first and (stop is None or first < stop)):
-            found.append((fleet, shown))
-        first += len(hosts)
-    return found
-
-
-def _read_fleets(store: Store, page: FleetsPage) -> list[FleetRecord]:
-    with store.read() as session:
-        snapshot = read_snapshot(session)
-        fleets = [f for f in snapshot.fleets if page.fleet in (None, f.name)]
-        window = _window(fleets, page)
-        mixes = {f.name: mix_info(session, f) for f, _ in window}
-    out = []
-    for fleet, shown in window:
-        hosts = []
-        for host in shown:
-            busy, total = blocks_busy(host)
-            hosts.append(
-                {
-                    "name": host.name,
-                    "state": host.state.value,
-                    "state_detail": host.state_detail,
-                    "os": host.os,
-                    "arch": host.arch,
-                    "backend": host.backend,
-                    "gpus": [
-                        {
-                            "index": g.index,
-                            "name": g.name,
-                            "memory_mib": g.memory_mib,
-                            "used": g.used,
-                        }
-                        for g in host.gpus
-                    ],
-                    "gpu_used": sum(g.used for g in host.gpus),
-                    "cpus": host.cpus,
-                    "cpus_used": host.cpus_used,
-                    "memory_mib": host.memory_mib,
-                    "memory_used_mib": host.memory_used_mib,
-                    "blocks": total,
-                    "blocks_busy": busy,
-                    "simulated": host.simulated,
-                }
-            )
-        out.append(
-            FleetRecord(
-                name=fleet.name,
-                kind=fleet.kind,
-                scorer=fleet.scorer,
-                hosts=hosts,
-                workload=mixes[fleet.name],
-            )
-        )
-    return out

@@ -48,6 +48,7 @@ def queue_record(usage: QueueUsage) -> QueueRecord:
         borrowing_limit=spec.borrowing_limit,
         lending_limit=spec.lending_limit,
         built_in=usage.built_in,
+        unlimited=spec.unlimited,
         used=usage.used,
         borrowed=usage.borrowed,
         lent=usage.lent,

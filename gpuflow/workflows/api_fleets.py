@@ -15,18 +15,25 @@ class FleetRecord(BaseModel):
     kind: str
     scorer: str
     hosts: list[dict[str, Any]]
+    """Each host's state, facts and use (gpuflow/control/api_fleets.py); its labels are
+    `common_labels` and its own `other_labels` (the client puts them together as `labels`)."""
     workload: dict[str, Any] | None = None
     warnings: list[str] = Field(default_factory=list)
     """What an apply left that the user should know (GPUs dropped under running jobs)."""
+    common_labels: dict[str, str] = Field(default_factory=dict)
+    """The labels every host of the fleet has, with the same value: sent once, not once a host
+    (the same in each page: they are the whole fleet's)."""
 
 
 class FleetRef(BaseModel):
     name: str
 
 
-HOSTS_PER_PAGE = 500
-"""Hosts in one answer of `fleets`: about 700 bytes each with 8 GPUs, so a page stays under
-Temporal's 512 KB payload warning, far from its 2 MiB limit that a whole big fleet passes."""
+HOSTS_PER_PAGE = 400
+"""Hosts in one answer of `fleets`: about 1,100 bytes each with 8 GPUs, a few labels and a
+taint, so a page stays under Temporal's 512 KB payload warning, far from its 2 MiB limit that a
+whole big fleet passes. A client asks for this many (`most`); a control worker answers what it
+is asked, so clients of another size read the same listing."""
 
 
 class FleetsPage(BaseModel):

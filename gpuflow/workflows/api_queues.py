@@ -21,6 +21,10 @@ class QueueRecord(BaseModel):
     lending_limit: int | None = None
     built_in: bool = False
     """The default queue, not applied from a file."""
+    unlimited: bool = False
+    """No quota limit (QueueSpec.unlimited: the built-in default, or a queue applied so;
+    `quota` holds the most a quota may be): the client shows its quota as None. A control
+    worker from before this field says it of the built-in default only, by `built_in`."""
     used: dict[str, float] = Field(default_factory=dict)
     borrowed: dict[str, float] = Field(default_factory=dict)
     lent: dict[str, float] = Field(default_factory=dict)

@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from gpuflow.client import Client
+from gpuflow.client.models import FleetInfo
 from gpuflow.control import api as control_api
 from gpuflow.control.api import ApiActivities
+from gpuflow.payloads import DATA_CONVERTER
 from gpuflow.services.fleets import apply_fleet
 from gpuflow.specs import FleetSpec
 from gpuflow.store.db import Store
@@ -61,7 +63,9 @@ async def test_fleets_are_read_in_pages_and_put_back_together(
     fleets = await client.fleets()
 
     whole = await activities.fleets(FleetsPage())  # every host in one answer, as before pages
-    assert [f.model_dump() for f in fleets] == [r.model_dump() for r in whole]
+    assert [f.model_dump() for f in fleets] == [
+        FleetInfo.from_record(r).model_dump() for r in whole
+    ]
     assert {f.name: len(f.hosts) for f in fleets} == sizes
     assert [host["name"] for host in fleets[0].hosts] == [f"a-{i:04d}" for i in range(sizes["a"])]
     assert api.pages == [HOSTS_PER_PAGE, HOSTS_PER_PAGE, sum(sizes.values()) - 2 * HOSTS_PER_PAGE]
@@ -102,7 +106,9 @@ async def test_applying_a_big_fleet_answers_every_host(
     applied = await client.apply_fleet(_fleet("big", 2 * HOSTS_PER_PAGE + 10))
 
     assert applied.name == "big"
-    assert [h["name"] for h in applied.hosts] == [f"big-{i:04d}" for i in range(1010)]
+    assert [h["name"] for h in applied.hosts] == [
+        f"big-{i:04d}" for i in range(2 * HOSTS_PER_PAGE + 10)
+    ]
     assert api.pages == [HOSTS_PER_PAGE, 10]  # after the apply's own first page
 
 
@@ -136,3 +142,61 @@ async def test_a_page_out_of_range_is_refused() -> None:
         FleetsPage(after=-1)
     with pytest.raises(ValueError):
         FleetsPage(most=0)
+
+
+PAYLOAD_WARNING_BYTES = 512 * 1024
+"""Temporal warns of a payload over this (and refuses one over 2 MiB)."""
+
+
+def _big_host(i: int) -> dict[str, Any]:
+    """A host of a real-looking big fleet: a long name, 8 GPUs with their capability, a driver,
+    a few labels of its own and a taint."""
+    return {
+        "name": f"training-cluster-east-gpu-node-{i:05d}",
+        "gpus": [{"name": "A100", "memory": "80GB", "count": 8, "compute_capability": "8.0"}],
+        "driver_version": "550.54.15",
+        "labels": {"rack": f"rack-{i // 32:03d}", "row": f"row-{i // 256}"},
+        "taints": ["dedicated=training"],
+    }
+
+
+async def test_a_full_page_of_big_hosts_stays_under_temporals_warning(
+    sqlite_store: Store, tmp_path: Path
+) -> None:
+    """Every field of a host, its labels and taints too, in a page Temporal takes quietly; the
+    fleet's labels, which every host has, come once and not once a host."""
+    shared = {f"example.com/team-label-{k}": "x" * 200 for k in range(20)}  # 4 KB a host
+    spec = {"type": "fleet", "name": "big", "kind": "sim", "labels": shared}
+    spec["hosts"] = [_big_host(i) for i in range(HOSTS_PER_PAGE)]
+    apply_fleet(sqlite_store, FleetSpec.model_validate(spec))
+    activities = ApiActivities(sqlite_store, None, home=tmp_path)  # type: ignore[arg-type]
+
+    (record,) = await activities.fleets(FleetsPage(most=HOSTS_PER_PAGE))
+
+    assert len(record.hosts) == HOSTS_PER_PAGE
+    assert len(DATA_CONVERTER.payload_converter.to_payloads([[record]])[0].data) < (
+        PAYLOAD_WARNING_BYTES
+    )
+    assert record.common_labels == shared
+    host = FleetInfo.from_record(record).hosts[33]
+    assert host["labels"] == {**shared, "rack": "rack-001", "row": "row-0"}
+    assert host["taints"] == ["dedicated=training"]
+
+
+async def test_a_hosts_own_value_of_a_fleet_label_is_its_own(
+    sqlite_store: Store, tmp_path: Path
+) -> None:
+    spec = _fleet("f", 3).model_dump(mode="json")
+    spec["labels"] = {"zone": "eu-1", "team": "ml"}
+    spec["hosts"][1]["labels"] = {"zone": "eu-2"}
+    apply_fleet(sqlite_store, FleetSpec.model_validate(spec))
+    activities = ApiActivities(sqlite_store, None, home=tmp_path)  # type: ignore[arg-type]
+    client = Client(temporal=None, api=LocalApi(activities))  # type: ignore[arg-type]
+
+    (fleet,) = await client.fleets()
+
+    assert [h["labels"] for h in fleet.hosts] == [
+        {"zone": "eu-1", "team": "ml"},
+        {"zone": "eu-2", "team": "ml"},
+        {"zone": "eu-1", "team": "ml"},
+    ]

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from gpuflow.client.schedules import _check_cron
+from gpuflow.client.cron import check_cron
 from gpuflow.control import embedded
 from gpuflow.errors import GpuflowError, SpecError
 
 
 def test_a_cron_that_is_not_text_is_refused_in_words() -> None:
     with pytest.raises(SpecError, match=r"^cron is text, e.g. '0 3 \* \* \*', not int$"):
-        _check_cron(123)  # type: ignore[arg-type]
+        check_cron(123)  # type: ignore[arg-type]
     with pytest.raises(SpecError, match=r"^cron is empty"):
-        _check_cron("  ")
+        check_cron("  ")
 
 
 def test_an_orphan_of_another_users_is_one_line(

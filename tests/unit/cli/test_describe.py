@@ -107,8 +107,9 @@ def test_the_python_client_reads_a_jobs_events(cli: Cli) -> None:
 
 
 def test_the_python_clients_describe_is_the_clis(cli: Cli) -> None:
-    """`Client.describe` gives what `gpuflow describe --json` prints (it gave the workflow's
-    Temporal status, which `Client.workflow_status` gives now)."""
+    """`Client.describe` gives what `gpuflow describe --json` prints, less the `waiting` summary
+    that the CLI adds as `ps --json` does (it gave the workflow's Temporal status, which
+    `Client.workflow_status` gives now)."""
     from gpuflow.cli import common
     from gpuflow.client import JobDescription
 
@@ -127,9 +128,9 @@ def test_the_python_clients_describe_is_the_clis(cli: Cli) -> None:
     assert described.job.id == job_id and described.job.status == JobStatus.DONE
     assert [event.message for event in described.events] == ["all processes exited with code 0"]
     assert described.events_total == 2
-    assert described.model_dump(mode="json") == json.loads(
-        cli("describe", "train", "--json", "--events", "1")
-    )
+    printed = json.loads(cli("describe", "train", "--json", "--events", "1"))
+    assert printed["job"].pop("waiting") is None  # what `ps --json` adds, the CLI adds too
+    assert described.model_dump(mode="json") == printed
     assert temporal_status == "completed"
 
 
@@ -289,3 +290,21 @@ def test_a_running_job_on_a_host_not_answering_says_so(cli: Cli) -> None:
     assert listed["train"]["hosts_not_ready"] == {"h1": "not_ready (agent not answering)"}
     assert listed["other"]["hosts_not_ready"] == {}
     assert listed["old"]["hosts_not_ready"] == {}
+
+
+def test_describe_json_says_why_a_job_waits_as_ps_json_does(cli: Cli) -> None:
+    """The same `waiting` summary (reason, place in line, how many wait) for each job."""
+    first = cli.job("first", JobStatus.PENDING, suffix="000001", minutes_ago=3)
+    second = cli.job("second", JobStatus.PENDING, suffix="000002", minutes_ago=2)
+    _record(cli, second, 1, JobStatus.PENDING, "waiting for capacity: box: 0 of 8 GPUs free")
+    running = cli.job("busy", JobStatus.RUNNING, hosts=["box"])
+    listed = {job["id"]: job["waiting"] for job in json.loads(cli("ps", "--json"))}
+    for job_id in (first, second, running):
+        shown = json.loads(cli("describe", job_id, "--json"))["job"]["waiting"]
+        assert shown == listed[job_id], job_id
+    assert listed[second] == {
+        "reason": "no capacity: box: 0 of 8 GPUs free",
+        "position": 2,
+        "waiting": 2,
+    }
+    assert listed[running] is None
