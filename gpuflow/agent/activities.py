@@ -27,7 +27,13 @@ from gpuflow import secrets
 from gpuflow.agent import processes
 from gpuflow.agent.exits import recorded_exit, wait_for_exit
 from gpuflow.agent.job_env import job_environment
-from gpuflow.agent.launch import RunLocks, claimed_pid, drop_dead_claim, spawn_wrapper
+from gpuflow.agent.launch import (
+    RunLocks,
+    claimed_pid,
+    drop_dead_claim,
+    job_working_dir,
+    spawn_wrapper,
+)
 from gpuflow.agent.logs import latest_attempt, read_masked, record_masks, secret_values
 from gpuflow.agent.processes import RunPaths
 from gpuflow.config import private_dir
@@ -123,12 +129,11 @@ class HostAgent:
                 # The job's (or the host's secrets file's) fault, not an interruption: the job
                 # ends failed with this message instead of being retried elsewhere.
                 raise ApplicationError(str(exc), non_retryable=True) from None
-            if inp.working_dir:
-                usable_working_dir(inp.working_dir, self.host_id)
             referenced = secrets.referenced(inp.env)
             for directory in (self.state_dir, paths.root.parent.parent, paths.root.parent):
                 private_dir(directory)
-            private_dir(paths.root)
+            private_dir(paths.root)  # before a relative working_dir is made inside it
+            cwd = usable_working_dir(inp.working_dir, paths.root, self.host_id)
             # Before the process can print them: its log stays masked with these whatever
             # becomes of the secrets, whichever agent reads it.
             record_masks(paths, (job_env[key] for key in referenced))
@@ -140,7 +145,7 @@ class HostAgent:
                 self._children[str(paths.root)] = spawn_wrapper(
                     paths,
                     commands=inp.commands,
-                    working_dir=inp.working_dir,
+                    cwd=cwd,
                     env=job_environment(inp, job_env),
                 )
                 # The pid of the wrapper that won the claim: this one's, unless a wrapper of
@@ -305,15 +310,19 @@ class HostAgent:
         ]
 
 
-def usable_working_dir(path: str, host: str) -> None:
-    """The job's working_dir, made if missing; a non-retryable refusal (the job's fault, not
-    an interruption of its host) when it cannot be made or entered."""
+def usable_working_dir(working_dir: str | None, run_dir: Path, host: str) -> Path:
+    """Where the job runs (launch.job_working_dir), made if missing; a non-retryable refusal
+    (the job's fault, not an interruption of its host) when it cannot be made or entered."""
     try:
-        Path(path).mkdir(parents=True, exist_ok=True)
+        path = job_working_dir(working_dir, run_dir)
+        path.mkdir(parents=True, exist_ok=True)
         problem = None if os.access(path, os.R_OK | os.X_OK) else "permission denied"
     except OSError as exc:
         problem = (exc.strerror or type(exc).__name__).lower()
+    except RuntimeError:  # Path.home() of a user without one
+        problem = "~ names the home of the agent's user, and it has none"
     if problem is not None:
         raise ApplicationError(
-            f"working_dir {path} cannot be used on {host}: {problem}", non_retryable=True
+            f"working_dir {working_dir} cannot be used on {host}: {problem}", non_retryable=True
         )
+    return path

@@ -49,16 +49,26 @@ def wrapper_command(*, script: Path, log: Path, exit_code: Path, claim: Path, pi
     )
 
 
+def job_working_dir(working_dir: str | None, run_dir: Path) -> Path:
+    """Where a job's commands run on this host: the run's own directory (`run_dir`) when the
+    job names none; `~` and `~/...` in the home of the user this agent runs as; an absolute
+    path as it is; a relative one inside the run's own directory, whatever directory the
+    agent was started in. RuntimeError when `~` is used and that user has no home."""
+    if not working_dir:
+        return run_dir
+    if working_dir == "~" or working_dir.startswith("~/"):
+        return Path.home() / working_dir[2:]
+    return run_dir / working_dir  # an absolute working_dir replaces run_dir
+
+
 def spawn_wrapper(
-    paths: RunPaths, *, commands: list[str], working_dir: str | None, env: dict[str, str]
+    paths: RunPaths, *, commands: list[str], cwd: Path, env: dict[str, str]
 ) -> subprocess.Popen[bytes]:
     """Writes the run's script and an empty log, both private, and starts the wrapper that runs
     the script once, in a session of its own: its process group is the job's. The run's
-    directory must exist; the job runs in `working_dir`, else in that directory."""
+    directory and `cwd` (job_working_dir) must exist; the job runs in `cwd`."""
     write_private(paths.script, "set -e\n" + "\n".join(commands) + "\n")
     write_private(paths.log, "")  # the wrapper's `>` keeps this mode
-    cwd = working_dir or str(paths.root)
-    Path(cwd).mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
         [
             "bash",

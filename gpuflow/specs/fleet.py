@@ -16,14 +16,12 @@ from pydantic import (
 from gpuflow.specs.hosts import GpuDecl as GpuDecl
 from gpuflow.specs.hosts import HostDecl as HostDecl
 from gpuflow.specs.hosts import SimulatedUtilization as SimulatedUtilization
+from gpuflow.specs.hosts import check_blocks
 from gpuflow.specs.job import (
     MAX_ITEMS,
     SPEC_CONFIG,
     check_labels,
     check_name,
-)
-from gpuflow.specs.resources import (
-    MAX_CPUS_PER_NODE,
 )
 from gpuflow.specs.scoring import DEFAULT_SCORER, DEFAULT_WEIGHTS, SCORERS
 from gpuflow.specs.units import recorded, shown
@@ -108,9 +106,7 @@ class FleetSpec(BaseModel):
     @field_validator("blocks")
     @classmethod
     def _blocks(cls, value: int | str | None) -> int | str | None:
-        if isinstance(value, int) and not 1 <= value <= MAX_CPUS_PER_NODE:
-            raise ValueError(f"blocks is {shown(value)}; it must be at least 1 or auto")
-        return value
+        return None if value is None else check_blocks(value)
 
     @field_validator("scorer_weights")
     @classmethod

@@ -31,12 +31,32 @@ from gpuflow.specs.resources import (
     check_version,
     one_of,
 )
-from gpuflow.specs.units import check_taints, check_text, parse_size_mib, shown, whole_count
+from gpuflow.specs.units import (
+    MAX_MEMORY_MIB,
+    SizeMiB,
+    check_taints,
+    check_text,
+    format_size_mib,
+    parse_size_mib,
+    recorded,
+    shown,
+    whole_count,
+)
 
-__all__ = ["GpuDecl", "HostDecl", "SimulatedUtilization"]
+__all__ = ["GpuDecl", "HostDecl", "SimulatedUtilization", "check_blocks"]
 
 _HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9_.:\[\]%-]{1,253}")
 _USER = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.@-]{0,63}")
+
+
+def check_blocks(value: int | str) -> int | str:
+    """A host's (or a local fleet's) `blocks`: a whole number 1..MAX_CPUS_PER_NODE, or auto."""
+    if isinstance(value, int) and not 1 <= value <= MAX_CPUS_PER_NODE:
+        raise ValueError(
+            f"{shown(value)} is not a number of blocks; use a whole number, "
+            f"1..{MAX_CPUS_PER_NODE}, or auto"
+        )
+    return value
 
 
 def _size_json(mib: int) -> str:
@@ -52,7 +72,7 @@ class GpuDecl(BaseModel):
 
     name: str = Field(examples=["A100"])
     """The GPU model, as jobs name it in `resources.gpu` (case does not matter)."""
-    memory: int = Field(ge=1, examples=["80GB"])
+    memory: SizeMiB = Field(ge=1, examples=["80GB"])
     """Memory of each of these GPUs, a size (write 80GB)."""
     count: int = Field(default=1, ge=1, le=MAX_GPUS_PER_NODE, examples=[4])
     """How many GPUs of this model the host has."""
@@ -65,7 +85,7 @@ class GpuDecl(BaseModel):
     @field_validator("count", mode="before")
     @classmethod
     def _count(cls, value: Any) -> Any:
-        return whole_count(value, "GPUs")
+        return whole_count(value, "GPUs", least=1, most=MAX_GPUS_PER_NODE)
 
     @field_validator("name")
     @classmethod
@@ -131,9 +151,10 @@ class HostDecl(BaseModel):
     `min_driver` do not fit."""
     cpus: int = Field(default=8, ge=1, le=MAX_CPUS_PER_NODE, examples=[32])
     """Sim hosts: CPU cores declared (ssh hosts report their own)."""
-    memory: int = Field(default=64 * 1024, ge=1, examples=["256GB"])
-    """Sim hosts: memory declared, a size (write 64GB; ssh hosts report their own)."""
-    disk: int = Field(default=500 * 1024, ge=0, examples=["2TB"])
+    memory: SizeMiB = Field(default=64 * 1024, ge=1, examples=["256GB"])
+    """Sim hosts: memory declared, a size (write 64GB; at most 64TB; ssh hosts report their
+    own)."""
+    disk: SizeMiB = Field(default=500 * 1024, ge=0, examples=["2TB"])
     """Sim hosts: free disk declared, a size (ssh hosts report the free space of the agent's
     directory)."""
     labels: dict[str, str] = Field(
@@ -178,14 +199,33 @@ class HostDecl(BaseModel):
     def _name(cls, value: str) -> str:
         return check_name(value, "host name")
 
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus(cls, value: Any) -> Any:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            raise ValueError(
+                f"{shown(value)} is not a list of GPUs; write one entry per GPU model, "
+                "e.g. [{name: A100, memory: 80GB, count: 4}]"
+            )
+        return value
+
     @field_validator("cpus", mode="before")
     @classmethod
     def _cpus(cls, value: Any) -> Any:
-        return whole_count(value, "CPUs")
+        return whole_count(value, "CPUs", least=1, most=MAX_CPUS_PER_NODE)
 
-    @field_validator("memory", "disk", mode="before")
+    @field_validator("memory", mode="before")
     @classmethod
-    def _size(cls, value: Any) -> int:
+    def _memory(cls, value: Any, info: ValidationInfo) -> int:
+        mib = parse_size_mib(value)
+        if mib > MAX_MEMORY_MIB and not recorded(info):
+            asked = shown(value) if isinstance(value, str) else format_size_mib(mib)
+            raise ValueError(f"{asked} is above {format_size_mib(MAX_MEMORY_MIB)} per host")
+        return mib
+
+    @field_validator("disk", mode="before")
+    @classmethod
+    def _disk(cls, value: Any) -> int:
         return parse_size_mib(value)
 
     @field_serializer("memory", "disk", when_used="json")
@@ -252,9 +292,7 @@ class HostDecl(BaseModel):
     @field_validator("blocks")
     @classmethod
     def _blocks(cls, value: int | str) -> int | str:
-        if isinstance(value, int) and not 1 <= value <= MAX_CPUS_PER_NODE:
-            raise ValueError(f"blocks is {shown(value)}; it must be at least 1 or auto")
-        return value
+        return check_blocks(value)
 
     @property
     def gpu_count(self) -> int:

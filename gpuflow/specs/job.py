@@ -71,10 +71,13 @@ class JobSpec(BaseModel):
         default_factory=dict, max_length=MAX_ITEMS, examples=[{"WANDB_MODE": "offline"}]
     )
     """Environment variables for the commands, as a mapping or a list of `KEY=VALUE`: POSIX
-    names (letters, digits, '_', not starting with a digit) to text without NUL."""
+    names (letters, digits, '_', not starting with a digit) to text without NUL, each name
+    once. An empty value is written `KEY: ""` (a bare `KEY:` is YAML's null, refused)."""
     working_dir: str | None = Field(default=None, examples=["/data/run-1"])
-    """Where the commands run on the host: a path without NUL, at most 4096 characters.
-    It is created if missing. Omitted: the job's own directory that gpuflow makes on the host."""
+    """Where the commands run on the host, created if missing: an absolute path; `~` or
+    `~/...` in the home directory of the user the host agent runs as; or a path relative to
+    the job's own directory that gpuflow makes on the host (a new one for each attempt and
+    node). A path without NUL, at most 4096 characters. Omitted: the job's own directory."""
     resources: ResourcesSpec = Field(
         default_factory=ResourcesSpec, examples=[{"gpu": "A100:2", "memory": "64GB.."}]
     )
@@ -105,7 +108,7 @@ class JobSpec(BaseModel):
     """When to try the job again; `true`: on every event, with the default settings of
     `retry`. Omitted or `false`: the job is tried once and fails when nothing fits."""
     max_duration: int | None = Field(default=None, examples=["12h"])
-    """How long the job may run before it is terminated (written 30m, 2h, 1d; at most a
+    """How long the job may run before it is terminated (written 30m, 2h, 1d; 1s to a
     year). Omitted or `off`: unlimited."""
     utilization_policy: UtilizationPolicy | None = Field(
         default=None, examples=[{"min_gpu_utilization": 10, "time_window": "30m"}]
@@ -162,35 +165,34 @@ class JobSpec(BaseModel):
     @field_validator("env", mode="before")
     @classmethod
     def _env(cls, value: Any, info: ValidationInfo) -> Any:
+        # The messages name the variable, not `env`: the field's name comes before them.
         if isinstance(value, list):  # dstack style: ["KEY=value", ...]
-            pairs = {}
-            for item in value:
-                key, sep, val = item.partition("=") if isinstance(item, str) else ("", "", "")
-                if not sep:
-                    raise ValueError(f"env entry {shown(item)} must be KEY=VALUE")
-                pairs[key] = val
-            value = pairs
+            value = _env_pairs(value)
         if isinstance(value, dict):
             for key, item in value.items():
                 if not isinstance(key, str) or not ENV_NAME.fullmatch(key):
                     raise ValueError(
-                        f"env name {shown(key)} must be letters, digits and '_', "
+                        f"name {shown(key)} must be letters, digits and '_', "
                         "not starting with a digit"
                     )
+                if item is None:  # YAML's null (`KEY:` or `KEY: null`), never the text None
+                    raise ValueError(f'{key} has no value (null); for an empty one write {key}: ""')
                 if isinstance(item, dict | list):
-                    raise ValueError(f"env {key}: the value must be text, not {shown(item)}")
+                    raise ValueError(f"{key} must be text, not {shown(item)}")
+            # Numbers and bools given by code are taken as Python spells them (a file's are
+            # given back as the file spelled them before: specs/load.py, _env_as_written).
             value = {k: str(v) for k, v in value.items()}
             for key, item in value.items():
-                check_text(item, f"env {key}", max_length=MAX_COMMAND, allow_empty=True)
+                check_text(item, f"the value of {key}", max_length=MAX_COMMAND, allow_empty=True)
                 if (
                     SECRET_IN.search(item)
                     and not SECRET_REF.match(item.strip())
                     and not recorded(info)
                 ):
                     raise ValueError(
-                        f"env {key}: {shown(item)} is not a secret reference; one is the "
-                        "whole value, written ${{ secrets.NAME }} (build a longer value from "
-                        "it in the job's commands, e.g. Bearer $KEY)"
+                        f"the value of {key}, {shown(item)}, is not a secret reference; one is "
+                        "the whole value, written ${{ secrets.NAME }} (build a longer value "
+                        "from it in the job's commands, e.g. Bearer $KEY)"
                     )
         return value
 
@@ -202,7 +204,7 @@ class JobSpec(BaseModel):
     @field_validator("nodes", mode="before")
     @classmethod
     def _nodes(cls, value: Any) -> Any:
-        return whole_count(value, "nodes", hint=f", 1..{MAX_NODES}")
+        return whole_count(value, "nodes", least=1, most=MAX_NODES)
 
     @field_validator("preemptible", mode="before")
     @classmethod
@@ -217,6 +219,12 @@ class JobSpec(BaseModel):
         if value is None:
             return None
         not_replaced_here(value, "working_dir", info)
+        other_home = value.startswith("~") and value != "~" and not value.startswith("~/")
+        if other_home and not recorded(info):  # the agent expands only its own user's `~`
+            raise ValueError(
+                f"{shown(value)}: only ~ and ~/... (the home of the user the host agent "
+                "runs as) are expanded; write another user's directory in full"
+            )
         return check_text(value, "working_dir", max_length=MAX_TEXT)
 
     @field_validator("fleets")
@@ -289,3 +297,16 @@ class JobSpec(BaseModel):
             self.model_copy(update={"resources": alt, "alternatives": []})
             for alt in self.alternatives
         ]
+
+
+def _env_pairs(items: list[Any]) -> dict[str, Any]:
+    """`env` written as a list of `KEY=VALUE` (as dstack writes it), each name once."""
+    pairs: dict[str, Any] = {}
+    for item in items:
+        key, sep, val = item.partition("=") if isinstance(item, str) else ("", "", "")
+        if not sep:
+            raise ValueError(f"entry {shown(item)} must be KEY=VALUE")
+        if key in pairs:
+            raise ValueError(f"{key} is given twice in the list; keep one")
+        pairs[key] = val
+    return pairs

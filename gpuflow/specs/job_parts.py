@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from gpuflow.specs.units import check_text, parse_duration, recorded, shown
+from gpuflow.specs.units import check_text, parse_duration, recorded, shown, whole_count
 from gpuflow.status import RetryEvent
 
 SPEC_CONFIG = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -26,6 +26,8 @@ MAX_ITEMS = 1024
 """Most commands, environment variables, labels, taints or names in one list."""
 MAX_NODES = 1024
 """Nodes of one job: the bound the field and its refusal both say."""
+MAX_ATTEMPTS = 10_000
+"""Most attempts of one job (`retry.max_attempts`)."""
 DEFAULT_QUEUE = "default"
 """The queue of a job that names none; it exists without a queue file (no quota limit)."""
 
@@ -74,10 +76,7 @@ def parse_max_duration(value: Any) -> int | None:
     """Seconds a job may run (1 second to a year), or None for `off`."""
     if value is None or value is False or value == "off":
         return None
-    seconds = parse_duration(value)
-    if seconds <= 0:
-        raise ValueError(f"max_duration must be positive, or off (got {shown(value)})")
-    return seconds
+    return parse_duration(value, minimum=1, too_short="; for no limit write off")
 
 
 SECRET_IN = re.compile(r"\$\{\{")
@@ -112,21 +111,35 @@ class RetrySpec(BaseModel):
     non-zero). Omitted: all three."""
     duration: int = Field(default=3600, examples=["2h"])
     """How long after submission a new attempt may still start, waits for capacity included
-    (written 30m, 2h, 1d; at most a year). An attempt already running is not cut short."""
-    max_attempts: int | None = Field(default=None, le=10_000, examples=[3])
+    (written 30m, 2h, 1d; 1s to a year). An attempt already running is not cut short."""
+    max_attempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS, examples=[3])
     """Most attempts in all, the first one included. Omitted: as many as fit in `duration`."""
+
+    @field_validator("on_events")
+    @classmethod
+    def _events(cls, value: list[RetryEvent], info: ValidationInfo) -> list[RetryEvent]:
+        if not value and not recorded(info):
+            raise ValueError(
+                "an empty list starts no other attempt; list one or more of "
+                f"{', '.join(event.value for event in RetryEvent)}, or write retry: false"
+            )
+        return value
 
     @field_validator("duration", mode="before")
     @classmethod
-    def _duration(cls, value: Any) -> int:
-        return parse_duration(value)
+    def _duration(cls, value: Any, info: ValidationInfo) -> int:
+        return parse_duration(
+            value,
+            minimum=0 if recorded(info) else 1,
+            too_short=": no attempt could start after the first (for none, write retry: false)",
+        )
 
-    @field_validator("max_attempts")
+    @field_validator("max_attempts", mode="before")
     @classmethod
-    def _attempts(cls, value: int | None) -> int | None:
-        if value is not None and value < 1:
-            raise ValueError(f"max_attempts is {shown(value)}; it must be at least 1")
-        return value
+    def _attempts(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        return whole_count(value, "attempts", least=1, most=MAX_ATTEMPTS)
 
 
 class UtilizationPolicy(BaseModel):
@@ -158,8 +171,9 @@ class Selection(BaseModel):
     """Host names (as in the fleet file) the job may run on; no other host is considered.
     Omitted or empty: any host (unless `gpus` names some)."""
     gpus: list[str] = Field(default_factory=list, max_length=MAX_ITEMS, examples=[["gpu-1:0"]])
-    """Exact GPUs, `HOST:INDEX` (the host's GPUs counted from 0): the job may use only these
-    GPUs, and their hosts are added to `hosts`. Omitted or empty: any GPU of the allowed
+    """Exact GPUs, `HOST:INDEX` (the host's GPUs counted from 0). A host named here may run
+    the job only on its GPUs listed here, and is allowed as if it were in `hosts`; a host named
+    in `hosts` and not here keeps all its GPUs. Omitted or empty: any GPU of the allowed
     hosts."""
 
     @field_validator("hosts")

@@ -46,11 +46,17 @@ PROFILE_FIELDS = frozenset(
     }
 )
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+SAYS_ITS_TYPE: dict[type[BaseModel], str] = {FleetSpec: "fleet", QueueSpec: "queue"}
+"""Files that must say what they are (`type: fleet`): one without `type` is refused, while a
+job file may leave out its `type: task` (the reference pages show `type` as required here)."""
 
 
-def read_yaml(path: str | Path, *, spellings: Spellings | None = None) -> dict[str, Any]:
+def read_yaml(
+    path: str | Path, *, spellings: Spellings | None = None, example: str = "name: ..."
+) -> dict[str, Any]:
     """A file's top-level mapping; SpecError (naming the file) for anything else. `spellings`,
-    when given, is filled with where YAML read text as a bool or a number (safe_yaml)."""
+    when given, is filled with where YAML read text as a bool or a number (safe_yaml);
+    `example`: fields the kind of file holds, for the refusal of an empty one."""
     path = Path(path)
     where = display_path(path)
     try:
@@ -58,7 +64,7 @@ def read_yaml(path: str | Path, *, spellings: Spellings | None = None) -> dict[s
     except YamlRefused as exc:
         raise SpecError(f"{where}: {exc}") from None
     if data is None:
-        raise SpecError(f"{where}: the file is empty; expected a mapping of fields (name: ...)")
+        raise SpecError(f"{where}: the file is empty; expected a mapping of fields ({example})")
     if not isinstance(data, dict):
         raise SpecError(f"{where}: expected a mapping of fields at the top, got {shown(data)}")
     return data
@@ -125,25 +131,30 @@ def _is_file(path: Path) -> bool:
 
 
 def load_profile(path: str | Path, *, spellings: Spellings | None = None) -> dict[str, Any]:
-    data = read_yaml(path, spellings=spellings)
+    data = read_yaml(path, spellings=spellings, example="resources: ..., env: ...")
     data.pop("type", None)
     unknown = sorted(shown(key) if not isinstance(key, str) else key for key in data)
     unknown = [key for key in unknown if key not in PROFILE_FIELDS]
     if unknown:
-        close = [
-            difflib.get_close_matches(key, sorted(PROFILE_FIELDS), n=1, cutoff=0.6)
-            for key in unknown
-        ]
-        hint = "; ".join(
-            f"{key}: did you mean {found[0]}?"
-            for key, found in zip(unknown, close, strict=True)
-            if found
-        )
         raise SpecError(
             f"{display_path(path)}: {', '.join(unknown)}: not allowed in a profile "
-            + (f"({hint})" if hint else f"(allowed: {', '.join(sorted(PROFILE_FIELDS))})")
+            f"({_profile_hint(unknown)})"
         )
     return data
+
+
+def _profile_hint(unknown: list[str]) -> str:
+    """What to do with fields a profile does not take: a job file's own field is set in the
+    job file (a close profile field's name would mislead: `alternatives` is no `tolerations`);
+    a typo gets the closest profile field; otherwise the fields a profile takes."""
+    hints = []
+    for key in unknown:
+        found = difflib.get_close_matches(key, sorted(PROFILE_FIELDS), n=1, cutoff=0.6)
+        if key in JobSpec.model_fields or key == "profile":
+            hints.append(f"set {key} in the job file")
+        elif found:
+            hints.append(f"{key}: did you mean {found[0]}?")
+    return "; ".join(hints) or f"allowed: {', '.join(sorted(PROFILE_FIELDS))}"
 
 
 def merge_job(
@@ -238,8 +249,9 @@ def load_job(
     )
 
 
-def _check_type(data: dict[str, Any], kind: str, source: str) -> None:
-    """A fleet or queue file says what it is: `type: fleet`, `type: queue`."""
+def _check_type(data: dict[str, Any], model: type[BaseModel], source: str) -> None:
+    """A fleet or queue file says what it is: `type: fleet`, `type: queue` (SAYS_ITS_TYPE)."""
+    kind = SAYS_ITS_TYPE[model]
     if "type" not in data:
         raise SpecError(f"{source}: type is missing: a {kind} file says `type: {kind}`")
     if data["type"] != kind:
@@ -253,7 +265,7 @@ def load_fleet(path: str | Path) -> FleetSpec:
     source = display_path(path)
     spelled: Spellings = {}
     data = read_yaml(path, spellings=spelled)
-    _check_type(data, "fleet", source)
+    _check_type(data, FleetSpec, source)
     return _validate(FleetSpec, data, source, spellings=spelled)
 
 
@@ -262,7 +274,7 @@ def load_queue(path: str | Path) -> QueueSpec:
     source = display_path(path)
     spelled: Spellings = {}
     data = read_yaml(path, spellings=spelled)
-    _check_type(data, "queue", source)
+    _check_type(data, QueueSpec, source)
     return _validate(QueueSpec, data, source, spellings=spelled)
 
 

@@ -16,9 +16,10 @@ from collections.abc import Mapping
 from typing import Any, cast, get_args
 
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
-from gpuflow.specs.units import shown
+from gpuflow.specs.units import IN_MIB, format_size_mib, shown
 
 _MAX_PROBLEMS = 3
 _SIMPLE_ITEM = re.compile(r"[A-Za-z0-9_./=:-]{1,40}")
@@ -61,11 +62,14 @@ def describe_validation_error(
             loc = loc[:-2]
         where = ".".join(map(_field, loc))
         quoted = _yaml(value)
+        if kind in _BOUNDS and isinstance(value, int) and _is_size(model, loc):
+            quoted = format_size_mib(value)  # the value as read, in MiB: said as a size
         shown_value = (
             ""
             if kind in ("missing", "string_type")
             or isinstance(value, dict | list)
             or quoted in message
+            or (isinstance(value, bool) and repr(value) in message)  # a check's own words
             else f" (got {quoted})"
         )
         # A check of the whole spec names its fields in its message.
@@ -130,11 +134,11 @@ def _said(item: ErrorDetails, model: type[BaseModel] | None) -> str:
         known = _fields_at(model, tuple(item["loc"])) if model is not None else []
         listed = f" ({', '.join(known[:8])}{', ...' if len(known) > 8 else ''})" if known else ""
         return f"must be a mapping of fields{listed}, not {_kind(value)}"
-    bounds = {"greater_than_equal": ("ge", "at least"), "greater_than": ("gt", "above")}
-    bounds |= {"less_than_equal": ("le", "at most"), "less_than": ("lt", "below")}
-    if kind in bounds and bounds[kind][0] in ctx:
-        key, word = bounds[kind]
+    if kind in _BOUNDS and _BOUNDS[kind][0] in ctx:
+        key, word = _BOUNDS[kind]
         bound = ctx[key]
+        if isinstance(bound, int) and _is_size(model, tuple(item["loc"])):
+            return f"must be {word} {format_size_mib(bound)}"
         return (
             f"must be {word} {bound:g}" if isinstance(bound, float) else f"must be {word} {bound}"
         )
@@ -150,6 +154,22 @@ def _said(item: ErrorDetails, model: type[BaseModel] | None) -> str:
         return f"must be {ctx['expected']}"
     message = str(item["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
     return re.sub(r"^Input should be ", "must be ", message)
+
+
+_BOUNDS = {
+    "greater_than_equal": ("ge", "at least"),
+    "greater_than": ("gt", "above"),
+    "less_than_equal": ("le", "at most"),
+    "less_than": ("lt", "below"),
+}
+"""Pydantic's kinds of bound errors: the key of the bound in the error, and its words."""
+
+
+def _is_size(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> bool:
+    """Whether the field at `loc` holds a size in MiB (units.SizeMiB), so that its bounds and
+    the value refused are said as sizes (`1MB`), not as counts of MiB."""
+    field = _field_at(model, loc) if model is not None else None
+    return field is not None and IN_MIB in field.metadata
 
 
 def _kind(value: Any) -> str:
@@ -260,6 +280,21 @@ def _fields_at(model: type[BaseModel], path: tuple[int | str, ...]) -> list[str]
     if isinstance(current, type) and issubclass(current, BaseModel):
         return [info.alias or name for name, info in current.model_fields.items()]
     return []
+
+
+def _field_at(model: type[BaseModel], loc: tuple[Any, ...]) -> FieldInfo | None:
+    """The field that `loc` ends at inside `model` (list indexes skipped), if it is a field."""
+    current: Any = model
+    found: FieldInfo | None = None
+    for part in loc:
+        found = None
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return None
+        if isinstance(part, int) or part not in current.model_fields:
+            continue
+        found = current.model_fields[part]
+        current = _model_in(found.annotation)
+    return found
 
 
 def _model_in(annotation: Any) -> Any:

@@ -22,9 +22,11 @@ from pydantic import (
 )
 
 from gpuflow.specs.units import (
+    MAX_MEMORY_MIB,
     Range,
     check_text,
     format_size_mib,
+    format_size_range,
     parse_count,
     parse_range,
     parse_size_mib,
@@ -100,6 +102,28 @@ def _count(value: Any) -> float:
     return number
 
 
+def _names_once(value: dict[Any, Any]) -> dict[Any, Any]:
+    """A GPU mapping with its models in `names`: `name: A100` (or `name: A100,H100`) is read as
+    `names: [A100]`; both given is refused, as one of them would be dropped silently."""
+    data = dict(value)
+    if "name" not in data:
+        return data
+    name = data.pop("name")
+    if "names" in data:
+        raise ValueError(
+            "name and names are both given; list every acceptable model in names, "
+            "e.g. names: [A100, L4]"
+        )
+    if isinstance(name, str):
+        data["names"] = name.split(",")
+    elif isinstance(name, list):
+        data["names"] = name
+    else:
+        said = "null" if name is None else shown(name)
+        raise ValueError(f"name {said} is not a GPU model; write text, e.g. name: A100")
+    return data
+
+
 class GPUSpec(BaseModel):
     """GPU requirements of one node."""
 
@@ -108,8 +132,8 @@ class GPUSpec(BaseModel):
     vendor: str | None = Field(default=None, examples=["nvidia"])
     """The GPU maker. Omitted: any vendor."""
     names: list[str] = Field(default_factory=list, max_length=32, examples=[["H100", "A100"]])
-    """Acceptable GPU models, any one of them (case does not matter; `name: A100` works too).
-    Omitted or empty: any model."""
+    """Acceptable GPU models, any one of them (case does not matter). `name: A100` works too,
+    in place of `names`, not beside it. Omitted or empty: any model."""
     memory: Range | None = Field(default=None, examples=["40GB.."])
     """Memory per GPU, a size or a size range (compared in whole GB). Omitted: any."""
     count: Range = Field(default_factory=lambda: Range(min=1, max=1), examples=["1..4"])
@@ -188,11 +212,7 @@ class GPUSpec(BaseModel):
         if isinstance(value, int | float) and not isinstance(value, bool):
             return cls.model_validate({"count": value}, context=context)
         if isinstance(value, dict):
-            data = dict(value)
-            if "name" in data:
-                name = data.pop("name")
-                data["names"] = name if isinstance(name, list) else str(name).split(",")
-            return cls.model_validate(data, context=context)
+            return cls.model_validate(_names_once(value), context=context)
         if not isinstance(value, str) or not value.strip() or len(value) > _MAX_GPU_TEXT:
             raise ValueError(
                 f"{shown(value)} is not a GPU spec; use e.g. A100:80GB:2 or 24GB..:1..4"
@@ -225,9 +245,7 @@ class GPUSpec(BaseModel):
         if self.names:
             parts.append(",".join(self.names))
         if self.memory:
-            lo = format_size_mib(int(self.memory.min)) if self.memory.min else ""
-            hi = "" if self.memory.max is None else format_size_mib(int(self.memory.max))
-            parts.append(lo if self.memory.max == self.memory.min else f"{lo}..{hi}")
+            parts.append(format_size_range(self.memory))
         parts.append(str(self.count))
         return ":".join(parts)
 
@@ -241,11 +259,11 @@ class ResourcesSpec(BaseModel):
     """GPUs per node, as text (see GPUs below) or a mapping. Omitted, `null` or `0`: a
     CPU-only job."""
     cpu: Range = Field(default_factory=lambda: Range(min=1), examples=["4.."])
-    """CPU cores per node. The job reserves the lower bound; an upper bound is accepted but not
-    used for placement."""
+    """CPU cores per node, above 0 (a fraction of a core is allowed), at most 4096. The job
+    reserves the lower bound; an upper bound is accepted but not used for placement."""
     memory: Range = Field(default_factory=lambda: Range(min=0), examples=["32GB.."])
-    """Memory per node, a size or size range; the job reserves the lower bound. Omitted: none
-    reserved."""
+    """Memory per node, a size or size range, at most 64TB; the job reserves the lower bound.
+    Omitted: none reserved."""
     disk: Range = Field(default_factory=lambda: Range(min=0), examples=["100GB.."])
     """Free disk per node, a size or size range; the job reserves the lower bound. Omitted:
     none reserved."""
@@ -273,15 +291,29 @@ class ResourcesSpec(BaseModel):
 
     @field_validator("cpu", mode="before")
     @classmethod
-    def _cpu(cls, value: Any) -> Any:
+    def _cpu(cls, value: Any, info: ValidationInfo) -> Any:
         cpu = parse_range(value)
         if max(cpu.min, cpu.max or 0) > MAX_CPUS_PER_NODE:
             raise ValueError(f"CPU count {cpu} is above {MAX_CPUS_PER_NODE} per node")
+        if cpu.min == 0 and not recorded(info):
+            raise ValueError(
+                f"CPU count {cpu} reserves no CPU (a job reserves the lower bound); ask for "
+                "more than 0, e.g. 1, 0.5 or 2..8"
+            )
         return cpu
 
-    @field_validator("memory", "disk", mode="before")
+    @field_validator("memory", mode="before")
     @classmethod
-    def _size(cls, value: Any) -> Any:
+    def _memory(cls, value: Any, info: ValidationInfo) -> Any:
+        memory = parse_range(value, parse_one=parse_size_mib)
+        if max(memory.min, memory.max or 0) > MAX_MEMORY_MIB and not recorded(info):
+            asked = shown(value) if isinstance(value, str) else format_size_range(memory)
+            raise ValueError(f"{asked} is above {format_size_mib(MAX_MEMORY_MIB)} per node")
+        return memory
+
+    @field_validator("disk", mode="before")
+    @classmethod
+    def _disk(cls, value: Any) -> Any:
         return parse_range(value, parse_one=parse_size_mib)
 
     @field_validator("backend")

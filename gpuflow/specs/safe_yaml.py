@@ -231,6 +231,11 @@ def parse_yaml(text: str, *, spellings: Spellings | None = None) -> Any:
         problem = " ".join(str(exc.problem or exc.context or "unreadable").split())
         if "nesting depth" in problem:  # PyYAML >= 6.0.4's own limit, met before ours
             problem = f"nested deeper than {MAX_DEPTH} levels"
+        elif problem == "but found another document":
+            problem = (
+                "a second document starts here; the file must hold one document (one job, "
+                "fleet, queue or profile): put each in a file of its own"
+            )
         raise _refused(problem, exc.problem_mark or exc.context_mark) from None
     except yaml.YAMLError as exc:  # the reader's errors: a control character, say
         raise YamlRefused(f"malformed YAML: {' '.join(str(exc).split())}") from None

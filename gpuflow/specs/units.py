@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 
@@ -21,6 +21,9 @@ MAX_DURATION_S = 366 * 86400
 """Longest duration anywhere (max_duration, retry.duration, --every): a year."""
 MAX_SIZE_MIB = 1024**3
 """Largest size anywhere: 1 PiB (hosts' memory and disk, GPU memory, a job's ask)."""
+MAX_MEMORY_MIB = 64 * 1024**2
+"""Most memory of one host, and of one node of a job: 64 TiB (the largest machines sold have
+32 TiB; a job asking more can never be placed, and is more likely a typo: 1000TB for 1000GB)."""
 MAX_COUNT = 1_000_000
 """Largest count in a range (CPUs, GPUs) before a field's own, tighter bound."""
 SHOWN_CHARS = 40
@@ -50,12 +53,36 @@ def shown(value: Any) -> str:
     return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…"
 
 
-def whole_count(value: Any, what: str, *, hint: str = "") -> int:
+class _InMiB:
+    """The mark of a size field (`SizeMiB`)."""
+
+    def __repr__(self) -> str:
+        return "IN_MIB"
+
+
+IN_MIB = _InMiB()
+SizeMiB = Annotated[int, IN_MIB]
+"""An int field that holds a size in MiB, parsed from `80GB` and the like: a refusal of its
+bounds says them as sizes (`at least 1MB`), as the file writes them (gpuflow/specs/messages.py)."""
+
+
+def whole_count(value: Any, what: str, *, least: int | None = None, most: int | None = None) -> int:
     """A count written as a whole number (never a bool, a string or a float: `true` would read
-    as 1 and `"2"` as 2); ValueError `<value> is not a number of <what>; use a whole number`,
-    then `hint` (the range, say)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{shown(value)} is not a number of {what}; use a whole number{hint}")
+    as 1 and `"2"` as 2) within `least..most`; one wording for a value of the wrong type and
+    one out of range: ValueError `<value> is not a number of <what>; use a whole number, 1..8`."""
+    if least is not None and most is not None:
+        bounds = f", {least}..{most}"
+    elif least is not None or most is not None:
+        bounds = f", at least {least}" if least is not None else f", at most {most}"
+    else:
+        bounds = ""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or (least is not None and value < least)
+        or (most is not None and value > most)
+    ):
+        raise ValueError(f"{shown(value)} is not a number of {what}; use a whole number{bounds}")
     return value
 
 
@@ -76,8 +103,11 @@ def _short_text(value: str, what: str, example: str) -> str:
     return value.strip().lower()
 
 
-def parse_duration(value: Any, *, maximum: int = MAX_DURATION_S) -> int:
-    """Seconds from `90`, `"90s"`, `"10m"`, `"1h30m"`, `"7d"`, at most `maximum` (a year)."""
+def parse_duration(
+    value: Any, *, minimum: int = 0, maximum: int = MAX_DURATION_S, too_short: str = ""
+) -> int:
+    """Seconds from `90`, `"90s"`, `"10m"`, `"1h30m"`, `"7d"`, from `minimum` to `maximum` (a
+    year); `too_short` is added to the refusal of a value below `minimum` (what it would mean)."""
     example = "30s, 10m, 2h or 7d"
     if isinstance(value, str):
         text = _short_text(value, "duration", example).replace(" ", "")
@@ -95,8 +125,11 @@ def parse_duration(value: Any, *, maximum: int = MAX_DURATION_S) -> int:
             seconds = finite_number(value, "duration")
         except ValueError:
             raise ValueError(f"{shown(value)} is not a duration; use e.g. {example}") from None
-    if seconds < 0:
-        raise ValueError(f"{shown(value)} is negative; a duration must be at least 0")
+    if seconds < minimum or seconds < 0:
+        if minimum <= 0:
+            raise ValueError(f"{shown(value)} is negative; a duration must be at least 0")
+        # A fraction of a second below the minimum is refused as written, not rounded up.
+        raise ValueError(f"{shown(value)} is shorter than {format_duration(minimum)}{too_short}")
     if seconds > maximum:
         raise ValueError(f"{shown(value)} is longer than {format_duration(maximum)}")
     return int(seconds)
@@ -263,6 +296,13 @@ class Range(BaseModel):
         if self.max is not None and self.max == self.min:
             return f"{self.min:g}"
         return f"{self.min:g}..{'' if self.max is None else f'{self.max:g}'}"
+
+
+def format_size_range(value: Range) -> str:
+    """A size range as a file writes it: `24GB..80GB`, `16GB..`, `..80GB`, `80GB`."""
+    lo = format_size_mib(int(value.min)) if value.min else ""
+    hi = "" if value.max is None else format_size_mib(int(value.max))
+    return lo if value.max == value.min else f"{lo}..{hi}"
 
 
 def parse_range(value: Any, *, parse_one: Any = parse_count) -> Range:

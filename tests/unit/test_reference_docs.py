@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, field_validator
 from gpuflow.errors import SpecError
 from gpuflow.specs import FleetSpec, HostDecl, JobSpec, QueueSpec, RetrySpec
 from gpuflow.specs.job import check_name
-from gpuflow.specs.load import PROFILE_FIELDS
+from gpuflow.specs.load import PROFILE_FIELDS, load_fleet, load_job, load_queue
 from gpuflow.specs.reference import COMMAND, fields, pages
 from gpuflow.specs.reference.__main__ import main
 from gpuflow.specs.reference.fields import Section, _probe, rows, sections
@@ -127,6 +127,21 @@ def test_types_and_defaults_read_as_a_user_writes_them() -> None:
         "Default": f"`{format_size_mib(default_memory)}`",
     }
     assert "Written at each entry of `hosts[].gpus`." in _pages()["fleet.md"]
+
+
+def test_type_is_required_on_the_pages_of_files_refused_without_it(tmp_path: Path) -> None:
+    """queue.md and fleet.md showed `type` with the default `queue` / `fleet`, while such a
+    file without `type` is refused; a job file may leave out its `type: task`."""
+    assert _table("queue.md", "queue")["type"]["Default"] == "**required**"
+    assert _table("fleet.md", "fleet")["type"]["Default"] == "**required**"
+    assert _table("job.md", "job")["type"]["Default"] == "`task`"
+    (tmp_path / "queue.yaml").write_text("name: research\ngpus: 8\n")
+    (tmp_path / "fleet.yaml").write_text("name: here\nkind: local\n")
+    for load, path in ((load_queue, "queue.yaml"), (load_fleet, "fleet.yaml")):
+        with pytest.raises(SpecError, match="type is missing"):
+            load(tmp_path / path)
+    (tmp_path / "job.yaml").write_text("name: train\ncommands: [x]\n")
+    assert load_job(tmp_path / "job.yaml").type == "task"
 
 
 def test_a_fields_own_example_wins_over_the_example_files(tmp_path: Path) -> None:

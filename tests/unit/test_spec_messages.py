@@ -231,8 +231,11 @@ def test_spellings_are_where_yaml_typed_a_plain_scalar() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (JOB + "nodes: 0\n", "nodes: must be at least 1 (got 0)"),
-        (JOB + "nodes: 5000\n", "nodes: must be at most 1024 (got 5000)"),
+        (JOB + "nodes: 0\n", "nodes: 0 is not a number of nodes; use a whole number, 1..1024"),
+        (
+            JOB + "nodes: 5000\n",
+            "nodes: 5000 is not a number of nodes; use a whole number, 1..1024",
+        ),
         (
             JOB + "resources: [gpu]\n",
             "resources: must be a mapping of fields (gpu, cpu, memory, disk, os, arch, backend, "
@@ -241,11 +244,11 @@ def test_spellings_are_where_yaml_typed_a_plain_scalar() -> None:
         (JOB + "resources: 5\n", "resources: must be a mapping of fields (gpu, cpu,"),
         (
             JOB + "retry: {max_attempts: abc}\n",
-            "retry.max_attempts: must be a whole number (got 'abc')",
+            "retry.max_attempts: 'abc' is not a number of attempts; use a whole number, 1..10000",
         ),
         (
             JOB + "retry: {max_attempts: 1.5}\n",
-            "retry.max_attempts: must be a whole number (got 1.5)",
+            "retry.max_attempts: 1.5 is not a number of attempts; use a whole number, 1..10000",
         ),
         (
             JOB + "retry: {on_events: [foo]}\n",

@@ -234,7 +234,7 @@ def test_scorer_weights_are_checked_by_name_and_sign(
     [
         ({"max_duration": 1e20}, "longer than 366d"),
         ({"retry": {"duration": 10**20}}, "longer than 366d"),
-        ({"env": {"A=B": "x"}}, "env name 'A=B'"),
+        ({"env": {"A=B": "x"}}, "name 'A=B' must be letters"),
         ({"env": {"A": "x\x00"}}, "NUL"),
         ({"commands": ["a\x00"]}, "NUL"),
         ({"working_dir": "/tmp/\x00"}, "NUL"),

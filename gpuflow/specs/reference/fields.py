@@ -24,7 +24,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
-from gpuflow.specs import units
+from gpuflow.specs import load, units
 
 _PROBE = "Zz-9"  # text no vocabulary, name or HOST:INDEX rule accepts
 _EXAMPLE_WIDTH = 48
@@ -294,13 +294,13 @@ def _yaml(value: Any) -> str:
 def _range_text(value: units.Range, grammar: str) -> str:
     if grammar != "size range" or (value.min == 0 and value.max is None):
         return str(value)
-    lo = units.format_size_mib(int(value.min)) if value.min else ""
-    hi = "" if value.max is None else units.format_size_mib(int(value.max))
-    return lo if value.max == value.min else f"{lo}..{hi}"
+    return units.format_size_range(value)
 
 
-def _default(field: FieldInfo, grammar: str | None) -> str:
-    if field.is_required():
+def _default(model: type[BaseModel], name: str, field: FieldInfo, grammar: str | None) -> str:
+    # A fleet or queue file without `type` is refused by its loader, whatever the model's
+    # default (which code that builds the model relies on).
+    if field.is_required() or (name == "type" and model in load.SAYS_ITS_TYPE):
         return "**required**"
     value = field.get_default(call_default_factory=True)
     if value is None:
@@ -379,7 +379,7 @@ def rows(
             Row(
                 field=f"`{name}`",
                 type=kind,
-                default=_default(field, grammar),
+                default=_default(model, name, field, grammar),
                 allowed=_allowed(model, name, field, grammar),
                 description=_one_line(field.description or docs.get(name, "")),
                 example=_example(field, paths, files, nested=nested is not None),

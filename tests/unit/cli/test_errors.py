@@ -72,11 +72,12 @@ def _one_error_line(output: str) -> str:
         ("- one\n", "expected a mapping of fields at the top, got a list of 1 item"),
         (
             "name: x\ncommands: [echo]\nenv: {AUTH: 'Bearer ${{ secrets.tok }}'}\n",
-            "env AUTH: 'Bearer ${{ secrets.tok }}' is not a secret reference; one is the whole",
+            "env: the value of AUTH, 'Bearer ${{ secrets.tok }}', is not a secret reference; "
+            "one is the whole",
         ),
         (
             "name: x\ncommands: [echo]\nenv: {TOK: '${{ secret.tok }}'}\n",
-            "env TOK: '${{ secret.tok }}' is not a secret reference",
+            "env: the value of TOK, '${{ secret.tok }}', is not a secret reference",
         ),
         (
             "name: x\ncommands: ['curl -H ${{ secrets.tok }} x']\n",

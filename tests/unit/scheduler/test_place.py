@@ -283,3 +283,26 @@ def test_unpinned_job_leaves_the_scarce_model_to_jobs_pinned_to_it(
     ]
     result = placed(place(job({"gpu": 1, "cpu": 8, "memory": "32GB"}), snap))
     assert result.nodes[0].host_name == expected
+
+
+def test_named_gpus_restrict_only_their_own_host_and_named_hosts_keep_all_theirs(
+    host: HostLoader, snapshot: SnapshotBuilder, job: JobBuilder
+) -> None:
+    """`placement.gpus` limits the hosts it names to those GPUs and allows them; a host in
+    `placement.hosts` that it does not name keeps all its GPUs (Selection.gpus says so)."""
+    pinned = {"hosts": ["gpu-1"], "gpus": ["gpu-2:3"]}
+    snap = snapshot(host("h100x8", name="gpu-1"), host("h100x8", name="gpu-2"))
+    whole = placed(place(job({"gpu": 8}, placement=pinned), snap))
+    assert (whole.nodes[0].host_name, whole.nodes[0].gpu_indices) == ("gpu-1", list(range(8)))
+    full = host("h100x8", name="gpu-1")
+    for gpu in full.gpus:
+        gpu.used = 1.0
+    snap = snapshot(full, host("h100x8", name="gpu-2"))
+    one = placed(place(job({"gpu": 1}, placement=pinned), snap))
+    assert (one.nodes[0].host_name, one.nodes[0].gpu_indices) == ("gpu-2", [3])
+    two = place(job({"gpu": 2}, placement=pinned), snap)
+    assert isinstance(two, Unschedulable)
+    assert two.lines == [
+        "gpu-1: 0 of 8 GPUs free, job needs 2",
+        "gpu-2: has 1 named GPU, job needs 2 GPUs",
+    ]
