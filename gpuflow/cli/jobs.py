@@ -265,13 +265,29 @@ async def metrics(
                 return metrics_table(state, progress.placement, width=common.console.width)
             return Text(_no_samples(info, progress) + "\n")  # Live leaves its last line open
 
-        with Live(view(), console=common.console) as live:
-            while not info.status.is_final:
-                await asyncio.sleep(2)
-                info = await client.get(job)
-                state = await client.metrics(job)
-                progress = await client.progress(job)  # a job that waited has hosts now
-                live.update(view())
+        async def refreshed() -> None:
+            nonlocal info, state, progress
+            await asyncio.sleep(2)
+            info = await client.get(job)
+            state = await client.metrics(job)
+            progress = await client.progress(job)  # a job that waited has hosts now
+
+        if not common.console.is_terminal:
+            # Piped or redirected: nothing can be redrawn in place, so each new reading is
+            # printed below the last (a Live display would print once, at the end).
+            shown = None
+            while True:
+                if state != shown:
+                    common.console.print(view())
+                    shown = state
+                if info.status.is_final:
+                    break
+                await refreshed()
+        else:
+            with Live(view(), console=common.console) as live:
+                while not info.status.is_final:
+                    await refreshed()
+                    live.update(view())
         # The table stays on screen: say why it stopped moving.
         ended = info.status.value + (f" ({info.reason})" if info.reason else "")
         common.console.print(f"{info.name} ended {ended}", highlight=False)

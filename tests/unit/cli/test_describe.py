@@ -308,3 +308,52 @@ def test_describe_json_says_why_a_job_waits_as_ps_json_does(cli: Cli) -> None:
         "waiting": 2,
     }
     assert listed[running] is None
+
+
+def test_metrics_watched_through_a_pipe_prints_each_new_reading(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`metrics -w | tee log`: a display redrawn in place printed nothing until the job ended,
+    and its last line ran into the `ended` line. Each new reading is a table of its own."""
+    from gpuflow.cli import jobs as jobs_cli
+    from gpuflow.client import Client, Progress
+    from gpuflow.store.tables import JobRow
+    from gpuflow.utilization import GpuSample, UtilizationState, update
+
+    real_sleep = asyncio.sleep
+    monkeypatch.setattr(jobs_cli.asyncio, "sleep", lambda _s: real_sleep(0))
+    job_id = cli.job("busy", JobStatus.RUNNING, hosts=["box"])
+    readings = [37.0, 37.0, 81.0]  # the second refresh brings nothing new
+    state = UtilizationState()
+    asked = 0
+
+    async def metrics(self: Client, job: str) -> UtilizationState:
+        nonlocal asked
+        if asked < len(readings):
+            sample = GpuSample(
+                gpu=0,
+                ts=1000.0 + 15 * len({*readings[: asked + 1]}),
+                utilization=readings[asked],
+                memory_used_mib=1024,
+                memory_total_mib=81920,
+            )
+            update(state, 0, [sample], policy=None)
+        asked += 1
+        if asked == len(readings):  # the job ends after its third reading
+            with cli.store.session() as session:
+                row = session.get(JobRow, job_id)
+                assert row is not None
+                row.status, row.termination_reason = JobStatus.DONE, "done"
+                session.add(row)
+                session.commit()
+        return state.model_copy(deep=True)
+
+    async def progress(self: Client, job: str) -> Progress:
+        return Progress(job_id=job_id, name="busy", status=JobStatus.RUNNING, attempt=1)
+
+    monkeypatch.setattr(Client, "metrics", metrics)
+    monkeypatch.setattr(Client, "progress", progress)
+    raw = cli("metrics", "-w", "busy")
+    assert raw.count("NODE  HOST") == 2  # 37%, then 81%: the unchanged reading not again
+    assert raw.index(" 37% ") < raw.index(" 81% ")
+    assert raw.endswith("\nbusy ended done (done)\n")
