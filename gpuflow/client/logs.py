@@ -10,7 +10,11 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client as TemporalClient
-from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.client import (
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 
@@ -21,6 +25,9 @@ from gpuflow.log_reader import LogReader
 from gpuflow.workflows.api import HostQueueRequest, HostQueueResult
 from gpuflow.workflows.models import LogChunk, LogsInput
 
+RETRY_GRACE_S = 30.0
+"""How long `logs --follow` waits for a job whose attempt ended, while its workflow runs on,
+to record another attempt (`gpuflow apply` follows jobs as long: cli/follow.py)."""
 LOG_WAIT_S = 5.0
 """How long a followed log read waits on the host for new output before answering empty."""
 
@@ -86,6 +93,7 @@ class LogCalls:
                 yield data
             return
         offset, reading = 0, None  # reading: the attempt whose log `offset` is in
+        ended_at: float | None = None  # since when the job's row reads final
         async with LogReader(self.temporal, job_id=info.id) as reader:
             while True:
                 info = await self.get(info.id)
@@ -124,11 +132,29 @@ class LogCalls:
                     yield chunk.data
                 offset = chunk.next_offset
                 if chunk.eof:
-                    if not follow or info.status.is_final:
+                    if not follow:
                         return
+                    if info.status.is_final:
+                        ended_at = ended_at or asyncio.get_running_loop().time()
+                        if not await self._retried(info.id, ended_at):
+                            return
+                    else:
+                        ended_at = None
                     # Let output gather between reads, unless the agent has waited already.
                     waited = asyncio.get_running_loop().time() - asked
                     await asyncio.sleep(max(0.0, poll_s - waited))
+
+    async def _retried(self, job_id: str, ended_at: float) -> bool:
+        """Whether a job whose row reads final may still go on to another attempt: its
+        workflow runs on (a retry is recorded moments after the attempt's ending), for at
+        most RETRY_GRACE_S (a workflow whose control worker is gone is not waited for)."""
+        if asyncio.get_running_loop().time() - ended_at > RETRY_GRACE_S:
+            return False
+        try:
+            described = await self.temporal.get_workflow_handle(job_id).describe()
+        except RPCError:
+            return False
+        return described.status == WorkflowExecutionStatus.RUNNING
 
     async def _earlier_logs(
         self, info: JobInfo, rank: int, attempt: int, *, offset: int = 0

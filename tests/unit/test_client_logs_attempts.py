@@ -76,7 +76,9 @@ class _Job(LogCalls):
     def read(self, queue: str, logs: LogsInput) -> LogChunk:
         attempt = logs.attempt or max(self.now.logs)  # unpinned: the host's newest
         self.asked.append((queue, logs.attempt, logs.offset))
-        text = self.now.logs.get(attempt, "") if queue == f"q{attempt}" else ""
+        if queue != f"q{attempt}":  # a host that did not run it has no log of it
+            return LogChunk(data="", next_offset=logs.offset, attempt=attempt)
+        text = self.now.logs.get(attempt, "")
         return LogChunk(data=text[logs.offset :], next_offset=len(text), attempt=attempt)
 
 
@@ -85,6 +87,25 @@ class _Api:
     async def call(self, name: str, request: Any, result_type: Any, **_: Any) -> Any:
         assert name == "host_queue"
         return HostQueueResult(task_queue=f"q{request.attempt}")
+
+
+@dataclass
+class _Temporal:
+    """The job's workflow runs until the job is done."""
+
+    job: _Job
+
+    def get_workflow_handle(self, job_id: str) -> _Temporal:
+        return self
+
+    async def describe(self) -> Any:
+        from types import SimpleNamespace
+
+        from temporalio.client import WorkflowExecutionStatus
+
+        done = self.job.now.status == JobStatus.DONE
+        running = WorkflowExecutionStatus.RUNNING
+        return SimpleNamespace(status=WorkflowExecutionStatus.COMPLETED if done else running)
 
 
 class _Reader:
@@ -108,6 +129,8 @@ class _Reader:
 def _moments() -> Iterator[_Moment]:
     yield _Moment(1, JobStatus.RUNNING, {1: "one-a\n"})
     yield _Moment(1, JobStatus.RUNNING, {1: "one-a\n"})
+    # Attempt 1 ended: its row reads final for a moment, its workflow runs on to retry it.
+    yield _Moment(1, JobStatus.FAILED, {1: "one-a\n"})
     # Attempt 1 wrote its last line and failed; attempt 2 started on another host and wrote.
     yield _Moment(2, JobStatus.RUNNING, {1: "one-a\none-b\n", 2: "two-a\n"})
     yield _Moment(2, JobStatus.RUNNING, {1: "one-a\none-b\n", 2: "two-a\ntwo-b\n"})
@@ -119,7 +142,7 @@ async def test_a_followed_job_that_retried_shows_both_attempts_whole(
 ) -> None:
     job = _Job(moments=list(_moments()))
     job._api = _Api()  # type: ignore[assignment]
-    job.temporal = None  # type: ignore[assignment]
+    job.temporal = _Temporal(job)  # type: ignore[assignment]
     _Reader.job = job
     monkeypatch.setattr(client_logs, "LogReader", _Reader)
     chunks = [chunk async for chunk in job.logs("flaky", follow=True, poll_s=0)]
