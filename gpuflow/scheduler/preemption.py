@@ -25,13 +25,18 @@ class Preempting:
     def _allowed(self, job: Waiting, placement: Placement) -> bool:
         raise NotImplementedError
 
-    def _candidates(self, job: Waiting) -> list[Running]:
+    def _eligible(self, job: Waiting, host: str | None = None) -> list[Running]:
         """Its own queue's preemptible jobs of lower priority; those of another queue of its
         cohort that borrows; and those of any queue using beyond its nominal quota what
         nothing lends it now (`Quotas.over`: a quota lowered under it, or its cohort left),
-        which is nobody's to keep."""
+        which is nobody's to keep; in victim order; only those with a node on `host` when
+        given."""
         cohort = set(self.quotas.cohort(job.queue)) - {job.queue}
-        live = self.preemptible.values()
+        live = [
+            r
+            for r in self.preemptible.values()
+            if host is None or any(node.host_id == host for node in r.placement.nodes)
+        ]
         same = [r for r in live if r.queue == job.queue and r.priority < job.priority]
         others = [
             r
@@ -40,12 +45,36 @@ class Preempting:
             and self.quotas.borrowing(r.queue)
             and (r.queue in cohort or self.quotas.over(r.queue))
         ]
-        return self.quotas.reclaimable(sorted([*same, *others], key=victim_order), job.queue)
+        return sorted([*same, *others], key=victim_order)
 
     def _preempt(self, job: Waiting) -> tuple[Placement, tuple[str, ...]] | None:
-        """A placement for the job once some candidates are released, and those victims
-        (released from the snapshot and the quotas); None leaves both as they were."""
-        candidates = self._candidates(job)
+        """A placement for the job once some of the jobs it may preempt are released, and
+        those victims (released from the snapshot and the quotas); None leaves both as they
+        were. Another queue's jobs are taken only while that queue borrows
+        (`Quotas.reclaimable`), which cuts the victim order short: when the preferred victims
+        within that limit do not make room where the job fits, the same is tried among the
+        jobs of one host at a time (a borrower's newest job may sit on the wrong host, and
+        one of its older ones, on a host the job fits once it is freed, be the one to take)."""
+        eligible = self._eligible(job)
+        kept = self.quotas.reclaimable(eligible, job.queue)
+        found = self._preempt_among(job, kept)
+        if found is not None or job.job.nodes > 1:
+            return found
+        cut = [victim for victim in eligible if victim not in kept]
+        hosts = dict.fromkeys(node.host_id for victim in cut for node in victim.placement.nodes)
+        for host in hosts:
+            local = self.quotas.reclaimable(self._eligible(job, host), job.queue)
+            found = self._preempt_among(job, local)
+            if found is not None:
+                return found
+        return None
+
+    def _preempt_among(
+        self, job: Waiting, candidates: list[Running]
+    ) -> tuple[Placement, tuple[str, ...]] | None:
+        """_preempt over these candidates, in their order."""
+        if not candidates:
+            return None
 
         def fits() -> Placement | None:
             found = place(job.job, self.snapshot)

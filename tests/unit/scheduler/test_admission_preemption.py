@@ -109,3 +109,38 @@ def test_use_beyond_a_quota_that_nothing_lends_any_more_is_reclaimed_by_any_queu
     decision = admit(queues=lent, running=held, waiting=ask, snapshot=snapshot, now=10)
     assert decision.preemptions == []
     assert reasons(decision) == {"a-own": NO_CAPACITY}
+
+
+def test_quota_is_taken_back_from_the_borrowers_job_on_the_host_that_makes_room() -> None:
+    """Found in QA: research borrows 4 GPUs (three 4-GPU jobs, quota 8); prod's job needs a
+    whole host. The preferred victim, research's newest job, shares gpu-0 with its oldest, so
+    taking it back frees no whole host, and research borrowed nothing more: the victim order was
+    cut there and prod's job waited for research's jobs to end. Taking back research's job on
+    gpu-1 instead frees that host and leaves research at its quota."""
+    from tests.unit.scheduler.conftest import make_job
+
+    snapshot = fleet(2)
+    queues = [
+        QueueSpec(name="research", gpus=8, cohort="lab"),
+        QueueSpec(name="prod", gpus=8, cohort="lab"),
+    ]
+
+    def pinned(name: str, host: str, at: float) -> Waiting:
+        job = make_job({"gpu": 4}, name=name, placement={"hosts": [host]})
+        return Waiting(name, "research", job, at, 0, True)
+
+    held = [
+        start(snapshot, pinned("r-old", "gpu-0", 0), now=0),
+        start(snapshot, pinned("r-mid", "gpu-1", 1), now=1),
+        start(snapshot, pinned("r-new", "gpu-0", 2), now=2),
+    ]
+    assert [r.placement.nodes[0].host_name for r in held] == ["gpu-0", "gpu-1", "gpu-0"]
+    decision = admit(
+        queues=queues,
+        running=held,
+        waiting=[waiting("p-whole", 8, queue="prod", at=5)],
+        snapshot=snapshot,
+        now=10,
+    )
+    assert [p.victim for p in decision.preemptions] == ["r-mid"]
+    assert [a.placement.nodes[0].host_name for a in decision.admitted] == ["gpu-1"]
