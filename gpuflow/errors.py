@@ -34,6 +34,11 @@ class InUseError(GpuflowError):
         self.schedules = schedules
 
 
+class ConflictError(GpuflowError):
+    """The request is well formed, but what it names is in a state that refuses it now (a job
+    that has ended cannot be given a new priority): nothing to change in the request itself."""
+
+
 class ConnectionFailed(GpuflowError):
     """Temporal or the database cannot be reached."""
 

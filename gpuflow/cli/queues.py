@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,14 +14,16 @@ from rich.table import Table
 from gpuflow.cli import common
 from gpuflow.cli.common import run
 from gpuflow.cli.render import Cell, Column, fitted_table
-from gpuflow.specs.queue import gpu_amounts
+from gpuflow.errors import SpecError
+from gpuflow.specs.queue import ANY_MODEL, gpu_amounts
 from gpuflow.status import JobStatus
 
 queue_app = typer.Typer(help="Queues: where jobs wait, with GPU quotas.", no_args_is_help=True)
 
 
 def queues_table(queues: Sequence[Any], *, width: int) -> Table:
-    """NAME, COHORT, QUOTA, USED, BORROWED, LENT, WAITING, RUNNING (admitted jobs)."""
+    """NAME, COHORT, QUOTA, USED, BORROWED, LENT, WAITING, RUNNING (admitted jobs); jobs
+    between attempts are noted under it (`between_attempts_notes`)."""
     columns = [
         Column("NAME"),
         Column("COHORT", drop=3),
@@ -40,7 +43,7 @@ def queues_table(queues: Sequence[Any], *, width: int) -> Table:
             gpu_amounts(queue.borrowed),
             gpu_amounts(queue.lent),
             str(queue.waiting),
-            str(queue.admitted),
+            str(queue.running),
         ]
         for queue in queues
     ]
@@ -49,9 +52,31 @@ def queues_table(queues: Sequence[Any], *, width: int) -> Table:
 
 def _used(queue: Any) -> str:
     """GPUs used, and the part of them over quota that no lending covers (a quota lowered
-    under running jobs)."""
-    used = gpu_amounts(queue.used)
-    return f"{used} ({gpu_amounts(queue.over_quota)} over)" if queue.over_quota else used
+    under running jobs): `A100:4 (+2 over)`, the model said once when it is the only one."""
+    used, over = gpu_amounts(queue.used), queue.over_quota
+    if not over:
+        return used
+    alone = len(queue.used) == 1 and set(over) <= set(queue.used)
+    amount = gpu_amounts({ANY_MODEL: sum(over.values())}) if alone else gpu_amounts(over)
+    return f"{used} (+{amount} over)"
+
+
+def between_attempts_notes(queues: Sequence[Any]) -> list[str]:
+    """A line for each queue that holds jobs between two attempts (retrying), which the
+    table counts in neither WAITING nor RUNNING (and `queue delete` counts)."""
+    return [
+        f"{queue.name}: {queue.between_attempts} job(s) between attempts (retrying), "
+        "neither waiting nor running now"
+        for queue in queues
+        if queue.between_attempts
+    ]
+
+
+def print_queues(queues: Sequence[Any]) -> None:
+    """The table, and the notes under it."""
+    common.console.print(queues_table(queues, width=common.console.width))
+    for note in between_attempts_notes(queues):
+        common.console.print(escape(note), highlight=False)
 
 
 @queue_app.command("apply")
@@ -61,9 +86,15 @@ async def queue_apply(
     as_json: bool = typer.Option(False, "--json", help="Print JSON (a list for several files)."),
 ) -> None:
     """Create or update queues, one per file, in order."""
+    from gpuflow.scheduler.quota import mixed_cohort
     from gpuflow.specs.load import load_queue
+    from gpuflow.specs.safe_yaml import display_path
 
     specs = common.load_each(files, load_queue, "queue")
+    for k, spec in enumerate(specs):  # the control plane checks each against those applied
+        mixed = mixed_cohort(spec, specs[:k])
+        if mixed is not None:
+            raise SpecError(f"{display_path(files[k])}: {mixed}")
     client = await common.open_client()
     applied = []
     try:
@@ -81,8 +112,7 @@ async def queue_apply(
         common.console.print(f"queue [bold]{escape(queue.queue.name)}[/] {done}")
         for warning in queue.warnings:
             common.err.print(f"warning: {escape(warning)}", highlight=False)
-    queues = [queue.queue for queue in applied]
-    common.console.print(queues_table(queues, width=common.console.width))
+    print_queues([queue.queue for queue in applied])
 
 
 @queue_app.command("list")
@@ -98,7 +128,7 @@ async def queue_list(as_json: bool = typer.Option(False, "--json", help="Print J
     if as_json:
         common.print_json([queue.model_dump(mode="json") for queue in queues])
     else:
-        common.console.print(queues_table(queues, width=common.console.width))
+        print_queues(queues)
 
 
 @queue_app.command("delete")
@@ -127,14 +157,17 @@ async def queue_delete(
 @run
 async def set_priority(
     job: str = typer.Argument(..., help="Job name or id."),
-    priority: int = typer.Argument(..., help="0..100: higher starts first within its queue."),
+    priority: str = typer.Argument(
+        ..., help="A whole number, 0..100: higher starts first within its queue."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Change a job's priority within its queue, waiting or running (a retry keeps it)."""
+    wanted = _priority(priority)
     client = await common.open_client()
     try:
         before = await client.get(job)
-        info = await client.set_priority(before.id, priority)
+        info = await client.set_priority(before.id, wanted)
     finally:
         await client.close()
     if as_json:
@@ -146,3 +179,15 @@ async def set_priority(
         + ("; the next admission pass orders it by it" if info.status == JobStatus.PENDING else ""),
         highlight=False,
     )
+
+
+def _priority(text: str) -> int:
+    """The argument as a priority, or one line saying what one is (Typer's own refusal of a
+    number it could not read was a box of several lines)."""
+    from gpuflow.specs.job import check_priority
+
+    value: object = int(text) if re.fullmatch(r"\s*[+-]?\d{1,12}\s*", text) else text
+    try:
+        return check_priority(value)
+    except ValueError as exc:
+        raise SpecError(f"priority: {exc}") from None

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuflow.specs.queue import QUOTA_WAIT
 from gpuflow.specs.units import format_duration
 from gpuflow.status import (
     NEVER_ADMITTED,
@@ -93,6 +94,8 @@ def queue_wait(job: Any) -> str | None:
         return why_waiting(job)
     if reason == "over quota" and NEVER_ADMITTED in message:
         return "over quota: " + message.removeprefix(WAITING_PREFIX)
+    if reason == "over quota" and message.startswith(WAITING_PREFIX + QUOTA_WAIT):
+        return why_waiting(job)  # which limit of its queue's quota holds it
     return reason
 
 
@@ -121,7 +124,10 @@ def why_waiting(job: Any) -> str:
     if job.status != JobStatus.PENDING:
         return ""
     if message.startswith(WAITING_PREFIX):
-        return NO_CAPACITY_PREFIX + short_reasons(message.removeprefix(WAITING_PREFIX))
+        reasons = message.removeprefix(WAITING_PREFIX)
+        if reasons.startswith(QUOTA_WAIT):  # its queue's quota holds it, whatever frees
+            return short_reasons(reasons)
+        return NO_CAPACITY_PREFIX + short_reasons(reasons)
     if message:
         return message
     # Submitted, and its workflow has not recorded a place step yet.

@@ -11,7 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from gpuflow.scheduler.model import Placement
 from gpuflow.scheduler.offers import Offers
@@ -199,7 +199,17 @@ class QueueInfo(BaseModel):
     waiting: int = 0
     """Jobs waiting to be admitted."""
     admitted: int = 0
-    """Jobs admitted (starting or running)."""
+    """Jobs running (or starting): the same count as `running`, under its first name."""
+    between_attempts: int = 0
+    """Jobs between two attempts (retrying after an error or a preemption): neither waiting
+    nor running now, and their next attempt enters the queue again. `queue delete` counts
+    them; `queue list` notes them under its table."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def running(self) -> int:
+        """Jobs running (or starting), as `queue list` says it (`admitted`, kept)."""
+        return self.admitted
 
     @classmethod
     def from_record(cls, record: QueueRecord) -> QueueInfo:

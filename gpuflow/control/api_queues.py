@@ -18,7 +18,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow.control.admission_wake import wake_admission
 from gpuflow.control.api_common import job_record, one_line
-from gpuflow.errors import SpecError
+from gpuflow.errors import ConflictError, SpecError
 from gpuflow.services.fleets import fleet_names_in, host_names_in
 from gpuflow.services.jobs import find_job, find_job_in
 from gpuflow.services.queue_entries import set_priority_in
@@ -55,6 +55,7 @@ def queue_record(usage: QueueUsage) -> QueueRecord:
         over_quota=usage.over_quota,
         waiting=usage.waiting,
         admitted=usage.admitted,
+        between_attempts=usage.between_attempts,
     )
 
 
@@ -147,13 +148,13 @@ class QueueActivities:
         the same priority again changes nothing."""
         row = await asyncio.to_thread(find_job, self.store, req.ref)
         if JobStatus(row.status).is_final:
-            raise SpecError(f"job {row.name} already ended ({row.status}): nothing to reorder")
+            raise ConflictError(f"job {row.name} already ended ({row.status}): nothing to reorder")
         try:
             await self.temporal.get_workflow_handle(row.id).signal("set_priority", req.priority)
         except RPCError as exc:
             if exc.status != RPCStatusCode.NOT_FOUND:
                 raise
-            raise SpecError(f"job {row.name} is ending: nothing to reorder") from None
+            raise ConflictError(f"job {row.name} is ending: nothing to reorder") from None
 
         def write() -> JobRow:
             with self.store.placement_transaction() as session:

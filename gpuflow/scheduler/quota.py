@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from gpuflow.scheduler.model import Placement
 from gpuflow.specs.job import JobSpec
-from gpuflow.specs.queue import ANY_MODEL, QueueSpec, gpu_amounts
+from gpuflow.specs.queue import ANY_MODEL, QUOTA_WAIT, QueueSpec, gpu_amounts
 from gpuflow.status import NEVER_ADMITTED
 
 if TYPE_CHECKING:
@@ -201,6 +201,90 @@ def never_admitted(queues: Iterable[QueueSpec], queue: str, job: JobSpec) -> str
     return (
         f"queue {queue} {NEVER_ADMITTED}: it asks {gpu.count.min * job.nodes:g} GPU(s) of "
         f"{models}, more than its quota ({gpu_amounts(spec.quota)}){lends} allows"
+    )
+
+
+def quota_wait(quotas: Quotas, queue: str, job: JobSpec) -> str:
+    """Which limit keeps the queue, at the usage `quotas` counts, from taking the job, in
+    words: its quota without a cohort to borrow from, its `borrowing_limit`, or what its cohort
+    lends now (naming the lenders' `lending_limit` that holds it back). Said of the fewest GPUs
+    of the first model the job's first option accepts that its cohort has quota for (the
+    first of any, for a total quota)."""
+    spec = quotas.queue(queue)
+    asked = _first_ask(quotas, queue, job)
+    if asked is None or quotas.allows(queue, dict([asked])):
+        return f"{QUOTA_WAIT}queue {queue} has no quota left for it"
+    key, gpus = asked
+    nominal, used = spec.quota.get(key, 0), quotas.usage[queue].get(key, 0.0)
+    uses = f"{QUOTA_WAIT}{queue} uses {key + ':' if key != ANY_MODEL else ''}{round(used, 2):g}"
+    more = f"needs {gpus:g} more"
+    if spec.cohort is None:
+        return f"{uses} of its {nominal} and {more}, with no cohort to borrow from"
+    limit = spec.borrowing_limit
+    if limit is not None and used + gpus > nominal + limit + EPSILON:
+        full = "=" if abs(used - nominal - limit) <= EPSILON else "of"
+        return f"{uses} {full} its {nominal} + borrowing_limit {limit} and {more}"
+    others = [name for name in quotas.cohort(queue) if name != queue]
+    lent = sum(quotas.lendable(name, key) for name in others)
+    free = lent - sum(quotas.borrowed(name, key) for name in quotas.cohort(queue))
+    lends = "nothing" if free <= EPSILON else gpu_amounts({key: free})
+    held = [  # lenders with more idle than they may lend
+        f"{name} lends at most {lender.lending_limit}"
+        for name in others
+        if (lender := quotas.queue(name)).lending_limit is not None
+        and lender.quota.get(key, 0) - quotas.usage[name].get(key, 0.0)
+        > lender.lending_limit + EPSILON
+    ]
+    why = f" ({', '.join(held)})" if held else ""
+    return f"{uses} of its {nominal} and {more}, cohort {spec.cohort} lends {lends} now{why}"
+
+
+def _first_ask(quotas: Quotas, queue: str, job: JobSpec) -> tuple[str, float] | None:
+    """(quota key, GPUs): the fewest GPUs of the job's first option that asks any, of the
+    first model it accepts that its queue's cohort has quota for."""
+    spec = quotas.queue(queue)
+    for option in job.resource_options():
+        wanted = option.resources.gpu
+        if wanted is None:
+            continue
+        gpus = wanted.count.min * option.nodes
+        if ANY_MODEL in spec.quota:
+            return ANY_MODEL, gpus
+        covered = quotas.cohort_keys(queue)
+        keys = wanted.names or sorted(covered)
+        return next((key for key in keys if key in covered), keys[0] if keys else ANY_MODEL), gpus
+    return None
+
+
+def mixed_cohort(spec: QueueSpec, queues: Iterable[QueueSpec]) -> str | None:
+    """Why the queue may not be applied as `spec` among `queues` (the others), in words: its
+    cohort's other queues have the other kind of quota. Lending is counted per quota key, a
+    total's (ANY_MODEL) apart from each model's, so a queue with a total quota and one with a
+    quota per model would never lend each other anything. None when the kinds agree."""
+    if spec.cohort is None:
+        return None
+    total = ANY_MODEL in spec.quota
+    unlike = [
+        queue
+        for queue in queues
+        if queue.cohort == spec.cohort
+        and queue.name != spec.name
+        and (ANY_MODEL in queue.quota) != total
+    ]
+    if not unlike:
+        return None
+    named = ", ".join(sorted(queue.name for queue in unlike))
+    if total:
+        model = min(key for queue in unlike for key in queue.quota)
+        kinds = "a quota per GPU model, and a total quota"
+        fix = f"write {spec.name}'s per model (gpus: {{{model}: {spec.quota[ANY_MODEL]}}})"
+    else:
+        kinds = "a total quota, and a quota per GPU model"
+        fix = f"write {spec.name}'s as a total (gpus: {sum(spec.quota.values())})"
+    return (
+        f"queue {spec.name}: the other queues of cohort {spec.cohort} ({named}) have {kinds} "
+        "shares nothing with them (a cohort lends per model, or as one total, never across "
+        f"the two); {fix}, or use another cohort"
     )
 
 

@@ -24,7 +24,7 @@ from gpuflow.naming import RECORDED
 from gpuflow.scheduler import place
 from gpuflow.scheduler.admission import QUOTA_HELD_FOR, Decision, Held, Running, Waiting, admit
 from gpuflow.scheduler.model import Snapshot
-from gpuflow.scheduler.quota import Quotas, never_admitted, quota_allows_some
+from gpuflow.scheduler.quota import Quotas, never_admitted, quota_allows_some, quota_wait
 from gpuflow.scheduler.reservation import Reservation
 from gpuflow.services.capacity import JOBS_PER_READ
 from gpuflow.services.queues import queues_in
@@ -42,7 +42,7 @@ from gpuflow.services.verdicts import (
 )
 from gpuflow.services.warm import WarmCapacity, warm_capacity
 from gpuflow.specs.job import DEFAULT_QUEUE, JobSpec
-from gpuflow.specs.queue import QueueSpec, gpu_amounts
+from gpuflow.specs.queue import QueueSpec
 from gpuflow.store.tables import QueueEntryRow
 from gpuflow.workflows.queue_models import (
     AdmittedJob,
@@ -390,7 +390,7 @@ def _reasons(
     if reason == "quota":
         never = never_admitted(queues, item.job.queue, item.job.job)
         if never is None:
-            return [f"queue {item.job.queue} has no quota left for it"]
+            return [quota_wait(used(), item.job.queue, item.job.job)]
         waits = "; it waits until a queue's quota changes (gpuflow queue apply)"
         return [never + (waits if item.job.may_wait else "")]
     options = item.job.options or (item.job.job,)
@@ -401,5 +401,4 @@ def _reasons(
     quotas = used()
     if quota_allows_some(quotas, queue, item.job.job):
         return lines
-    amounts = gpu_amounts(quotas.usage[queue]), gpu_amounts(quotas.queue(queue).quota)
-    return [f"queue {queue}'s quota is used too ({amounts[0]} of {amounts[1]})", *lines]
+    return [quota_wait(quotas, queue, item.job.job), *lines]

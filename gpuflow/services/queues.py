@@ -12,17 +12,17 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
-from sqlalchemy import func
+from sqlalchemy import exists, func
 from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
-from gpuflow.errors import GpuflowError, NotFoundError
+from gpuflow.errors import GpuflowError, NotFoundError, SpecError
 from gpuflow.scheduler.model import NodePlacement, Placement
-from gpuflow.scheduler.quota import EPSILON, Quotas
+from gpuflow.scheduler.quota import EPSILON, Quotas, mixed_cohort
 from gpuflow.specs.job import DEFAULT_QUEUE
-from gpuflow.specs.queue import ANY_MODEL, MAX_QUOTA_GPUS, QueueSpec, unknown_queue
+from gpuflow.specs.queue import ANY_MODEL, MAX_QUOTA_GPUS, QueueSpec, queue_name, unknown_queue
 from gpuflow.status import JobStatus
 from gpuflow.store.db import Store
 from gpuflow.store.tables import AllocationRow, GpuRow, JobRow, QueueEntryRow, QueueRow
@@ -44,11 +44,20 @@ def queues_in(session: Session) -> list[QueueSpec]:
     """Every queue, by name: the applied ones, and the built-in default unless one named
     `default` was applied. One read of the queues table (admission calls it on every pass)."""
     rows = session.exec(select(QueueRow).order_by(col(QueueRow.name))).all()
-    queues = [QueueSpec.model_validate(row.spec) for row in rows]
+    queues = [QueueSpec.model_validate(_as_counted(row.spec)) for row in rows]
     if all(queue.name != DEFAULT_QUEUE for queue in queues):
         queues.append(default_queue())
         queues.sort(key=lambda queue: queue.name)
     return queues
+
+
+def _as_counted(spec: dict[str, Any]) -> dict[str, Any]:
+    """A stored queue as admission counted it: one applied before a per-model quota could no
+    longer name `*` counted its `*` alone, as a total (its models' quotas meant nothing)."""
+    gpus = spec.get("gpus")
+    if isinstance(gpus, dict) and ANY_MODEL in gpus:
+        return {**spec, "gpus": gpus[ANY_MODEL]}
+    return spec
 
 
 def queue_names(store: Store) -> list[str]:
@@ -67,6 +76,9 @@ def apply_queue(store: Store, spec: QueueSpec) -> Applied:
         dumped = spec.model_dump(mode="json", exclude_none=True)
         if row is not None and row.spec == dumped:
             return "unchanged"
+        mixed = mixed_cohort(spec, queues_in(session))
+        if mixed is not None:
+            raise SpecError(mixed)
         # the default queue always exists (built in): a file named default updates it
         done: Applied = "created" if row is None and spec.name != DEFAULT_QUEUE else "updated"
         row = row or QueueRow(name=spec.name)
@@ -79,7 +91,8 @@ def apply_queue(store: Store, spec: QueueSpec) -> Applied:
 def delete_queue(store: Store, name: str) -> None:
     """Delete an applied queue that holds no job. Deleting an applied `default` brings back
     the built-in one (jobs that name no queue always have one); the built-in one itself cannot
-    be deleted."""
+    be deleted. A name that no queue could have is a SpecError saying what a name is."""
+    queue_name(name)
     with store.placement_transaction() as session:
         row = session.get(QueueRow, name)
         if row is None:
@@ -90,30 +103,33 @@ def delete_queue(store: Store, name: str) -> None:
                 )
             raise NotFoundError(unknown_queue(name, [queue.name for queue in queues_in(session)]))
         counts = _entry_counts(session, [name]).get(name, {})
-        waiting, admitted = counts.get(WAITING, 0), counts.get(ADMITTED, 0)
-        between = _between_attempts(session, name) if name != DEFAULT_QUEUE else 0
-        if (waiting or admitted or between) and name != DEFAULT_QUEUE:
+        waiting, running = counts.get(WAITING, 0), counts.get(ADMITTED, 0)
+        between = _between_attempts(session, [name]).get(name, 0)
+        if (waiting or running or between) and name != DEFAULT_QUEUE:
             more = f", {between} between attempts" if between else ""
             raise GpuflowError(
-                f"queue {name} still holds {waiting + admitted + between} job(s) ({waiting} "
-                f"waiting, {admitted} admitted{more}); stop them or let them finish first"
+                f"queue {name} still holds {waiting + running + between} job(s) ({waiting} "
+                f"waiting, {running} running{more}); stop them or let them finish first"
             )
         session.delete(row)
 
 
-def _between_attempts(session: Session, queue: str) -> int:
-    """Jobs of `queue` that have not ended and hold no entry: between two attempts (their next
-    one enters the queue again), or submitted and not yet entered."""
+def _between_attempts(session: Session, names: Sequence[str]) -> dict[str, int]:
+    """Queue -> its jobs that have not ended and hold no entry: between two attempts (their
+    next one enters the queue again), or submitted and not yet entered. A job that names no
+    queue is the default queue's."""
     finals = [status.value for status in JobStatus if status.is_final]
-    entered = select(QueueEntryRow.job_id).where(col(QueueEntryRow.queue) == queue)
+    queue = func.coalesce(col(JobRow.spec)["queue"].as_string(), DEFAULT_QUEUE).label("queue")
+    entered = exists().where(col(QueueEntryRow.job_id) == col(JobRow.id))
     query = (
-        select(func.count())
+        select(queue, func.count())
         .select_from(JobRow)
-        .where(col(JobRow.spec)["queue"].as_string() == queue)
+        .where(queue.in_(names))
         .where(col(JobRow.status).not_in(finals))
-        .where(col(JobRow.id).not_in(entered))
+        .where(~entered)
+        .group_by(queue)  # by its label: PostgreSQL sees the same expression
     )
-    return int(session.exec(query).one())
+    return {str(name): int(count) for name, count in session.exec(query).all()}
 
 
 def _entry_counts(session: Session, names: Sequence[str]) -> dict[str, dict[str, int]]:
@@ -150,6 +166,9 @@ class QueueUsage:
     quota back preempts them if they are preemptible; otherwise it ends with them."""
     waiting: int = 0
     admitted: int = 0
+    """Jobs admitted: starting or running."""
+    between_attempts: int = 0
+    """Jobs between two attempts (retrying), neither waiting nor running now."""
 
 
 def admitted_placements(session: Session) -> list[tuple[str, Placement]]:
@@ -240,7 +259,8 @@ def queue_usage(session: Session) -> list[QueueUsage]:
     applied = set(session.exec(select(QueueRow.name)).all())
     quotas = Quotas.holding(queues, admitted_placements(session))  # a deleted queue's: none
     lent, over = lent_shares(quotas), uncovered(quotas)
-    counts = _entry_counts(session, [queue.name for queue in queues])
+    names = [queue.name for queue in queues]
+    counts, between = _entry_counts(session, names), _between_attempts(session, names)
     out = []
     for queue in queues:
         name = queue.name
@@ -257,6 +277,7 @@ def queue_usage(session: Session) -> list[QueueUsage]:
                 over_quota=dict(mine),
                 waiting=counts.get(name, {}).get(WAITING, 0),
                 admitted=counts.get(name, {}).get(ADMITTED, 0),
+                between_attempts=between.get(name, 0),
             )
         )
     return out

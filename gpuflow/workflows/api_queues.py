@@ -31,6 +31,9 @@ class QueueRecord(BaseModel):
     over_quota: dict[str, float] = Field(default_factory=dict)
     waiting: int = 0
     admitted: int = 0
+    """Jobs admitted: starting or running."""
+    between_attempts: int = 0
+    """Jobs between two attempts (none from a control worker from before this field)."""
 
 
 class QueueApplied(BaseModel):

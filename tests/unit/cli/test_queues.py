@@ -149,16 +149,19 @@ def test_list_shows_quota_use_borrowing_lending_and_jobs(cli: Cli) -> None:
         "lent": {},
         "over_quota": {},
         "waiting": 1,
-        "admitted": 1,
+        "admitted": 1,  # its first name, kept
+        "between_attempts": 0,
+        "running": 1,
     }
     # no limit, as the table says it: not the most a quota may be
     assert data["default"]["built_in"] is True and data["default"]["quota"] is None
     # prod's quota lowered under its running job: nothing lends research its 1 beyond quota
     # now, and prod's own job is beyond prod's new quota of 0
     cli("queue", "apply", "-f", cli.write("prod.yaml", PROD.replace("A100: 4", "A100: 0")))
-    words = " ".join(" ".join(lines_fit(cli("queue", "list"))).split())  # USED wraps
-    assert "prod lab 0 A100:1 (A100:1 0 0 0 1 over)" in words
-    assert "research lab A100:2 A100:3 (A100:1 0 0 1 1 over)" in words
+    rows = {line.split()[0]: line.split()[1:] for line in lines_fit(cli("queue", "list"))[1:]}
+    # `A100:3 (A100:1 over)` wrapped onto two lines at 80 columns
+    assert rows["prod"] == ["lab", "0", "A100:1", "(+1", "over)", "0", "0", "0", "1"]
+    assert rows["research"] == ["lab", "A100:2", "A100:3", "(+1", "over)", "0", "0", "1", "1"]
 
 
 def test_list_fits_80_columns_with_long_names_and_many_models(cli: Cli) -> None:
@@ -181,7 +184,7 @@ def test_delete_refuses_a_queue_with_jobs_then_deletes_it(cli: Cli) -> None:
     _entry(cli, "job-r2", "research", "waiting")
     out = cli("queue", "delete", "research", code=1)
     assert _error(out) == (
-        "queue research still holds 2 job(s) (1 waiting, 1 admitted); "
+        "queue research still holds 2 job(s) (1 waiting, 1 running); "
         "stop them or let them finish first"
     )
     with cli.store.session() as session:
@@ -193,7 +196,7 @@ def test_delete_refuses_a_queue_with_jobs_then_deletes_it(cli: Cli) -> None:
     cli.job("r4", JobStatus.DONE, suffix="ffffff", queue="research")  # ended: holds nothing
     out = cli("queue", "delete", "research", code=1)
     assert _error(out) == (
-        "queue research still holds 1 job(s) (0 waiting, 0 admitted, 1 between attempts); "
+        "queue research still holds 1 job(s) (0 waiting, 0 running, 1 between attempts); "
         "stop them or let them finish first"
     )
     with cli.store.session() as session:

@@ -350,7 +350,7 @@ def test_a_deleted_queue_refuses_the_attempts_that_still_name_it(store: Store) -
     apply_queue(store, QueueSpec(name="qd", gpus=1))
     spec = {"name": "r", "commands": ["true"], "queue": "qd"}
     record_job(store, job_id="job-r", name="r", spec=spec)  # its attempt not in the queue yet
-    with pytest.raises(GpuflowError, match=r"1 job\(s\) \(0 waiting, 0 admitted, 1 between"):
+    with pytest.raises(GpuflowError, match=r"1 job\(s\) \(0 waiting, 0 running, 1 between"):
         delete_queue(store, "qd")
     with store.placement_transaction() as session:
         row = session.get(JobRow, "job-r")

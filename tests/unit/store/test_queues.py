@@ -123,7 +123,7 @@ def test_delete_refuses_a_queue_that_holds_jobs_and_names_how_many(store: Store)
     with pytest.raises(GpuflowError) as refused:
         delete_queue(store, "research")
     assert str(refused.value) == (
-        "queue research still holds 3 job(s) (1 waiting, 2 admitted); "
+        "queue research still holds 3 job(s) (1 waiting, 2 running); "
         "stop them or let them finish first"
     )
     assert queue_names(store) == ["default", "research"]

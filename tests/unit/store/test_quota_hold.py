@@ -50,6 +50,8 @@ def test_a_job_without_capacity_is_told_its_quota_holds_it_too(store: Store) -> 
         run_pass_in(session, reservation=None)
     high, free = _entry(store, "high"), _entry(store, "free")
     assert high is not None and high.reason == "no_capacity" and high.detail is not None
-    assert high.detail.splitlines()[0] == "queue pq's quota is used too (1 of 1)"
+    assert high.detail.splitlines()[0] == (
+        "quota: pq uses 1 of its 1 and needs 1 more, with no cohort to borrow from"
+    )
     assert "h1" in high.detail  # the hosts' reasons follow
     assert free is not None and free.detail is not None and "quota" not in free.detail
