@@ -71,7 +71,7 @@ async def fleet_list(as_json: bool = typer.Option(False, "--json", help="Print J
 
 @fleet_app.command("delete")
 @run
-async def fleet_delete(name: str = typer.Argument(...)) -> None:
+async def fleet_delete(name: str = typer.Argument(..., help="Fleet name.")) -> None:
     """Delete a fleet that runs no job and that no waiting job needs (one naming no other)."""
     client = await common.open_client()
     try:

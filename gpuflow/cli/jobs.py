@@ -320,7 +320,7 @@ def _no_samples(info: Any, progress: Any) -> str:
 @run
 async def offers(
     file: Path = typer.Option(..., "--file", "-f", help="Job file."),
-    profile: str | None = typer.Option(None, "--profile"),
+    profile: str | None = typer.Option(None, "--profile", help="Profile (defaults) to inherit."),
     limit: int = typer.Option(
         20,
         "--limit",

@@ -113,7 +113,9 @@ async def schedule_list(as_json: bool = typer.Option(False, "--json", help="Prin
 
 @schedule_app.command("delete")
 @run
-async def schedule_delete(schedule_id: str = typer.Argument(...)) -> None:
+async def schedule_delete(
+    schedule_id: str = typer.Argument(..., help="Schedule id (schedule list)."),
+) -> None:
     """Delete a schedule (jobs it started keep running)."""
     client = await common.open_client()
     try:

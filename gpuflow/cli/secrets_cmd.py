@@ -22,7 +22,7 @@ secret_app = typer.Typer(
 
 @secret_app.command("set")
 @common.run
-async def secret_set(name: str = typer.Argument(...)) -> None:
+async def secret_set(name: str = typer.Argument(..., help="Secret name.")) -> None:
     """Store a secret (value from standard input, or asked for without echo)."""
     from gpuflow.secrets import MIN_MASKED_LENGTH
 
@@ -64,7 +64,7 @@ async def secret_list(as_json: bool = typer.Option(False, "--json", help="Print 
 @secret_app.command("delete")
 @common.run
 async def secret_delete(
-    name: str = typer.Argument(...),
+    name: str = typer.Argument(..., help="Secret name."),
     force: bool = typer.Option(
         False, "--force", help="Delete it even though schedules' jobs use it (their runs fail)."
     ),

@@ -395,3 +395,23 @@ def test_help_shows_no_value_after_a_flag(cli: Cli) -> None:
     out = " ".join(cli("ps", "--help").split())
     assert "--json Print JSON" in out and "<bool>" not in out
     assert "--limit <int range>" in out  # an option that takes a value still says what
+
+
+def test_every_option_and_argument_of_every_command_says_what_it_is() -> None:
+    """`gpuflow offers --help` listed `--profile` with no words, and `fleet delete`, `schedule
+    delete`, `secret set` and `secret delete` their argument."""
+    import typer
+
+    from gpuflow.cli.main import app
+
+    def bare(command: object, path: list[str]) -> list[str]:
+        subs = getattr(command, "commands", None)
+        if subs:
+            return [found for name, sub in subs.items() for found in bare(sub, [*path, name])]
+        return [
+            f"{' '.join(path)} {param.name}"
+            for param in getattr(command, "params", [])
+            if not getattr(param, "help", None) and not getattr(param, "hidden", False)
+        ]
+
+    assert bare(typer.main.get_command(app), []) == []
