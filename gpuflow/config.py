@@ -1,5 +1,9 @@
 """Where gpuflow finds Temporal, and how it connects (always with the pydantic converter).
 
+Like a docker context, GPUFLOW_HOME names the embedded stack that its commands reach: the
+address its `gpuflow up` recorded in up.ready, while that process runs. GPUFLOW_TEMPORAL_ADDRESS
+(a real cluster) or GPUFLOW_TEMPORAL_PORT still win.
+
 A real cluster may need TLS (a custom CA, a client certificate for mTLS, a server name override)
 or an API key (Temporal Cloud). The settings name files; their contents are read when connecting,
 so the config stays small, printable and free of key material."""
@@ -8,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +22,7 @@ from temporalio.service import TLSConfig
 
 from gpuflow.errors import ConnectionFailed, SpecError
 from gpuflow.payloads import DATA_CONVERTER
+from gpuflow.stack_record import read_stack_record
 
 DEFAULT_TEMPORAL_PORT = 7233
 
@@ -175,14 +181,33 @@ class TemporalConfig:
 
     @classmethod
     def from_env(cls) -> TemporalConfig:
-        """GPUFLOW_TEMPORAL_ADDRESS set: a real cluster, with the TLS and API key variables.
-        Unset: the embedded dev server on 127.0.0.1, which ignores them."""
+        """Where clients and workers find Temporal; the first that applies:
+        GPUFLOW_TEMPORAL_ADDRESS, a real cluster (with the TLS and API key variables);
+        GPUFLOW_TEMPORAL_PORT, an embedded dev server on 127.0.0.1;
+        the embedded stack that GPUFLOW_HOME's `gpuflow up` runs (its up.ready, while that
+        process lives: a stale record is not followed, as its port may be another's now);
+        else 127.0.0.1:7233."""
+        record = read_stack_record(gpuflow_home())
+        if cls.configured() is None and record and record.temporal and record.serving:
+            return cls(address=record.temporal, namespace=_namespace())
+        return cls.to_serve()
+
+    @classmethod
+    def to_serve(cls) -> TemporalConfig:
+        """What `gpuflow up` serves: the cluster or port the variables name, else a dev server
+        on 127.0.0.1:7233; never the address another stack recorded."""
+        default = cls(address=f"127.0.0.1:{DEFAULT_TEMPORAL_PORT}", namespace=_namespace())
+        return cls.configured() or default
+
+    @classmethod
+    def configured(cls) -> TemporalConfig | None:
+        """What GPUFLOW_TEMPORAL_ADDRESS (a cluster, which ignores the port) or
+        GPUFLOW_TEMPORAL_PORT (a dev server on 127.0.0.1) ask for; None when neither is set."""
         address = os.environ.get("GPUFLOW_TEMPORAL_ADDRESS")
-        namespace = os.environ.get("GPUFLOW_TEMPORAL_NAMESPACE", "default")
         if address:
             return cls(
-                address=with_port(address.strip()),
-                namespace=namespace,
+                address=cluster_address(address),
+                namespace=_namespace(),
                 embedded=False,
                 tls=_env_bool("GPUFLOW_TEMPORAL_TLS"),
                 tls_cert=_env_path("GPUFLOW_TEMPORAL_TLS_CERT"),
@@ -192,10 +217,39 @@ class TemporalConfig:
                 api_key=os.environ.get("GPUFLOW_TEMPORAL_API_KEY") or None,
                 api_key_file=_env_path("GPUFLOW_TEMPORAL_API_KEY_FILE"),
             )
-        raw_port = os.environ.get("GPUFLOW_TEMPORAL_PORT", str(DEFAULT_TEMPORAL_PORT))
-        if not raw_port.isdigit() or not 0 < int(raw_port) < 65536:
-            raise SpecError(f"GPUFLOW_TEMPORAL_PORT must be a port number, not {raw_port!r}")
-        return cls(address=f"127.0.0.1:{int(raw_port)}", namespace=namespace, embedded=True)
+        if "GPUFLOW_TEMPORAL_PORT" not in os.environ:
+            return None
+        port = env_port("GPUFLOW_TEMPORAL_PORT", DEFAULT_TEMPORAL_PORT)
+        return cls(address=f"127.0.0.1:{port}", namespace=_namespace())
+
+
+def _namespace() -> str:
+    return os.environ.get("GPUFLOW_TEMPORAL_NAMESPACE", "default")
+
+
+def env_port(variable: str, default: int) -> int:
+    """The port a variable names; `default` when it is unset."""
+    raw = os.environ.get(variable, str(default))
+    if not raw.strip().isdigit() or not 0 < int(raw) < 65536:
+        raise SpecError(f"{variable} must be a port number, not {raw!r}")
+    return int(raw)
+
+
+def cluster_address(raw: str) -> str:
+    """GPUFLOW_TEMPORAL_ADDRESS as HOST:PORT. A URL is refused: the SDK only warned of its
+    scheme, then failed on a target it had mangled (`[http://host:7233]:7233`)."""
+    value = raw.strip()
+    host_port = value.split("://", 1)[-1].split("/", 1)[0]
+    address = with_port(host_port) if host_port else ""
+    port = address.rsplit(":", 1)[-1]
+    port_ok = port.isdigit() and 0 < int(port) < 65536
+    if host_port != value or not port_ok:
+        example = host_port if host_port and port_ok else "temporal.example.com:7233"
+        raise SpecError(
+            f"GPUFLOW_TEMPORAL_ADDRESS must be HOST[:PORT], without a scheme or path "
+            f"(e.g. {example}), not {raw!r}"
+        )
+    return address
 
 
 def with_port(address: str) -> str:
@@ -255,13 +309,52 @@ async def connect_temporal(config: TemporalConfig | None = None) -> Client:
             hint = "check GPUFLOW_TEMPORAL_ADDRESS and the GPUFLOW_TEMPORAL_TLS_* variables"
         else:
             hint = "check GPUFLOW_TEMPORAL_ADDRESS, or GPUFLOW_TEMPORAL_TLS=true if it needs TLS"
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = connect_reason(exc)
         if api_key:
             reason = reason.replace(api_key, "<api key>")
         via = " over TLS" if config.uses_tls else ""
         raise ConnectionFailed(
             f"cannot reach Temporal at {config.address}{via} ({reason}); {hint}"
         ) from None
+
+
+# The SDK's transport errors are Rust's debug output; the words in them, most telling first:
+# the OS's (`Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }`), an
+# error's text or name (`error: InvalidCertificate(UnknownIssuer)`), hyper's, any message, and
+# at least the kind of error (`kind: UnexpectedEof`).
+_TRANSPORT_WORDS = (
+    re.compile(r'Os \{[^}]*message: "([^"]+)"'),
+    re.compile(r'error: "([^"]+)"'),
+    re.compile(r"error: (\w+\(\w+\))"),
+    re.compile(r'hyper::Error\(\w+, "([^"]+)"\)'),
+    re.compile(r'message: "([^"]+)"'),
+    re.compile(r"kind: (\w+)"),
+)
+
+
+def _spoken(name: str) -> str:
+    """`InvalidCertificate(UnknownIssuer)` as "invalid certificate: unknown issuer"."""
+    words = re.sub(r"(?<=[a-z])(?=[A-Z])", " ", name).lower()
+    return words.replace("(", ": ").replace(")", "")
+
+
+def connect_reason(exc: BaseException) -> str:
+    """Why a connection failed, in one line of words ("connection refused"), never the
+    transport's debug output (`tonic::transport::Error(Transport, ConnectError(...))`)."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if "tonic::" not in first:
+        return first
+    found = next((m for p in _TRANSPORT_WORDS if (m := p.search(first))), None)
+    if found is None:
+        return "the connection failed"
+    words = found.group(1)
+    words = _spoken(words) if " " not in words else words[:1].lower() + words[1:]
+    if '"dns error"' in first:
+        return f"cannot resolve the host: {words}"
+    if "after connection" in first:
+        return f"connected, but no Temporal answered: {words}"
+    return words
 
 
 async def connect_when_ready(config: TemporalConfig, *, within_s: float) -> Client:

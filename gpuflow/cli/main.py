@@ -53,7 +53,15 @@ app.add_typer(queue_app, name="queue")
 def up(
     detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background."),
 ) -> None:
-    """Start the embedded stack: Temporal dev server, control worker, local host agent."""
+    """Start the embedded stack: Temporal dev server, control worker, local host agent.
+
+    Its state is in `GPUFLOW_HOME` (~/.gpuflow). It serves Temporal on 127.0.0.1 port
+    `GPUFLOW_TEMPORAL_PORT` (7233), the Temporal UI on `GPUFLOW_UI_PORT` (that port + 1000)
+    and metrics on `GPUFLOW_METRICS_ADDRESS` (127.0.0.1:9464; off turns them off).
+
+    A second stack on one machine needs its own value of each. Commands run with its
+    `GPUFLOW_HOME` reach it, unless `GPUFLOW_TEMPORAL_ADDRESS` or `GPUFLOW_TEMPORAL_PORT`
+    is set."""
     from gpuflow.cli import stack
 
     try:

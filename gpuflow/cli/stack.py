@@ -22,8 +22,9 @@ from rich.text import Text
 from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow.cli.render import status_text
-from gpuflow.config import ensure_home, gpuflow_home
+from gpuflow.config import TemporalConfig, ensure_home, gpuflow_home
 from gpuflow.errors import GpuflowError
+from gpuflow.stack_record import READY_FILE, gpuflow_process, read_stack_record
 from gpuflow.status import JobStatus
 
 
@@ -32,7 +33,7 @@ def _pid_file(home: Path) -> Path:
 
 
 def _ready_file(home: Path) -> Path:
-    return home / "up.ready"
+    return home / READY_FILE
 
 
 def _alive(pid: int) -> bool:
@@ -52,18 +53,14 @@ def _stack_pid(home: Path) -> int | None:
         pid = int(_pid_file(home).read_text() or 0)
     except (OSError, ValueError):
         return None
-    if pid <= 0 or pid == os.getpid() or not _alive(pid):
+    if pid == os.getpid() or not gpuflow_process(pid):
         return None
-    try:  # a pid the kernel reused for another program is not the stack
-        if b"gpuflow" not in Path(f"/proc/{pid}/cmdline").read_bytes():
-            return None
-    except OSError:
-        pass
     return pid
 
 
 def _already_up(home: Path, pid: int) -> str:
-    ui = _ready_file(home).read_text() if _ready_file(home).exists() else "not ready yet"
+    record = read_stack_record(home)
+    ui = record.ui if record is not None else "not ready yet"
     return f"gpuflow is already up (pid {pid}); Temporal UI {ui}; `gpuflow down` stops it"
 
 
@@ -133,9 +130,13 @@ def up_detached(console: Console, *, timeout_s: float = 120) -> None:
             raise GpuflowError(
                 f"gpuflow up did not become ready in {timeout_s:.0f}s (see {log_path})"
             )
+    record = read_stack_record(home)
+    ui = record.ui if record is not None else "?"
+    temporal = f"Temporal at {record.temporal}, " if record and record.temporal else ""
     console.print(
-        f"gpuflow is up (pid {process.pid}); Temporal UI at "
-        f"[link]{_ready_file(home).read_text()}[/]; logs in {log_path}"
+        f"gpuflow is up (pid {process.pid}); {temporal}Temporal UI at [link]{ui}[/]; "
+        f"logs in {log_path}",
+        highlight=False,
     )
 
 
@@ -155,12 +156,36 @@ def _failure_since(log: Path, start: int) -> str:
 
 def running_pid() -> int | None:
     """The pid of the stack serving this home (`gpuflow up`, detached or not), or None when
-    it is not up (a stale pid file is removed)."""
+    it is not up (a stale pid file and record are removed)."""
     home = gpuflow_home()
     pid = _stack_pid(home)
     if pid is None:
         _pid_file(home).unlink(missing_ok=True)
+        _forget_record(home)
     return pid
+
+
+def _forget_record(home: Path) -> None:
+    """Remove the home's up.ready when the `gpuflow up` that wrote it is gone."""
+    record = read_stack_record(home)
+    if record is not None and record.pid is not None and not record.serving:
+        _ready_file(home).unlink(missing_ok=True)
+
+
+def _same_temporal(home: Path) -> None:
+    """`down` stops the jobs of the stack it stops, on that stack's Temporal: a variable that
+    names another Temporal (the stack of another home, say) would have them stopped there."""
+    record = read_stack_record(home)
+    if record is None or record.temporal is None or not record.serving:
+        return  # a stack that joined a cluster, or an older gpuflow's record
+    config = TemporalConfig.from_env()
+    if config.address != record.temporal:
+        variable = "GPUFLOW_TEMPORAL_" + ("PORT" if config.embedded else "ADDRESS")
+        raise GpuflowError(
+            f"the stack of GPUFLOW_HOME {home} serves Temporal at {record.temporal}, but "
+            f"{variable} names {config.address}; unset it to stop this stack (nothing was "
+            "stopped)"
+        )
 
 
 def _stop_orphan(console: Console) -> bool:
@@ -193,6 +218,7 @@ def stop_stack(console: Console, pid: int, *, timeout_s: float = 60) -> None:
     if _alive(pid):
         os.kill(pid, signal.SIGKILL)
     _pid_file(gpuflow_home()).unlink(missing_ok=True)
+    _forget_record(gpuflow_home())
 
 
 async def down(
@@ -209,6 +235,7 @@ async def down(
         if not _stop_orphan(console):
             console.print("gpuflow is not up")
         return
+    _same_temporal(gpuflow_home())
     left: list[Any] = []
     try:
         client = await connect()

@@ -98,6 +98,8 @@ class Client(ControlPlaneCalls, QueueCalls, ScheduleCalls, LogCalls):
 
     @classmethod
     async def connect(cls, *, config: TemporalConfig | None = None) -> Client:
+        """Connect to `config`'s Temporal; by default `TemporalConfig.from_env()`'s: the
+        variables' cluster or port, else the stack that GPUFLOW_HOME's `gpuflow up` runs."""
         return cls(temporal=await connect_temporal(config))
 
     # ---- jobs -------------------------------------------------------------------------------

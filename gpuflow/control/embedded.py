@@ -23,7 +23,7 @@ from temporalio.service import RPCError
 
 from gpuflow.agent.main import agent_state_dir, make_agent_worker
 from gpuflow.agent.samplers import NvmlGpuSampler
-from gpuflow.config import TemporalConfig, connect_when_ready, private_dir
+from gpuflow.config import TemporalConfig, connect_when_ready, env_port, private_dir
 from gpuflow.control import collector
 from gpuflow.control.fleets import host_facts
 from gpuflow.control.worker import ControlWorker
@@ -32,6 +32,7 @@ from gpuflow.metrics import metrics_address, serve_metrics
 from gpuflow.naming import host_id, host_task_queue
 from gpuflow.services.fleets import apply_fleet, local_host_name
 from gpuflow.specs.fleet import FleetSpec
+from gpuflow.stack_record import StackRecord, write_stack_record
 from gpuflow.store.db import Store, gpuflow_home
 from gpuflow.workflows.handles import hold_admission
 from gpuflow.workflows.ui import SEARCH_ATTRIBUTES
@@ -248,7 +249,7 @@ async def serve(*, home: Path | None = None, ready_file: Path | None = None) -> 
     """Run the whole embedded stack until SIGTERM/SIGINT."""
     collector.settle()
     home = home or gpuflow_home()
-    config = TemporalConfig.from_env()
+    config = TemporalConfig.to_serve()
     # One endpoint for the whole stack, started before connecting so that the Temporal
     # client's runtime reports into it.
     serve_metrics(metrics_address())
@@ -256,7 +257,7 @@ async def serve(*, home: Path | None = None, ready_file: Path | None = None) -> 
     server = None
     if config.embedded:
         port = int(config.address.rsplit(":", 1)[1])
-        ui_port = int(os.environ.get("GPUFLOW_UI_PORT", port + 1000))
+        ui_port = env_port("GPUFLOW_UI_PORT", port + 1000)
         server = await asyncio.to_thread(
             start_dev_server, home / "temporal", port=port, ui_port=ui_port
         )
@@ -270,8 +271,10 @@ async def serve(*, home: Path | None = None, ready_file: Path | None = None) -> 
             if config.embedded:  # `gpuflow down` held it while it stopped the running jobs
                 await _let_admission_go(control.client)
             ui = server.ui_url if server else "(your Temporal cluster's UI)"
-            if ready_file is not None:
-                ready_file.write_text(ui)
+            if ready_file is not None:  # commands run with this home reach this stack
+                temporal = config.address if config.embedded else None
+                record = StackRecord(pid=os.getpid(), ui=ui, temporal=temporal)
+                write_stack_record(ready_file, record)
             log.info("gpuflow is up: Temporal %s, UI %s", config.address, ui)
             await stop.wait()
     except ConnectionFailed:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -74,8 +75,12 @@ class _Stop(Exception):
     pass
 
 
-@pytest.mark.parametrize("entry", ["control", "embedded"])
-def test_both_entry_points_settle_first(entry: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("entry", "config"), [("control", "from_env"), ("embedded", "to_serve")])
+def test_both_entry_points_settle_first(
+    entry: str, config: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # were the config not stopped, a stack would start: in a home of its own, at least
+    monkeypatch.setenv("GPUFLOW_HOME", str(tmp_path / "home"))
     calls: list[str] = []
 
     def settle() -> None:
@@ -87,7 +92,7 @@ def test_both_entry_points_settle_first(entry: str, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(collector, "settle", settle)
     module = main if entry == "control" else embedded
-    monkeypatch.setattr(module.TemporalConfig, "from_env", stop)
+    monkeypatch.setattr(module.TemporalConfig, config, stop)
     run = main.run_control() if entry == "control" else embedded.serve()
     with pytest.raises(_Stop):
         asyncio.run(run)

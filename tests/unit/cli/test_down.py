@@ -195,3 +195,68 @@ def test_a_failed_detached_start_says_why_without_colours(tmp_path: Path) -> Non
     with log.open("a") as handle:
         handle.write("\x1b[33m WARN\x1b[0m killed\n")
     assert _failure_since(log, start) == "WARN killed"
+
+
+def _record(home: Path, pid: int, temporal: str | None = "127.0.0.1:27433") -> None:
+    from gpuflow.stack_record import StackRecord, write_stack_record
+
+    record = StackRecord(pid=pid, ui="http://127.0.0.1:28433", temporal=temporal)
+    write_stack_record(home / "up.ready", record)
+
+
+def test_down_refuses_to_stop_another_temporals_jobs(
+    cli: Cli, stack: subprocess.Popen[bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stack of this home serves 27433; GPUFLOW_TEMPORAL_PORT names the default stack's
+    7233: `down` would have stopped that stack's jobs and held its admission, then stopped
+    this one."""
+    home = tmp_path / "home"
+    _record(home, stack.pid)
+    monkeypatch.setenv("GPUFLOW_TEMPORAL_PORT", "7233")
+    cli.job("train", JobStatus.RUNNING, hosts=["box"])
+    out = " ".join(cli("down", "-y", code=1).split())
+    assert out == (
+        f"error: the stack of GPUFLOW_HOME {home} serves Temporal at 127.0.0.1:27433, but "
+        "GPUFLOW_TEMPORAL_PORT names 127.0.0.1:7233; unset it to stop this stack (nothing was "
+        "stopped)"
+    )
+    assert cli.temporal.signals == []
+    assert _alive(stack)
+    monkeypatch.setenv("GPUFLOW_TEMPORAL_PORT", "27433")  # the stack's own: no conflict
+    assert "train: stopped" in cli("down", "-y")
+    assert not _alive(stack)
+    assert not (home / "up.ready").exists()  # its `gpuflow up` is gone: so is its record
+
+
+def test_down_forgets_the_record_of_a_killed_stack(cli: Cli, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    gone = subprocess.Popen([sys.executable, "-c", "pass", "gpuflow"])
+    gone.wait()
+    _record(home, gone.pid)
+    assert cli("down").strip() == "gpuflow is not up"
+    assert not (home / "up.ready").exists()
+
+
+def test_up_while_up_names_the_ui_its_record_holds(
+    cli: Cli, stack: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    _record(tmp_path / "home", stack.pid)
+    out = " ".join(cli("up", code=1).split())
+    assert f"already up (pid {stack.pid}); Temporal UI http://127.0.0.1:28433;" in out
+
+
+def test_up_help_says_how_to_choose_home_and_ports(cli: Cli) -> None:
+    """They were only in the README's Production section."""
+    out = cli("up", "--help")
+    assert max(len(line) for line in out.splitlines()) <= 80
+    text = " ".join(out.split())
+    for variable in (
+        "GPUFLOW_HOME",
+        "GPUFLOW_TEMPORAL_PORT (7233)",
+        "GPUFLOW_UI_PORT (that port + 1000)",
+        "GPUFLOW_METRICS_ADDRESS (127.0.0.1:9464; off",
+        "GPUFLOW_TEMPORAL_ADDRESS",
+    ):
+        assert variable in text
+    assert "A second stack on one machine needs its own value of each" in text
