@@ -5,8 +5,10 @@ after either."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,18 @@ def _fleet(name: str) -> FleetSpec:
             ],
         }
     )
+
+
+@contextlib.asynccontextmanager
+async def _running(
+    dev_env: WorkflowEnvironment, store: Store, home: Path
+) -> AsyncIterator[tuple[Client, str]]:
+    """A control worker and a one-host sim fleet of the test's own: the client, the fleet."""
+    fleet = f"f{uuid.uuid4().hex[:6]}"
+    client = Client(temporal=dev_env.client)
+    async with ControlWorker(dev_env.client, store, home=home):
+        await client.apply_fleet(_fleet(fleet))
+        yield client, fleet
 
 
 def _job(name: str, fleet: str, commands: list[str], **fields: object) -> JobSpec:
@@ -103,10 +117,7 @@ async def test_secret_printed_by_a_job_never_reaches_temporal_through_logs(
 
     monkeypatch.setattr(log_reader.LogReader, "_start", spy)
     monkeypatch.setattr(log_reader.LogReader, "_retire", retire_spy)
-    fleet = f"f{uuid.uuid4().hex[:6]}"
-    client = Client(temporal=dev_env.client)
-    async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
-        await client.apply_fleet(_fleet(fleet))
+    async with _running(dev_env, sqlite_store, tmp_path) as (client, fleet):
         job = await client.submit(
             _job(
                 "leaky",
@@ -238,10 +249,7 @@ async def test_a_broken_secrets_file_fails_the_job_once_naming_the_file(
     path = tmp_path / "secrets.json"
     path.write_text('{"hf_token": "tok-')  # cut short
     monkeypatch.setenv("GPUFLOW_SECRETS_FILE", str(path))
-    fleet = f"f{uuid.uuid4().hex[:6]}"
-    client = Client(temporal=dev_env.client)
-    async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
-        await client.apply_fleet(_fleet(fleet))
+    async with _running(dev_env, sqlite_store, tmp_path) as (client, fleet):
         job = await client.submit(
             _job(
                 "brokensecrets",
@@ -271,10 +279,7 @@ async def test_an_earlier_attempts_output_is_read_with_its_secrets_masked(
     monkeypatch.setenv("GPUFLOW_SECRETS_FILE", str(tmp_path / "secrets.json"))
     value = f"tok-{uuid.uuid4().hex}"
     secrets.set_secret("hf_token", value)
-    fleet = f"f{uuid.uuid4().hex[:6]}"
-    client = Client(temporal=dev_env.client)
-    async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
-        await client.apply_fleet(_fleet(fleet))
+    async with _running(dev_env, sqlite_store, tmp_path) as (client, fleet):
         job = await client.submit(
             _job(
                 "flaky",
@@ -311,10 +316,7 @@ async def test_a_job_followed_while_it_retries_shows_every_attempts_output(
 
     monkeypatch.setenv("GPUFLOW_SECRETS_FILE", str(tmp_path / "secrets.json"))
     secrets.set_secret("hf_token", f"tok-{uuid.uuid4().hex}")
-    fleet = f"f{uuid.uuid4().hex[:6]}"
-    client = Client(temporal=dev_env.client)
-    async with ControlWorker(dev_env.client, sqlite_store, home=tmp_path):
-        await client.apply_fleet(_fleet(fleet))
+    async with _running(dev_env, sqlite_store, tmp_path) as (client, fleet):
         job = await client.submit(
             _job(
                 "twice",
