@@ -18,7 +18,17 @@ import pytest
 import gpuflow
 
 ROOT = Path(gpuflow.__file__).parent
-SHARED = {"errors", "status", "naming", "config", "utilization", "secrets", "sealed", "payloads"}
+SHARED = {
+    "errors",
+    "status",
+    "naming",
+    "config",
+    "stack_record",
+    "utilization",
+    "secrets",
+    "sealed",
+    "payloads",
+}
 """Small top-level modules any package may use (they import no package below)."""
 
 ALLOWED: dict[str, set[str]] = {
