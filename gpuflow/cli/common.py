@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import typer
 from rich.console import Console
@@ -19,6 +19,9 @@ from rich.markup import escape
 from temporalio.service import RPCError
 
 from gpuflow.errors import ConnectionFailed, GpuflowError, SpecError
+
+if TYPE_CHECKING:
+    from gpuflow.specs.job import JobSpec
 
 console = Console()
 err = Console(stderr=True)
@@ -168,3 +171,20 @@ def warn_scheduled(what: str, schedules: list[str], until: str) -> None:
             highlight=False,
             soft_wrap=True,
         )
+
+
+def load_jobs(
+    files: Sequence[Path],
+    *,
+    profile: str | None,
+    fleet: list[str] | None,
+    **overrides: Any,
+) -> list[JobSpec]:
+    """The job files as `apply`, `offers` and `schedule create` read them: the profile (or the
+    one each file names), then their override flags (`--gpu`, `--fleet`, `--max-duration`,
+    `-q`, `--priority`, and apply's utilization policy), each checked naming its flag."""
+    from gpuflow.specs.flags import JobFlags
+    from gpuflow.specs.load import load_job
+
+    flags = JobFlags(fleets=tuple(fleet or ()), **overrides)
+    return [load_job(path, profile=profile, flags=flags) for path in files]

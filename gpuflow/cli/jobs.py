@@ -48,19 +48,18 @@ async def apply(
     output (node 0)."""
     from gpuflow.cli.follow import follow_jobs
     from gpuflow.cli.plan import plan_jobs, print_plans
-    from gpuflow.specs.flags import JobFlags
-    from gpuflow.specs.load import load_job
 
-    flags = JobFlags(
+    specs = common.load_jobs(
+        files,
+        profile=profile,
+        fleet=fleet,
         gpu=gpu,
-        fleets=tuple(fleet or ()),
         max_duration=max_duration,
         min_gpu_utilization=min_gpu_utilization,
         time_window=time_window,
         queue=queue,
         priority=priority,
     )
-    specs = [load_job(path, profile=profile, flags=flags) for path in files]
     client = await common.open_client()
     try:
         with common.console.status(f"planning {len(specs)} job(s)…"), common.named_file(files):
@@ -340,17 +339,16 @@ async def offers(
     fit with their scores, and why the others do not (grouped by reason on big fleets). The
     flags are apply's, so a job can be dry-run as it would be submitted."""
     from gpuflow.cli.plan import print_offers
-    from gpuflow.specs.flags import JobFlags
-    from gpuflow.specs.load import load_job
 
-    flags = JobFlags(
+    (spec,) = common.load_jobs(
+        [file],
+        profile=profile,
+        fleet=fleet,
         gpu=gpu,
-        fleets=tuple(fleet or ()),
         max_duration=max_duration,
         queue=queue,
         priority=priority,
     )
-    spec = load_job(file, profile=profile, flags=flags)
     client = await common.open_client()
     try:
         with common.console.status("reading the fleets…"), common.named_file([file]):

@@ -46,8 +46,6 @@ async def schedule_create(
     Cron times are UTC."""
     from gpuflow.client.cron import check_cron
     from gpuflow.client.schedules import check_every, check_schedule_id, run_id_prefix
-    from gpuflow.specs.flags import JobFlags
-    from gpuflow.specs.load import load_job
     from gpuflow.specs.units import parse_duration
 
     # Checked here, so that their errors name the flag, not the job file.
@@ -63,14 +61,15 @@ async def schedule_create(
         check_every(every_s, name="--every")
     if schedule_id is not None:
         check_schedule_id(schedule_id, name="--id")
-    flags = JobFlags(
+    (spec,) = common.load_jobs(
+        [file],
+        profile=profile,
+        fleet=fleet,
         gpu=gpu,
-        fleets=tuple(fleet or ()),
         max_duration=max_duration,
         queue=queue,
         priority=priority,
     )
-    spec = load_job(file, profile=profile, flags=flags)
     client = await common.open_client()
     try:
         with common.named_file([file]):
