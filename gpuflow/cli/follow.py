@@ -12,7 +12,7 @@ from rich.text import Text
 
 from gpuflow.cli.follow_logs import JobOutput
 from gpuflow.cli.render import STATUS_STYLE, Column, fitted_table, status_text
-from gpuflow.client.core import workflow_running
+from gpuflow.client.logs import RETRY_GRACE_S, workflow_running
 from gpuflow.errors import GpuflowError
 from gpuflow.status import JobStatus
 
@@ -45,10 +45,10 @@ async def _endings(client: Any, job_id: str) -> list[Any]:
 ENDINGS_READ = 100
 """Recorded statuses read to find the endings a poll missed (a few per attempt)."""
 
-FINAL_OPEN_S = 30.0
+FINAL_OPEN_S = RETRY_GRACE_S
 """How long a job whose row reads final is still followed while its workflow runs on: a job
 that retries records its next attempt within moments; a workflow that stays open longer (its
-control worker gone before it closed) is not waited for without end."""
+control worker gone before it closed) is not waited for without end (as `logs -f`)."""
 
 
 async def follow_jobs(

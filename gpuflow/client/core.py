@@ -26,7 +26,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from gpuflow.client.api import Api, TemporalApi, named
 from gpuflow.client.control_plane import ControlPlaneCalls
-from gpuflow.client.logs import LogCalls
+from gpuflow.client.logs import LogCalls, workflow_running
 from gpuflow.client.models import (
     JobDescription,
     JobEvents,
@@ -76,16 +76,6 @@ async def _closes(handle: Any, within_s: float) -> bool:
     except RPCError as exc:
         return exc.status == RPCStatusCode.NOT_FOUND
     return True
-
-
-async def workflow_running(handle: Any) -> bool:
-    """Whether the workflow still runs: a job's row reads final from the moment an attempt
-    ended, also when the workflow goes on to retry it (`retry`)."""
-    try:
-        described = await handle.describe()
-    except RPCError:
-        return False
-    return bool(described.status == WorkflowExecutionStatus.RUNNING)
 
 
 class Client(ControlPlaneCalls, QueueCalls, ScheduleCalls, LogCalls):

@@ -32,6 +32,16 @@ LOG_WAIT_S = 5.0
 """How long a followed log read waits on the host for new output before answering empty."""
 
 
+async def workflow_running(handle: Any) -> bool:
+    """Whether the workflow still runs: a job's row reads final from the moment an attempt
+    ended, also when the workflow goes on to retry it (`retry`)."""
+    try:
+        described = await handle.describe()
+    except RPCError:
+        return False
+    return bool(described.status == WorkflowExecutionStatus.RUNNING)
+
+
 async def _read_log(reader: LogReader, name: str, queue: str, request: LogsInput) -> LogChunk:
     """One read of a node's log through the call's log reader; a failure said as gpuflow's."""
     try:
@@ -150,11 +160,7 @@ class LogCalls:
         most RETRY_GRACE_S (a workflow whose control worker is gone is not waited for)."""
         if asyncio.get_running_loop().time() - ended_at > RETRY_GRACE_S:
             return False
-        try:
-            described = await self.temporal.get_workflow_handle(job_id).describe()
-        except RPCError:
-            return False
-        return described.status == WorkflowExecutionStatus.RUNNING
+        return await workflow_running(self.temporal.get_workflow_handle(job_id))
 
     async def _earlier_logs(
         self, info: JobInfo, rank: int, attempt: int, *, offset: int = 0
