@@ -12,7 +12,7 @@ from rich.text import Text
 
 from gpuflow.cli import common
 from gpuflow.cli.common import run
-from gpuflow.cli.render import STATUS_STYLE, Cell, Column, ago, fitted_table, status_text
+from gpuflow.cli.render import Cell, Column, ago, fitted_table, recorded_status, status_text
 from gpuflow.cli.waiting import (
     line_positions,
     queue_reason_text,
@@ -115,7 +115,7 @@ def _reasons(info: Any) -> list[str]:
 def _events_table(events: list[Any], *, width: int) -> Table:
     columns = [Column("TIME"), Column("STATUS"), Column("MESSAGE", wrap=True)]
     rows: list[list[Cell]] = [
-        [_when(event.at), _status(event.status), _short(event.message)] for event in events
+        [_when(event.at), recorded_status(event.status), _short(event.message)] for event in events
     ]
     return fitted_table(columns, rows, width=width)
 
@@ -126,11 +126,6 @@ def _short(message: str) -> str:
     if len(reasons) < 2:
         return message
     return f"{capacity_prefix(message)}{short_reasons('; '.join(reasons))}"
-
-
-def _status(value: str) -> Text:
-    known = {status.value: status for status in JobStatus}.get(value)
-    return Text(value, style=STATUS_STYLE.get(known, "") if known else "")
 
 
 def _when(moment: datetime) -> str:

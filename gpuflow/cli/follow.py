@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuflow.cli.follow_logs import JobOutput
-from gpuflow.cli.render import STATUS_STYLE, Column, fitted_table, status_text
+from gpuflow.cli.render import Column, fitted_table, recorded_status, status_text
 from gpuflow.client.logs import RETRY_GRACE_S, workflow_running
 from gpuflow.errors import GpuflowError
 from gpuflow.status import JobStatus
@@ -111,7 +111,7 @@ async def follow_jobs(
                         live.console.print(
                             Text.assemble(
                                 (f"{info.name}: ", "bold"),
-                                Text(event.status, style=STATUS_STYLE.get(event.status, "")),
+                                recorded_status(event.status),
                                 f"  {event.message}" if event.message else "",
                             )
                         )

@@ -71,6 +71,12 @@ def until(moment: datetime, *, now: datetime | None = None) -> str:
     return f"in {short_duration(seconds)}" if seconds >= 1 else "now"
 
 
+def recorded_status(value: str) -> Text:
+    """A status as a job's events record it (text), styled as `status_text` styles it."""
+    known = {status.value: status for status in JobStatus}.get(value)
+    return Text(value, style=STATUS_STYLE.get(known, "") if known else "")
+
+
 def status_text(status: JobStatus, reason: str | None = None) -> Text:
     label = status.value
     if reason and status.is_final and reason != "done":
