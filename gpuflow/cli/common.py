@@ -7,11 +7,12 @@ import asyncio
 import contextlib
 import functools
 import json
+import re
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeVar, cast
 
 import typer
 from rich.console import Console
@@ -23,8 +24,40 @@ from gpuflow.errors import ConnectionFailed, GpuflowError, SpecError
 if TYPE_CHECKING:
     from gpuflow.specs.job import JobSpec
 
-console = Console()
-err = Console(stderr=True)
+_PADDING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)(?=\n)")
+"""Spaces that end a line, before the style codes that may close it."""
+
+
+class _Trimmed:
+    """A stream with no line ending in spaces: Rich pads every line of a table and its
+    caption to the table's width, and leaves the space a line was wrapped at, so each line
+    piped to a file, grepped or copied out of a terminal ended in spaces. On a terminal the
+    output looks the same."""
+
+    def __init__(self, stream: Callable[[], TextIO]) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream().write(_PADDING.sub(r"\1", text))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream(), name)
+
+
+def new_console(
+    *, stderr: bool = False, width: int | None = None, file: TextIO | None = None
+) -> Console:
+    """A console of the CLI's, on `file` or else stdout or stderr, whichever is current when it
+    writes (tests swap them); its lines end at their last character."""
+
+    def stream() -> TextIO:
+        return file or (sys.stderr if stderr else sys.stdout)
+
+    return Console(file=cast(TextIO, _Trimmed(stream)), width=width)
+
+
+console = new_console()
+err = new_console(stderr=True)
 T = TypeVar("T")
 
 

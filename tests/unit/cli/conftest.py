@@ -12,7 +12,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from gpuflow.cli import common, main
@@ -244,8 +243,8 @@ def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Cli]:
     monkeypatch.setenv("COLUMNS", str(WIDTH))
     monkeypatch.delenv("GPUFLOW_TEMPORAL_ADDRESS", raising=False)
     # The module's consoles read the width when they are made: make them at 80 columns.
-    monkeypatch.setattr(common, "console", Console(width=WIDTH))
-    monkeypatch.setattr(common, "err", Console(stderr=True, width=WIDTH))
+    monkeypatch.setattr(common, "console", common.new_console(width=WIDTH))
+    monkeypatch.setattr(common, "err", common.new_console(stderr=True, width=WIDTH))
     url = f"sqlite:///{tmp_path / 'gpuflow.db'}"
     store = Store(url).init()
     temporal = FakeTemporal(store)
@@ -261,11 +260,13 @@ def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Cli]:
     store.dispose()
 
 
-def lines_fit(output: str, width: int = WIDTH) -> list[str]:
+def lines_fit(output: str, width: int = WIDTH, *, help_text: bool = False) -> list[str]:
     lines = output.splitlines()
     too_wide = [line for line in lines if len(line) > width]
     assert not too_wide, f"lines wider than {width}:\n" + "\n".join(too_wide)
     assert "…" not in output, output
+    padded = [line for line in lines if line != line.rstrip() and not help_text]
+    assert not padded, "lines ending in spaces (Rich pads tables):\n" + "\n".join(padded)
     return lines
 
 

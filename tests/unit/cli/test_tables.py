@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import io
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from rich.console import Console
-
+from gpuflow.cli import common
 from gpuflow.cli.render import metrics_table, schedules_table, short_duration
 from gpuflow.status import JobStatus
 from gpuflow.utilization import UtilizationState
@@ -34,9 +35,9 @@ hosts:
 
 
 def _rendered(renderable: object, *, width: int = WIDTH) -> str:
-    console = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
-    console.print(renderable)
-    return console.export_text()
+    out = io.StringIO()
+    common.new_console(width=width, file=out).print(renderable)
+    return out.getvalue()
 
 
 def test_ps_fits_80_columns_and_says_why_jobs_wait(cli: Cli) -> None:
@@ -194,7 +195,7 @@ def test_help_reads_a_wrapped_docstring_as_one_paragraph(cli: Cli) -> None:
     """A command's docstring is wrapped at 100 columns in the source; help rewraps it to the
     terminal instead of keeping the source's line breaks mid-sentence."""
     out = cli("--help")
-    lines_fit(out)
+    lines_fit(out, help_text=True)
     assert any("are stopped first (asked, or -y)" in line for line in out.splitlines())
     assert any("job processes on this host" in line for line in out.splitlines())
 
@@ -353,3 +354,23 @@ def test_a_table_says_which_columns_it_left_out_to_fit() -> None:
     text = _rendered(fitted_table(columns, [row], width=WIDTH))
     assert text.splitlines()[-1].strip() == "(MEMORY left out to fit; --json has every field)"
     assert "left out" not in _rendered(fitted_table(columns, [row], width=200))
+
+
+def test_no_line_ends_in_spaces_on_a_terminal_either(monkeypatch: Any) -> None:
+    """Rich padded each line of a table and its caption to the table's width, and left the
+    space a long line was wrapped at: every line copied or piped ended in spaces. Styled
+    output (a terminal) ends its lines with style codes after the padding."""
+    from gpuflow.cli.render import Column, fitted_table
+
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    columns = [Column("NAME"), Column("WHY", wrap=True), Column("PLATFORM", drop=1)]
+    rows = [["a" * 30, "short", "x" * 30], ["b", "word " * 20, "y"]]
+    out = io.StringIO()
+    console = common.new_console(width=WIDTH, file=out)
+    console.print(fitted_table(columns, rows, width=WIDTH))
+    console.print("a long line of words that wraps at the console's width " * 3)
+    text = out.getvalue()
+    assert "\x1b[" in text and "left out to fit" in text
+    plain = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in text.splitlines()]
+    assert len(plain) > 5
+    assert [line for line in plain if line != line.rstrip()] == []
