@@ -28,7 +28,7 @@ from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 from gpuflow.agent.activities import HostAgent
 from gpuflow.agent.facts import collect_host_facts
 from gpuflow.agent.samplers import NvmlGpuSampler, sampler_for_host
-from gpuflow.config import TemporalConfig, connect_temporal, with_port
+from gpuflow.config import TemporalConfig, cluster_address, connect_temporal
 from gpuflow.errors import GpuflowError, SpecError
 from gpuflow.metrics import MeteredSampler, metrics_address, serve_metrics
 from gpuflow.naming import host_task_queue
@@ -182,7 +182,7 @@ def temporal_config(args: argparse.Namespace) -> TemporalConfig:
     words of the flags."""
     try:
         return TemporalConfig(
-            address=with_port(args.temporal_address.strip()),
+            address=cluster_address(args.temporal_address),
             namespace=args.namespace,
             embedded=False,
             tls=args.tls,

@@ -16,6 +16,7 @@ import pytest
 from gpuflow.agent import main as agent
 from gpuflow.agent.main import parse_args, temporal_config
 from gpuflow.config import TEMPORAL_VARIABLES
+from gpuflow.errors import SpecError
 from gpuflow.ssh import agents as ssh
 from gpuflow.ssh import provisioning
 from gpuflow.ssh.provisioning import AGENT_COMMAND, SshTarget, ensure_ssh_agent
@@ -359,3 +360,12 @@ def test_an_agents_address_without_a_port_uses_temporals() -> None:
         ["--host-id", "f/h", "--temporal-address", "temporal.internal", "--state-dir", "/tmp/s"]
     )
     assert temporal_config(args).address == "temporal.internal:7233"
+
+
+@pytest.mark.parametrize("address", ["http://127.0.0.1:7233", "127.0.0.1:7233/ns", "host:0"])
+def test_an_agents_address_is_host_and_port_never_a_url(address: str) -> None:
+    """A URL passed: the SDK only warned of its scheme, then failed to connect to a target it
+    had mangled (`[http://127.0.0.1:7233]:7233`), an error that named no flag."""
+    args = parse_args(["--host-id", "f/h", "--temporal-address", address, "--state-dir", "/x"])
+    with pytest.raises(SpecError, match="--temporal-address must be HOST"):
+        temporal_config(args)
