@@ -30,6 +30,7 @@ placed by the `random` scorer are always tried: its order of hosts depends on th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 
 from gpuflow.scheduler.admission_jobs import (
@@ -127,8 +128,17 @@ class _Pass(Preempting):
         """`_likeness` of jobs that failed since the pass last changed -> why."""
         self.quota_holds = QuotaHolds(self.quotas)
         """Each queue's first job this pass held on quota, which the later ones wait behind."""
+        self.stopped = ExitStack()
+        """The hosts of the jobs this pass preempts, hidden until the pass ends (`_stopping`)."""
 
     def run(self, waiting: Sequence[Waiting]) -> Decision:
+        with self.stopped:
+            return self._run(waiting)
+
+    def _stopping(self, hosts: frozenset[str]) -> None:
+        self.stopped.enter_context(hidden(self.snapshot, hosts))
+
+    def _run(self, waiting: Sequence[Waiting]) -> Decision:
         pending: dict[str, list[Waiting]] = {}
         for job in sorted(waiting, key=queue_order):
             self.quotas.queue(job.queue)

@@ -25,6 +25,12 @@ class Preempting:
     def _allowed(self, job: Waiting, placement: Placement) -> bool:
         raise NotImplementedError
 
+    def _stopping(self, hosts: frozenset[str]) -> None:
+        """The victims' hosts, nobody else's for the rest of the pass: the victims hold what
+        they free in the database until they have stopped, and their preemptor takes only
+        what it needs of it."""
+        raise NotImplementedError
+
     def _eligible(self, job: Waiting, host: str | None = None) -> list[Running]:
         """Its own queue's preemptible jobs of lower priority; those of another queue of its
         cohort that borrows; and those of any queue using beyond its nominal quota what
@@ -100,6 +106,9 @@ class Preempting:
                 out.remove(victim)
             release_placement(self.snapshot, found)
             if self._quota_after(job, found, out, candidates):
+                self._stopping(
+                    frozenset(node.host_id for victim in out for node in victim.placement.nodes)
+                )
                 for victim in out:
                     del self.live[victim.name], self.preemptible[victim.name]
                     if self.room is not None:

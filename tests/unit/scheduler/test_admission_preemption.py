@@ -144,3 +144,31 @@ def test_quota_is_taken_back_from_the_borrowers_job_on_the_host_that_makes_room(
     )
     assert [p.victim for p in decision.preemptions] == ["r-mid"]
     assert [a.placement.nodes[0].host_name for a in decision.admitted] == ["gpu-1"]
+
+
+def test_what_a_victim_frees_beyond_its_preemptors_need_is_no_other_jobs_while_it_stops() -> None:
+    """`urgent` (4 GPUs) preempts `victim`, which holds all 8 GPUs of the one host. The pass
+    admitted `small` (4 GPUs, later in the queue) on the other 4 GPUs the victim was freeing:
+    committed at once while the victim still ran, so the database held those GPUs twice (the
+    fleet-scale admission benchmark found CPUs held beyond a host's in this way). The victim's
+    host is nobody else's until it has stopped; a later pass gives `small` the rest."""
+    snapshot = fleet(1)
+    queues = [QueueSpec(name="a", gpus=8)]
+    victim = start(snapshot, waiting("victim", 8, preemptible=True))
+    urgent = waiting("urgent", 4, priority=50, at=5)
+    small = waiting("small", 4, priority=10, at=6)
+    decision = admit(
+        queues=queues, running=[victim], waiting=[urgent, small], snapshot=snapshot, now=7
+    )
+    assert [(p.victim, p.for_job) for p in decision.preemptions] == [("victim", "urgent")]
+    assert names(decision) == ["urgent"]
+    assert reasons(decision) == {"small": NO_CAPACITY}
+    # The victim has released: the claimant and `small` both start.
+    after = admit(
+        queues=queues,
+        running=[],
+        waiting=[replace(urgent, claims=True), small],
+        snapshot=fleet(1),
+        now=8,
+    )
+    assert names(after) == ["urgent", "small"]

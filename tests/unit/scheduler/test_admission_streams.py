@@ -252,6 +252,7 @@ def test_streams_keep_order_quota_reservation_and_preemption_rules(
             now=now,
             reserved=reserved,
         )
+        _check_committable(decision, live)
         _check_kept(queues, reserved, decision, live)
         carried = reserved.job if reserved is not None else None
         quota_held = _check_quota_hold(queues, decision, quota_held, carried)
@@ -261,6 +262,18 @@ def test_streams_keep_order_quota_reservation_and_preemption_rules(
         assert [h.position for h in decision.waiting] == list(range(len(pending)))
         seen.update(_kinds(decision))
     event(", ".join(sorted(seen)) or "plain")
+
+
+def _check_committable(decision: Decision, live: dict[str, Running]) -> None:
+    """What the product commits of a pass holds together with what the database holds: the
+    jobs admitted without victims take their allocations at once, while the victims of the
+    pass's preemptions keep theirs until they have stopped (their preemptors wait for it)."""
+    database = fleet(3)
+    for job in live.values():
+        apply_placement(database, job.placement)
+    for admitted in decision.admitted:
+        if not admitted.victims:
+            apply_placement(database, admitted.placement)  # ValueError: held twice
 
 
 def _check_kept(
