@@ -43,12 +43,27 @@ async def apply(
     priority: int | None = typer.Option(
         None, "--priority", help="0..100: higher starts first within its queue."
     ),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="Print JSON, and only that, on stdout (the rest goes to stderr); needs -y, as "
+        "nothing is asked. With -d: the submitted jobs, each with its plan. Else, once they "
+        "end: their records, as ps --json prints them.",
+    ),
 ) -> None:
     """Submit job files, show where they go, and follow them until they end, with their
-    output (node 0)."""
+    output (node 0).
+
+    Exit status: 0 when every job ended done, 1 when one did not (failed, terminated,
+    stopped), 130 on Ctrl-C (the jobs go on); with -d, 0 once they are submitted."""
     from gpuflow.cli.follow import follow_jobs
+    from gpuflow.cli.job_json import job_json, submitted_json
     from gpuflow.cli.plan import plan_jobs, print_plans
 
+    if as_json and not yes:  # the question would be asked on stdout, in the JSON's place
+        raise GpuflowError("--json asks nothing: pass -y with it")
+    # With --json, stdout holds the one JSON document: the plan and the follow go to stderr.
+    out = common.err if as_json else common.console
     specs = common.load_jobs(
         files,
         profile=profile,
@@ -62,9 +77,9 @@ async def apply(
     )
     client = await common.open_client()
     try:
-        with common.console.status(f"planning {len(specs)} job(s)…"), common.named_file(files):
+        with out.status(f"planning {len(specs)} job(s)…"), common.named_file(files):
             plans = await plan_jobs(client, specs)
-        print_plans(common.console, plans)
+        print_plans(out, plans)
         if not yes:
             if not sys.stdin.isatty():
                 raise GpuflowError("no terminal to confirm on: pass -y to submit")
@@ -73,14 +88,14 @@ async def apply(
         jobs = []
         for spec in specs:
             job = await client.submit(spec)
-            common.console.print(f"submitted [bold]{job.name}[/] as [dim]{job.id}[/]")
+            out.print(f"submitted [bold]{job.name}[/] as [dim]{job.id}[/]")
             jobs.append(job)
         if detach:
+            if as_json:
+                common.print_json([submitted_json(*each) for each in zip(jobs, plans, strict=True)])
             return
         try:
-            ok = await follow_jobs(
-                common.console, client, [job.id for job in jobs], output=not no_logs
-            )
+            ok = await follow_jobs(out, client, [job.id for job in jobs], output=not no_logs)
         except (asyncio.CancelledError, KeyboardInterrupt):  # Ctrl-C: the jobs go on
             names = " ".join(job.name for job in jobs)
             common.err.print(
@@ -88,9 +103,12 @@ async def apply(
                 highlight=False,
             )
             raise
+        ended = [await client.get(job.id) for job in jobs] if as_json else []
     finally:
         await client.close()
-    if not ok:
+    if as_json:
+        common.print_json([job_json(job, {}) for job in ended])
+    if not ok:  # after every ending was printed: a script reads how the jobs ended
         raise typer.Exit(1)
 
 
@@ -102,8 +120,9 @@ async def ps(
     queue: str | None = typer.Option(None, "--queue", "-q", help="Only the jobs of this queue."),
 ) -> None:
     """List jobs: where they run, or why they wait and where they stand in line."""
+    from gpuflow.cli.job_json import job_json
     from gpuflow.cli.render import jobs_table
-    from gpuflow.cli.waiting import line_positions, waiting_summary
+    from gpuflow.cli.waiting import line_positions
     from gpuflow.status import JobStatus
 
     client = await common.open_client()
@@ -119,12 +138,7 @@ async def ps(
     jobs = jobs[:limit] if limit else jobs
     if as_json:
         positions = line_positions(jobs)
-        common.print_json(
-            [
-                {**job.model_dump(mode="json"), "waiting": waiting_summary(job, positions)}
-                for job in jobs
-            ]
-        )
+        common.print_json([job_json(job, positions) for job in jobs])
     elif not jobs:
         where = f" in queue {queue}" if queue is not None else ""
         common.console.print(

@@ -144,6 +144,18 @@ async def test_cli_round_trip(dev_env: WorkflowEnvironment, tmp_path: Path) -> N
         text = await _gpuflow(env, "stop", "no-such-job", ok=False)
         assert "error: no job named 'no-such-job'" in text
 
+        # A script's `gpuflow apply -y -f job.yaml && next-step` stops at a job that failed.
+        (tmp_path / "crash.yaml").write_text(
+            f"name: crash\nfleets: [{fleet}]\nresources: {{gpu: A100:1}}\ncommands: ['exit 3']\n"
+        )
+        code, out, said = await _gpuflow_streams(
+            env, "apply", "-y", "--json", "-f", str(tmp_path / "crash.yaml")
+        )
+        assert code == 1, said
+        (crash,) = json.loads(out)
+        assert (crash["name"], crash["status"]) == ("crash", "failed"), said
+        assert "crash: failed" in said
+
         # Secrets go to the control plane sealed: its secrets file has the value, no Temporal
         # history does, and the CLI's machine keeps nothing.
         value = f"hf_{uuid.uuid4().hex}"
@@ -159,6 +171,22 @@ async def test_cli_round_trip(dev_env: WorkflowEnvironment, tmp_path: Path) -> N
         await _gpuflow(env, "secret", "delete", "hf_token")
         assert json.loads(await _gpuflow(env, "secret", "list", "--json")) == []
     store.dispose()
+
+
+async def _gpuflow_streams(env: dict[str, str], *args: str) -> tuple[int, str, str]:
+    """The command's exit status, stdout and stderr, apart: it may fail."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gpuflow",
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
 
 
 async def _gpuflow_stdin(env: dict[str, str], stdin: str, *args: str, ok: bool = True) -> str:
