@@ -21,6 +21,14 @@ server of `--postgresql URL`, dropped at the end):
   the reservation from pass to pass as the loop does; then the queue is topped up to W again
   (submissions, not timed: the loop coalesces their wakes into the next pass). One untimed
   pass first, so every W starts from a queue that a pass has seen.
+- `--reclaim`: the fleet's GPUs split between two queues of one cohort, `lender` and
+  `borrower`, half each (`gpus: N`, a total). The fill goes to `borrower` as preemptible jobs of
+  priority 0, so it borrows all it holds beyond its half; the waiting jobs go to `lender`,
+  within its own quota, so each blocked one may preempt the borrower's jobs to take its quota
+  back (scheduler/preemption.py: the fewest victims of what the borrower borrows, then, when
+  those make no room where the job fits, the same among one host's jobs at a time). Passes
+  then preempt, and the figures are the cost of deciding whom; the victims stop (their
+  `release_job`, untimed) before the next pass, which admits the jobs they were stopped for.
 - Stages, timed by wrapping the functions the pass calls (in this process, during timed passes
   only): `entries` (the queue entries, the queues, the waiting jobs' specs), `placements` (the
   running jobs with what each holds), `snapshot` (the warm fleet state caught up), `decide`
@@ -35,6 +43,7 @@ server of `--postgresql URL`, dropped at the end):
 
     python benchmarks/admission_scale.py --json out.json
     python benchmarks/admission_scale.py --db sqlite --waiting 10,100 --hosts 300 --passes 10
+    python benchmarks/admission_scale.py --db sqlite --waiting 10,100 --reclaim
 """
 
 from __future__ import annotations
@@ -74,7 +83,9 @@ from gpuflow.control.activities import ControlActivities  # noqa: E402
 from gpuflow.control.admission import AdmissionActivities, enter_at_submit  # noqa: E402
 from gpuflow.payloads import DATA_CONVERTER  # noqa: E402
 from gpuflow.services.fleets import apply_fleet  # noqa: E402
+from gpuflow.services.queues import apply_queue  # noqa: E402
 from gpuflow.specs import JobSpec  # noqa: E402
+from gpuflow.specs.queue import QueueSpec  # noqa: E402
 from gpuflow.status import JobStatus, TerminationReason  # noqa: E402
 from gpuflow.store.db import Store  # noqa: E402
 from gpuflow.workflows.models import ReleaseInput  # noqa: E402
@@ -97,6 +108,7 @@ STAGES: dict[str, list[tuple[Any, str]]] = {
 """Stage -> the functions whose time it is (those the code at hand has). `reservation` is part
 of `decide`; `pass` is all of `run_pass_in` (the activity's time beyond it is `transaction`)."""
 WAITING_RETRY = {"on_events": ["no-capacity"], "duration": "1h"}
+RECLAIMABLE = {"queue": "borrower", "preemptible": True, "priority": 0}
 
 
 class Stages:
@@ -134,8 +146,10 @@ class Stages:
 class Bench:
     """One database: the fleet, its running jobs and its queue, driven as the product is."""
 
-    def __init__(self, store: Store, pods: list[Pod], capacity: int, seed: int) -> None:
-        self.store, self.pods, self.capacity = store, pods, capacity
+    def __init__(
+        self, store: Store, pods: list[Pod], capacity: int, seed: int, *, reclaim: bool
+    ) -> None:
+        self.store, self.pods, self.capacity, self.reclaim = store, pods, capacity, reclaim
         self.more = False
         """The last pass left admissions or words for the next."""
         self.largest = 0
@@ -150,6 +164,9 @@ class Bench:
         self.asks: dict[str, tuple[int, JobSpec]] = {}
         self.waiting: set[str] = set()
         self.submitted = 0
+        self.preempted = 0
+        self.stopping: set[str] = set()
+        """Jobs preempted and not yet stopped."""
 
     @property
     def held_pct(self) -> float:
@@ -157,8 +174,11 @@ class Bench:
 
     def submit(self, pod: Pod, *, may_wait: bool) -> None:
         job = job_of(pod)
-        if may_wait:
-            job = JobSpec.model_validate({**job.model_dump(mode="json"), "retry": WAITING_RETRY})
+        extra: dict[str, Any] = {"retry": WAITING_RETRY} if may_wait else {}
+        if self.reclaim:
+            extra |= {"queue": "lender"} if may_wait else RECLAIMABLE
+        if extra:
+            job = JobSpec.model_validate({**job.model_dump(mode="json"), **extra})
         job_id = f"job-{self.submitted}"
         self.submitted += 1
         self.asks[job_id] = (pod.gpu_milli_total, job)
@@ -179,7 +199,7 @@ class Bench:
             self.submit(self.pods[self.rng.randrange(len(self.pods))], may_wait=True)
 
     async def release_one(self) -> None:
-        job_id = self.rng.choice(sorted(self.running))
+        job_id = self.rng.choice(sorted(set(self.running) - self.stopping))
         record = record_of(
             job_id, self.asks[job_id][1], JobStatus.DONE, reason=TerminationReason.DONE
         )
@@ -198,8 +218,23 @@ class Bench:
         for refused in result.refused:
             self.waiting.discard(refused.job_id)
         for victim in result.preempted:
-            self.running.pop(victim.job_id, None)
+            if victim.job_id in self.running:
+                self.stopping.add(victim.job_id)
+            self.preempted += 1
         return len(result.admitted)
+
+    async def stop_victims(self) -> None:
+        """The preempted jobs stop, as their workflows would, and release what they held."""
+        for job_id in sorted(self.stopping):
+            record = record_of(
+                job_id,
+                self.asks[job_id][1],
+                JobStatus.TERMINATED,
+                reason=TerminationReason.PREEMPTED,
+            )
+            await self.control.release_job(ReleaseInput(job_id=job_id, record=record))
+            del self.running[job_id]
+        self.stopping.clear()
 
     async def passes(self, waiting: int, count: int, stages: Stages) -> dict[str, Any]:
         self.top_up(waiting)
@@ -207,11 +242,13 @@ class Bench:
         await self.admission_pass()
         while self.more:  # as the loop does: a pass that left some is followed at once
             await self.admission_pass()
+        await self.stop_victims()
         self.top_up(waiting)
         at_start = {"running": len(self.running), "held_pct": round(self.held_pct, 2)}
         took: list[float] = []
         spent: list[dict[str, float]] = []
         admitted = 0
+        preempted = self.preempted
         for _ in range(count):
             await self.release_one()
             with stages.measuring() as stage_s:
@@ -219,6 +256,7 @@ class Bench:
                 admitted += await self.admission_pass()
                 took.append(time.perf_counter() - begun)
             spent.append({**stage_s, "transaction": took[-1] - stage_s["pass"]})
+            await self.stop_victims()  # before the next pass, which admits their preemptors
             self.top_up(waiting)
         ordered = sorted(took)
         names = [stage for stage in STAGES if stage != "pass"] + ["transaction"]
@@ -230,6 +268,7 @@ class Bench:
             "p99_ms": ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))] * 1000,
             "passes_per_s": count / sum(took),
             "admitted_per_pass": admitted / count,
+            "preempted_per_pass": (self.preempted - preempted) / count,
             "largest_result_kb": self.largest / 1024,
             "stages_ms": {
                 name: statistics.fmean(s.get(name, 0.0) for s in spent) * 1000 for name in names
@@ -241,7 +280,11 @@ def one_database(url: str, args: Any, stages: Stages) -> dict[str, Any]:
     store = Store(url).init()
     try:
         apply_fleet(store, args.spec)
-        bench = Bench(store, args.pods, args.capacity, args.seed)
+        if args.reclaim:
+            half = args.capacity // 2000
+            for name in ("lender", "borrower"):
+                apply_queue(store, QueueSpec(name=name, gpus=half, cohort="bench"))
+        bench = Bench(store, args.pods, args.capacity, args.seed, reclaim=args.reclaim)
         begun = time.perf_counter()
         bench.fill(args.sequence, args.fill * 100)
         result: dict[str, Any] = {
@@ -268,7 +311,8 @@ def _print(r: dict[str, Any]) -> None:
     print(
         f"  W={r['waiting']}: {r['running']} running ({r['held_pct']:.1f}% GPUs), pass p50 "
         f"{r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, {r['passes_per_s']:.1f} passes/s, "
-        f"{r['admitted_per_pass']:.2f} admitted/pass, largest result "
+        f"{r['admitted_per_pass']:.2f} admitted/pass, {r['preempted_per_pass']:.2f} "
+        f"preempted/pass, largest result "
         f"{r['largest_result_kb']:,.0f} KB; ms: {stages}",
         flush=True,
     )
@@ -283,6 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fill", type=float, default=0.95, help="share of GPUs held first")
     parser.add_argument("--hosts", type=int, default=None, help="the first N openb nodes")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--reclaim", action="store_true", help="the waiting jobs take quota back by preemption"
+    )
     parser.add_argument("--trace-dir", type=Path, default=None)
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)
