@@ -28,7 +28,7 @@ class Preempting:
     def _stopping(self, hosts: frozenset[str]) -> None:
         """The victims' hosts, nobody else's for the rest of the pass: the victims hold what
         they free in the database until they have stopped, and their preemptor takes only
-        what it needs of it."""
+        what it needs of it (the next pass admits it once they have)."""
         raise NotImplementedError
 
     def _eligible(self, job: Waiting, host: str | None = None) -> list[Running]:
@@ -106,10 +106,15 @@ class Preempting:
                 out.remove(victim)
             release_placement(self.snapshot, found)
             if self._quota_after(job, found, out, candidates):
+                # Until they have stopped, the victims hold what they free (the job waits
+                # for them): their hosts and their queues' quota are no other job's this pass.
                 self._stopping(
                     frozenset(node.host_id for victim in out for node in victim.placement.nodes)
                 )
                 for victim in out:
+                    self.quotas.add(
+                        victim.queue, self.quotas.demand(victim.queue, victim.placement)
+                    )
                     del self.live[victim.name], self.preemptible[victim.name]
                     if self.room is not None:
                         self.room.give_back(victim.name, victim.placement)
