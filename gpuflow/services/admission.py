@@ -318,10 +318,13 @@ def _hold(
         position = places.setdefault(entry.queue, 0)  # its place among its queue's waiting
         places[entry.queue] = position + 1
         item = Held(item.job, item.reason, position)
+        if _claim_stands(entry.reason, live):
+            # Its victims are stopping: it keeps its claim, and a job that may not wait is not
+            # refused for the room they still hold (it was stopped for it).
+            outcome.waiting += 1
+            continue
         if entry.may_wait:
             outcome.waiting += 1
-            if _claim_stands(entry.reason, live):
-                continue  # its victims are stopping: it keeps its claim
             if entry.reason != item.reason or entry.job_id not in worded:
                 # Newly held, or held for another reason: say why in words, once.
                 if _told_enough(outcome):

@@ -366,3 +366,29 @@ def test_a_deleted_queue_refuses_the_attempts_that_still_name_it(store: Store) -
     ]
     assert verdict.unknown_queue  # not a lack of capacity: the job ends start_failed
     assert _entry(store, "late") is None
+
+
+def test_a_preemptor_that_may_not_wait_keeps_its_claim_while_its_victim_stops(
+    store: Store,
+) -> None:
+    """`boss` may not wait (no retry on no-capacity) and preempts `victim`. While the victim
+    stopped, a pass in which another queue's job came first and reserved the host found no
+    room for `boss` and refused it: the victim was stopped for nothing, and its GPUs went to
+    others (found by QA on the embedded stack). A claim that stands is never refused."""
+    _fleet(store, gpus=2)
+    apply_queue(store, QueueSpec(name="team", gpus=2))
+    apply_queue(store, QueueSpec(name="aaa", gpus=2))
+    two = {"queue": "team", "resources": {"gpu": "A100:2"}}
+    assert _enqueue(store, "victim", 0, preemptible=True, **two).placement is not None
+    boss = _enqueue(store, "boss", 1, may_wait=False, priority=100, **two)
+    assert boss.reason == "preempting:job-victim"
+    assert _enqueue(store, "other", 2, queue="aaa").placement is None
+    with store.placement_transaction() as session:  # the victim is still stopping
+        outcome = run_pass_in(session, reservation=None)
+    assert outcome.refused == []
+    entry = _entry(store, "boss")
+    assert entry is not None and (entry.state, entry.reason) == ("waiting", "preempting:job-victim")
+    _release(store, "victim")
+    with store.placement_transaction() as session:
+        outcome = run_pass_in(session, reservation=None)
+    assert [a.job_id for a in outcome.admitted] == ["job-boss"]
