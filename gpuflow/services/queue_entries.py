@@ -19,6 +19,7 @@ from gpuflow.scheduler.model import Placement, Unschedulable
 from gpuflow.services.admission import run_pass_in, snapshot_in, told
 from gpuflow.services.capacity import held_allocation, placement_of
 from gpuflow.services.jobs import record_status_in
+from gpuflow.services.queue_usage import admitted, quotas_now
 from gpuflow.services.queues import queues_in
 from gpuflow.services.verdicts import (
     ADMITTED,
@@ -226,9 +227,12 @@ def _decided_alone(
     reservations with: admitted on the first of its options that fits, whatever else runs;
     or, when none fits, it may not wait and nothing of its queue could be preempted for it,
     refused with the per-host reasons. None when the full pass must decide."""
-    queue = next((q for q in queues_in(session) if q.name == entry.queue), None)
-    if not decided_alone(queue):
+    queues = queues_in(session)
+    queue = next((q for q in queues if q.name == entry.queue), None)
+    if queue is None:
         return None
+    if not decided_alone(queue):
+        return _admitted_within_quota(session, entry, spec, queues) if warm else None
     snapshot = snapshot_in(session, warm)
     tries: list[tuple[JobSpec, Placement | Unschedulable]] = []
     for option in spec.resource_options():
@@ -242,6 +246,28 @@ def _decided_alone(
     reasons = no_fit_lines(tries)
     refuse_in(session, entry, NO_CAPACITY, reasons)
     return QueueVerdict(refused=reasons)
+
+
+def _admitted_within_quota(
+    session: Session, entry: QueueEntryRow, spec: JobSpec, queues: list[QueueSpec]
+) -> QueueVerdict | None:
+    """What a pass over one waiting job of a queue with a quota limit or a cohort decides when
+    the first of its options that fits is within its queue's quota: admitted there (a pass
+    takes a lone job's first fit when its quota allows it). None when the full pass must
+    decide: nothing fits (preemption, a reservation, a refusal), or the quota holds it."""
+    snapshot = snapshot_in(session, warm=True)
+    for option in spec.resource_options():
+        found = place(option, snapshot)
+        if isinstance(found, Placement):
+            break
+    else:
+        return None
+    quotas, counted_at = quotas_now(session, queues)
+    if not quotas.allows(entry.queue, quotas.demand(entry.queue, found)):
+        return None
+    admit_placement_in(session, entry, found, datetime.now(UTC))
+    admitted(session, queues, counted_at, entry.queue, found)
+    return QueueVerdict(placement=found)
 
 
 def victims_possible(session: Session, queue: str, priority: int) -> bool:
