@@ -395,7 +395,7 @@ class JobWorkflow(JobPhases):
     def _interruption(self) -> Ending:
         if self._stop_requested:
             return Ending(TerminationReason.STOPPED_BY_USER, "stopped by the user")
-        return Ending(TerminationReason.PREEMPTED, f"preempted for job {self._preempted_for}")
+        return Ending(TerminationReason.PREEMPTED, f"preempted for {self._preempted_for}")
 
 
 def _unexpected(error: Exception) -> bool:

@@ -197,9 +197,9 @@ async def test_a_queue_takes_its_quota_back_from_the_latest_preemptible_borrower
         JobStatus.TERMINATED,
         TerminationReason.PREEMPTED,
     )
-    assert late_result.message == f"preempted for job {owner.id}"
+    assert late_result.message == f"preempted for {owner.id}"
     assert any(
-        e.kind == "terminated" and f"preempted for job {owner.id}" in e.message
+        e.kind == "terminated" and f"preempted for {owner.id}" in e.message
         for e in job_events(sqlite_store, late.id)
     )
     assert [(r.status, r.attempts) for r in (early_result, owner_result)] == [

@@ -256,7 +256,7 @@ async def test_a_preemptible_job_is_stopped_for_a_higher_priority_one_and_requeu
     ]
     assert (victim.id, 1, 0) in {(s.job_id, s.attempt, s.rank) for s in hosts.stopped}
     assert any(
-        e.kind == "terminated" and f"preempted for job {boss.id}" in e.message
+        e.kind == "terminated" and f"preempted for {boss.id}" in e.message
         for e in job_events(sqlite_store, victim.id)
     )
     await _replayer().replay_workflow(history)

@@ -114,7 +114,7 @@ def test_an_attempt_that_ended_between_two_polls_is_shown_as_recorded(monkeypatc
         events=[
             (0, "pending", "waiting in queue default"),
             (0, "running", "running on 1 node(s)"),
-            (1, "terminated", "preempted for job job-high-1"),
+            (1, "terminated", "preempted for job-high-1"),
             (1, "pending", "attempt 2: waiting in queue default"),
             (2, "running", "running on 1 node(s)"),
             (2, "failed", "node 0 exited with code 3"),
@@ -125,7 +125,7 @@ def test_an_attempt_that_ended_between_two_polls_is_shown_as_recorded(monkeypatc
     console = Console(width=80, record=True, force_terminal=False)
     asyncio.run(follow.follow_jobs(console, _Client(job), ["job-train"]))
     lines = [" ".join(line.split()) for line in console.export_text().splitlines()]
-    preempted = lines.index("train: terminated preempted for job job-high-1")
+    preempted = lines.index("train: terminated preempted for job-high-1")
     failed = lines.index("train: failed node 0 exited with code 3")
     assert lines.index("train: running") < preempted < failed < lines.index("train: done")
 
