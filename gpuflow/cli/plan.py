@@ -210,6 +210,8 @@ def print_offers(console: Console, offers: Any, *, spec: JobSpec) -> None:
         _more_fit(console, offers)
         if offers.placement is not None:
             _goes_to(console, offers, spec=spec)
+    elif offers.preempts:  # room is there once its victims stop: not "nothing fits"
+        console.print("[yellow]nothing fits now[/]")
     else:
         console.print("[bold red]nothing fits[/]")
     if offers.preempts and offers.placement is None:
@@ -228,7 +230,7 @@ def print_offers(console: Console, offers: Any, *, spec: JobSpec) -> None:
     if offers.rejections:
         grouped = offers.rejections_total
         console.print(
-            "[bold]does not fit[/]"
+            ("[bold]does not fit now[/]" if offers.preempts else "[bold]does not fit[/]")
             + (f" ({grouped:,} hosts, grouped by reason)" if grouped is not None else "")
         )
         for rejection in offers.rejections:

@@ -500,6 +500,7 @@ def test_apply_plan_says_which_running_jobs_admission_would_preempt(cli: Cli) ->
     # The dry run says the same (it said `goes to` a host, and nothing of the preemption).
     text = " ".join(cli("offers", "-f", cli.tmp_path / "high.yaml").split())
     assert f"admission would preempt {low_id} (preemptible) to start it on box" in text
+    assert text.startswith("nothing fits now ") and "does not fit now" in text  # not "nothing"
     offered = json.loads(cli("offers", "-f", cli.tmp_path / "high.yaml", "--json"))
     assert offered["preempts"] == [low_id] and offered["starts"]["nodes"][0]["host_name"] == "box"
     # A job of the same priority preempts nothing: the plan says it waits.
