@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import uuid
+from asyncio.subprocess import Process
 from pathlib import Path
 
 import pytest
@@ -22,16 +23,20 @@ from gpuflow.workflows.api import API_WORKFLOW_ID
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="session")]
 
 
-async def _gpuflow(env: dict[str, str], *args: str, ok: bool = True) -> str:
-    process = await asyncio.create_subprocess_exec(
+async def _spawn(env: dict[str, str], args: tuple[str, ...], stderr: int) -> Process:
+    return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "gpuflow",
         *args,
         env=env,
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
+        stderr=stderr,
     )
+
+
+async def _gpuflow(env: dict[str, str], *args: str, ok: bool = True) -> str:
+    process = await _spawn(env, args, asyncio.subprocess.STDOUT)
     try:
         out, _ = await asyncio.wait_for(process.communicate(), 120)
     except TimeoutError:
@@ -175,15 +180,7 @@ async def test_cli_round_trip(dev_env: WorkflowEnvironment, tmp_path: Path) -> N
 
 async def _gpuflow_streams(env: dict[str, str], *args: str) -> tuple[int, str, str]:
     """The command's exit status, stdout and stderr, apart: it may fail."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gpuflow",
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    process = await _spawn(env, args, asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
