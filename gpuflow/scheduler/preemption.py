@@ -31,18 +31,13 @@ class Preempting:
         what it needs of it (the next pass admits it once they have)."""
         raise NotImplementedError
 
-    def _eligible(self, job: Waiting, host: str | None = None) -> list[Running]:
+    def _eligible(self, job: Waiting) -> list[Running]:
         """Its own queue's preemptible jobs of lower priority; those of another queue of its
         cohort that borrows; and those of any queue using beyond its nominal quota what
         nothing lends it now (`Quotas.over`: a quota lowered under it, or its cohort left),
-        which is nobody's to keep; in victim order; only those with a node on `host` when
-        given."""
+        which is nobody's to keep; in victim order."""
         cohort = set(self.quotas.cohort(job.queue)) - {job.queue}
-        live = [
-            r
-            for r in self.preemptible.values()
-            if host is None or any(node.host_id == host for node in r.placement.nodes)
-        ]
+        live = list(self.preemptible.values())
         same = [r for r in live if r.queue == job.queue and r.priority < job.priority]
         others = [
             r
@@ -68,8 +63,13 @@ class Preempting:
             return found
         cut = [victim for victim in eligible if victim not in kept]
         hosts = dict.fromkeys(node.host_id for victim in cut for node in victim.placement.nodes)
+        on_host: dict[str, list[Running]] = {host: [] for host in hosts}
+        for victim in eligible:  # each host's in victim order
+            for host in dict.fromkeys(node.host_id for node in victim.placement.nodes):
+                if host in on_host:
+                    on_host[host].append(victim)
         for host in hosts:
-            local = self.quotas.reclaimable(self._eligible(job, host), job.queue)
+            local = self.quotas.reclaimable(on_host[host], job.queue)
             found = self._preempt_among(job, local)
             if found is not None:
                 return found
