@@ -368,6 +368,7 @@ class _Pass(Preempting):
         self.live[job.name] = admitted = Running.admitted(job, placement, self.now)
         if job.preemptible:
             self.preemptible[job.name] = admitted
+            self._ordered = None
         backfill = self.decision.reservation is not None and self.reserved is not job
         if backfill and self.room is not None and not self._ends_before_reserved_start(job):
             self.room.take(placement)

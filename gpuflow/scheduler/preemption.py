@@ -21,6 +21,8 @@ class Preempting:
     live: dict[str, Running]
     preemptible: dict[str, Running]
     room: Room | None
+    _ordered: list[Running] | None = None
+    """`_in_victim_order`'s, until `preemptible` changes (None: sort again)."""
 
     def _allowed(self, job: Waiting, placement: Placement) -> bool:
         raise NotImplementedError
@@ -37,16 +39,22 @@ class Preempting:
         nothing lends it now (`Quotas.over`: a quota lowered under it, or its cohort left),
         which is nobody's to keep; in victim order."""
         cohort = set(self.quotas.cohort(job.queue)) - {job.queue}
-        live = list(self.preemptible.values())
-        same = [r for r in live if r.queue == job.queue and r.priority < job.priority]
-        others = [
+        taken_back = {
+            queue
+            for queue in {r.queue for r in self.preemptible.values()} - {job.queue}
+            if self.quotas.borrowing(queue) and (queue in cohort or self.quotas.over(queue))
+        }
+        return [
             r
-            for r in live
-            if r.queue != job.queue
-            and self.quotas.borrowing(r.queue)
-            and (r.queue in cohort or self.quotas.over(r.queue))
+            for r in self._in_victim_order()
+            if (r.queue == job.queue and r.priority < job.priority) or r.queue in taken_back
         ]
-        return sorted([*same, *others], key=victim_order)
+
+    def _in_victim_order(self) -> list[Running]:
+        """The preemptible jobs in victim order, sorted once until they change."""
+        if self._ordered is None:
+            self._ordered = sorted(self.preemptible.values(), key=victim_order)
+        return self._ordered
 
     def _preempt(self, job: Waiting) -> tuple[Placement, tuple[str, ...]] | None:
         """A placement for the job once some of the jobs it may preempt are released, and
@@ -116,6 +124,7 @@ class Preempting:
                         victim.queue, self.quotas.demand(victim.queue, victim.placement)
                     )
                     del self.live[victim.name], self.preemptible[victim.name]
+                    self._ordered = None
                     if self.room is not None:
                         self.room.give_back(victim.name, victim.placement)
                 return found, tuple(victim.name for victim in out)

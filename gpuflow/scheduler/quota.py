@@ -47,6 +47,9 @@ class Quotas:
     def __init__(self, queues: Iterable[QueueSpec]) -> None:
         self.queues = {queue.name: queue for queue in queues}
         self.usage: dict[str, dict[str, float]] = {name: defaultdict(float) for name in self.queues}
+        self._running: dict[str, Demand] = {}
+        """Running job -> its demand, as `reclaimable` asked it (a placement does not change
+        while a pass runs)."""
 
     def queue(self, name: str) -> QueueSpec:
         found = self.queues.get(name)
@@ -110,7 +113,9 @@ class Quotas:
         kept = []
         with self.trial():
             for job in candidates:
-                demand = self.demand(job.queue, job.placement)
+                demand = self._running.get(job.name)
+                if demand is None:  # a running job's placement is fixed for the pass
+                    demand = self._running[job.name] = self.demand(job.queue, job.placement)
                 if job.queue != queue and not any(
                     self.borrowed(job.queue, key) > EPSILON for key in demand
                 ):
