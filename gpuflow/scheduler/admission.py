@@ -156,9 +156,8 @@ class _Pass(Preempting):
             held_room = self.reserved is job
             if self._try(job):
                 self.reasons.pop(job.name, None)
-                # the room it held is open to the others: look again (a preemption gives
-                # nothing back this pass: its victims hold on until they have stopped)
-                if held_room:
+                # quota came back, or the room it held is open to the others: look again
+                if self.decision.admitted[-1].victims or held_room:
                     for name, jobs in tried.items():
                         pending[name] = sorted([*jobs, *pending[name]], key=queue_order)
                         jobs.clear()

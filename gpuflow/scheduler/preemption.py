@@ -115,14 +115,11 @@ class Preempting:
             release_placement(self.snapshot, found)
             if self._quota_after(job, found, out, candidates):
                 # Until they have stopped, the victims hold what they free (the job waits
-                # for them): their hosts and their queues' quota are no other job's this pass.
+                # for them): their hosts are no other job's this pass.
                 self._stopping(
                     frozenset(node.host_id for victim in out for node in victim.placement.nodes)
                 )
                 for victim in out:
-                    self.quotas.add(
-                        victim.queue, self.quotas.demand(victim.queue, victim.placement)
-                    )
                     del self.live[victim.name], self.preemptible[victim.name]
                     self._ordered = None
                     if self.room is not None:

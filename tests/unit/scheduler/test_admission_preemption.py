@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuflow.scheduler.admission import NO_CAPACITY, QUOTA, Decision, Waiting, admit
+from gpuflow.scheduler.admission import NO_CAPACITY, Decision, Waiting, admit
 from gpuflow.specs import QueueSpec
 from tests.unit.scheduler.test_admission import fleet, names, reasons, start, waiting
 
@@ -172,27 +172,3 @@ def test_what_a_victim_frees_beyond_its_preemptors_need_is_no_other_jobs_while_i
         now=8,
     )
     assert names(after) == ["urgent", "small"]
-
-
-def test_a_victim_counts_against_its_queues_quota_until_it_has_stopped() -> None:
-    """b may borrow 8 GPUs and holds them in two preemptible jobs on host 0; a's `reclaim`
-    takes its quota back by preempting both. b's next job fits on host 2: the pass admitted it
-    as if the victims were gone, and while they stopped b held 12 GPUs, beyond its limit."""
-    snapshot = fleet(3)
-    queues = [
-        QueueSpec(name="a", gpus=24, cohort="lab"),
-        QueueSpec(name="b", gpus=0, cohort="lab", borrowing_limit=8),
-    ]
-    held = [start(snapshot, waiting(f"b-{i}", 4, queue="b", preemptible=True)) for i in (0, 1)]
-    held += [start(snapshot, waiting("a-8", 8)), start(snapshot, waiting("a-4", 4))]
-    assert {n.host_id for job in held[:2] for n in job.placement.nodes} == {"lab/gpu-0"}
-    decision = admit(
-        queues=queues,
-        running=held,
-        waiting=[waiting("reclaim", 8, at=5), waiting("b-more", 4, queue="b", at=6)],
-        snapshot=snapshot,
-        now=7,
-    )
-    assert sorted(p.victim for p in decision.preemptions) == ["b-0", "b-1"]
-    assert names(decision) == ["reclaim"]
-    assert reasons(decision) == {"b-more": QUOTA}
