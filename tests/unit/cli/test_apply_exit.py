@@ -15,15 +15,8 @@ from gpuflow.errors import GpuflowError
 from gpuflow.status import JobStatus
 from gpuflow.store.tables import JobRow
 from tests.unit.cli.conftest import WIDTH, Cli
+from tests.unit.cli.test_commands import A100_BOX
 
-A100_BOX = """
-type: fleet
-name: lab
-kind: sim
-hosts:
-  - name: box
-    gpus: [{name: A100, memory: 80GB, count: 2}]
-"""
 ENDINGS = {
     "ok": (JobStatus.DONE, "done"),
     "crash": (JobStatus.FAILED, "process_failed"),
