@@ -3,6 +3,7 @@ of Kueue's ClusterQueue; docs/architecture.md, "Queues and admission")."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
@@ -154,7 +155,10 @@ def gpu_amounts(amounts: Mapping[str, float]) -> str:
 def unknown_queue(name: str, known: Iterable[str]) -> str:
     """What a user is told of a queue that does not exist (a job naming it, `ps -q`,
     `queue delete`)."""
-    return f'queue "{name}" does not exist; known: {", ".join(known)}'
+    names = list(known)
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f'queue "{name}" does not exist{hint}; known: {", ".join(names)}'
 
 
 def queue_name(value: str) -> str:

@@ -255,7 +255,9 @@ def test_a_job_naming_an_unknown_queue_is_refused_at_submit(cli: Cli) -> None:
     )
     # Refused by the plan already: no plan is shown for a job that cannot be submitted.
     out = cli("apply", "-y", "-d", "-f", job, code=1)
-    assert _error(out) == f'{job}: queue "reserch" does not exist; known: default, research'
+    assert _error(out) == (
+        f'{job}: queue "reserch" does not exist (did you mean research?); known: default, research'
+    )
     assert cli.temporal.started == []
     job = cli.write(
         "job.yaml", "name: a\ncommands: [x]\nresources: {gpu: A100:1}\nqueue: research\n"
