@@ -128,7 +128,9 @@ def test_delete_refuses_a_queue_that_holds_jobs_and_names_how_many(store: Store)
     )
     assert queue_names(store) == ["default", "research"]
     with pytest.raises(
-        NotFoundError, match=r'^queue "reserch" does not exist; known: default, research$'
+        NotFoundError,
+        match=r'^queue "reserch" does not exist \(did you mean research\?\); known: default, '
+        r"research$",
     ):
         delete_queue(store, "reserch")
 
