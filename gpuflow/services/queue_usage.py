@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import event
 from sqlmodel import Session
 
 from gpuflow.scheduler.model import Placement
@@ -43,6 +44,9 @@ class _Counted:
 
 _COUNTED: weakref.WeakKeyDictionary[Any, _Counted] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
+_TOUCHED = "gpuflow.queue_usage.engine"
+"""session.info: the engine whose count this transaction read or changed."""
+_COMMITTED = "gpuflow.queue_usage.committed"
 
 
 def quotas_now(session: Session, queues: Sequence[QueueSpec]) -> tuple[Quotas, Key | None]:
@@ -50,6 +54,7 @@ def quotas_now(session: Session, queues: Sequence[QueueSpec]) -> tuple[Quotas, K
     transaction, and the key it was counted at (None: no counter to trust, counted afresh)."""
     key = _key(session, queues)
     engine = session.get_bind()
+    session.info[_TOUCHED] = engine
     with _LOCK:
         counted = _COUNTED.get(engine) if key is not None else None
         if counted is None or counted.key != key:
@@ -66,6 +71,26 @@ def quotas_now(session: Session, queues: Sequence[QueueSpec]) -> tuple[Quotas, K
         else:
             quotas.add(counted_in, models)
     return quotas, key
+
+
+@event.listens_for(Session, "after_transaction_end")
+def _ended(session: Session, transaction: Any) -> None:
+    """A transaction that counted or added usage and did not commit: its engine's count may
+    hold what it never wrote (a rolled-back admission), which a later counter of the same value
+    would pass for the database's; it is counted again."""
+    if transaction.parent is not None:
+        return
+    engine = session.info.pop(_TOUCHED, None)
+    if engine is not None and not session.info.pop(_COMMITTED, False):
+        with _LOCK:
+            _COUNTED.pop(engine, None)
+    session.info.pop(_COMMITTED, None)
+
+
+@event.listens_for(Session, "after_commit")
+def _committed(session: Session) -> None:
+    if _TOUCHED in session.info:
+        session.info[_COMMITTED] = True
 
 
 def admitted(

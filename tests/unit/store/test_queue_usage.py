@@ -205,3 +205,33 @@ def test_a_queue_fills_to_its_quota_and_borrowing_through_submits_decided_alone(
     with store.placement_transaction() as session:
         quotas, _ = queue_usage.quotas_now(session, queues_in(session))
     assert quotas.usage["research"]["*"] == 12.0
+
+
+def test_an_admission_rolled_back_leaves_nothing_counted(store: Store) -> None:
+    """A submit admitted on the kept count, in a transaction that then rolled back, stayed in
+    the count under the counter's next value; another worker's commit brought the database's
+    counter to that value, and the phantom job passed for running (research at 3 GPUs, not 1)."""
+    _setup(store)
+    other = Store(store.url)
+
+    def spec(name: str, gpu: str) -> JobSpec:
+        return JobSpec.model_validate(
+            {"name": name, "commands": ["true"], "queue": "research", "resources": {"gpu": gpu}}
+        )
+
+    try:
+        with store.placement_transaction() as session:  # counted before: the kept count
+            queue_usage.quotas_now(session, queues_in(session))
+        with pytest.raises(RuntimeError), store.placement_transaction() as session:
+            verdict = enter_at_submit_in(
+                session, job_id="job-x", run_id="r", spec=spec("x", "A100:2"), at=T0
+            )
+            assert verdict.placement is not None
+            raise RuntimeError("the transaction fails after the admission")
+        with other.placement_transaction() as session:
+            enter_at_submit_in(session, job_id="job-y", run_id="r", spec=spec("y", "A100:1"), at=T0)
+        with store.placement_transaction() as session:
+            quotas, _ = queue_usage.quotas_now(session, queues_in(session))
+        assert quotas.usage["research"]["*"] == 1.0
+    finally:
+        other.dispose()
