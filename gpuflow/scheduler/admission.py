@@ -51,6 +51,7 @@ from gpuflow.scheduler.request import resolve
 from gpuflow.scheduler.reservation import Reservation, Room, earliest_start, hidden
 from gpuflow.scheduler.scorers import orders_by_name
 from gpuflow.scheduler.usage import apply_placement
+from gpuflow.specs.job import JobSpec
 from gpuflow.specs.queue import QueueSpec
 
 NO_CAPACITY = "no_capacity"
@@ -72,6 +73,7 @@ __all__ = [
     "Running",
     "Waiting",
     "admit",
+    "first_fit",
 ]
 
 
@@ -91,13 +93,18 @@ def admit(
     return _Pass(queues, running, snapshot, now, reserved).run(waiting)
 
 
-def _first_fit(job: Waiting, snapshot: Snapshot) -> Placement | None:
-    """The first of the job's resource options that fits, each on its fleets in order."""
-    for option in job.options or (job.job,):
+def first_fit(options: Sequence[JobSpec], snapshot: Snapshot) -> Placement | None:
+    """Where the first of a job's resource options that fits goes, each on its fleets in
+    order: what a pass takes for a job that fits (a lone submit decided alone too)."""
+    for option in options:
         found = place(option, snapshot)
         if isinstance(found, Placement):
             return found
     return None
+
+
+def _first_fit(job: Waiting, snapshot: Snapshot) -> Placement | None:
+    return first_fit(job.options or (job.job,), snapshot)
 
 
 class _Pass(Preempting):

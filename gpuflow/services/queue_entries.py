@@ -14,7 +14,7 @@ from sqlalchemy import select as sa_select
 from sqlmodel import Session, col, select
 
 from gpuflow.scheduler import place
-from gpuflow.scheduler.admission import NO_CAPACITY
+from gpuflow.scheduler.admission import NO_CAPACITY, first_fit
 from gpuflow.scheduler.model import Placement, Unschedulable
 from gpuflow.services.admission import run_pass_in, snapshot_in, told
 from gpuflow.services.capacity import held_allocation, placement_of
@@ -255,12 +255,8 @@ def _admitted_within_quota(
     the first of its options that fits is within its queue's quota: admitted there (a pass
     takes a lone job's first fit when its quota allows it). None when the full pass must
     decide: nothing fits (preemption, a reservation, a refusal), or the quota holds it."""
-    snapshot = snapshot_in(session, warm=True)
-    for option in spec.resource_options():
-        found = place(option, snapshot)
-        if isinstance(found, Placement):
-            break
-    else:
+    found = first_fit(spec.resource_options(), snapshot_in(session, warm=True))
+    if found is None:
         return None
     quotas, counted_at = quotas_now(session, queues)
     if not quotas.allows(entry.queue, quotas.demand(entry.queue, found)):
